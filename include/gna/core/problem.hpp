@@ -1,0 +1,56 @@
+// Description of one GNA problem (shapes, per-axis rule, heads, dtypes) and its validation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gna/core/axis_rule.hpp"
+
+namespace gna {
+
+enum class DType : int32_t { f32 = 0, f64 = 1, f16 = 2, bf16 = 3 };
+
+const char* dtype_name(DType t);
+int dtype_size(DType t);
+
+// A rank-1..3 token layout with the rule of each axis. Plain data, copyable to the device.
+struct Problem {
+  int rank = 1;
+  AxisRule axes[kMaxRank];
+  int batch = 1;
+  int heads_q = 1;
+  int heads_kv = 1;
+  int dim_qk = 64;
+  int dim_v = 64;
+  int additional_kv = 0;  // extra keys/values every query attends to (same softmax)
+  float scale = 0.f;      // 0 means 1/sqrt(dim_qk); see effective_scale()
+  DType dtype = DType::f32;
+
+  GNA_HD int64_t tokens() const {
+    int64_t t = 1;
+    for (int a = 0; a < rank; ++a) t *= axes[a].extent;
+    return t;
+  }
+};
+
+float effective_scale(const Problem& p);
+
+// Throws gna::Error naming the axis, the parameter and the value when p is not valid.
+void validate(const Problem& p);
+
+// Keys attended per query, averaged over queries (exact, by per-axis sums), excluding
+// additional KV tokens. For non-causal problems this is prod(window).
+double mean_keys_per_query(const Problem& p);
+
+// Sliding Tile Attention parameters (SPEC section 1), per axis: tile T and window W in tokens.
+struct StaAxis {
+  int extent = 1;
+  int tile = 1;
+  int window = 1;
+};
+
+// Converts STA to the equivalent GNA rule (window W, stride T), rejecting what STA cannot
+// express (W not a multiple of T, W/T even, L not a multiple of T, W > L).
+AxisRule sta_axis_rule(const StaAxis& sta, int axis);
+
+}  // namespace gna

@@ -1,0 +1,78 @@
+// Tiling math shared by kernels and the simulator. Tiles live inside a dilation group: a tile of
+// T tokens on an axis covers group coordinates [t*T, (t+1)*T) clipped to the group length n, i.e.
+// full coordinates g + d*ig. Multi-dimensional tiles are products of per-axis tiles, and because
+// the rule is an AND over axes, every multi-dimensional quantity is a product/combination of
+// per-axis ones.
+#pragma once
+
+#include <cstdint>
+
+#include "gna/core/axis_rule.hpp"
+
+namespace gna {
+
+// Ordered so that combining axes takes the minimum.
+enum class PairClass : uint8_t { empty = 0, partial = 1, full = 2 };
+
+GNA_HD PairClass combine(PairClass a, PairClass b) { return a < b ? a : b; }
+
+GNA_HD int tiles_along(int n, int tile) { return ceil_div(n, tile); }
+
+// Rows of tile t (group coordinates), clipped to the group length.
+GNA_HD Range tile_rows(int n, int tile, int t) { return Range{t * tile, min_i((t + 1) * tile, n)}; }
+
+// Union of the key windows of queries q (non-empty, clipped). Starts and ends are monotone in
+// the query and consecutive windows overlap or touch, so the union is exactly this interval.
+GNA_HD Range union_key_window(const AxisRule& a, int n, Range q) {
+  return Range{window_start(a, n, q.begin), key_window(a, n, q.end - 1).end};
+}
+
+// Union of the query windows (inverse rule) of keys k (non-empty, clipped).
+GNA_HD Range union_query_window(const AxisRule& a, int n, Range k) {
+  return Range{query_window(a, n, k.begin).begin, query_window(a, n, k.end - 1).end};
+}
+
+// KV tiles [begin, end) that Q tile qt must visit on this axis (static KV tiles).
+GNA_HD Range kv_tiles_for_q_tile(const AxisRule& a, int n, int qt, int tile_q, int tile_kv) {
+  const Range u = union_key_window(a, n, tile_rows(n, tile_q, qt));
+  return Range{u.begin / tile_kv, ceil_div(u.end, tile_kv)};
+}
+
+// Q tiles [begin, end) whose queries attend KV tile kt on this axis (backward, KV-stationary).
+GNA_HD Range q_tiles_for_kv_tile(const AxisRule& a, int n, int kt, int tile_q, int tile_kv) {
+  const Range u = union_query_window(a, n, tile_rows(n, tile_kv, kt));
+  return Range{u.begin / tile_q, ceil_div(u.end, tile_q)};
+}
+
+// Class of the pair (queries q, KV tile starting at k_begin with tile_kv slots) on one axis.
+// full: every valid query attends every slot, and every slot is a real key (no padding);
+// empty: no valid query attends any real key; partial otherwise (needs the per-element mask).
+GNA_HD PairClass classify_axis_pair(const AxisRule& a, int n, Range q, int k_begin, int tile_kv) {
+  const int k_end = k_begin + tile_kv;
+  const Range real{k_begin, min_i(k_end, n)};
+  if (q.empty() || real.empty()) return PairClass::empty;
+  const Range u = union_key_window(a, n, q);
+  if (u.end <= real.begin || real.end <= u.begin) return PairClass::empty;
+  const bool all_real = k_end <= n;
+  const bool first_query_reaches_end = key_window(a, n, q.begin).end >= k_end;
+  const bool last_query_starts_before = window_start(a, n, q.end - 1) <= k_begin;
+  return (all_real && first_query_reaches_end && last_query_starts_before) ? PairClass::full
+                                                                          : PairClass::partial;
+}
+
+GNA_HD PairClass classify_axis_tiles(const AxisRule& a, int n, int qt, int kt, int tile_q,
+                                     int tile_kv) {
+  return classify_axis_pair(a, n, tile_rows(n, tile_q, qt), kt * tile_kv, tile_kv);
+}
+
+// Per-axis tile shape of a multi-dimensional tile (unused axes are 1).
+struct TileShape {
+  int size[kMaxRank] = {1, 1, 1};
+  GNA_HD int64_t volume(int rank) const {
+    int64_t v = 1;
+    for (int a = 0; a < rank; ++a) v *= size[a];
+    return v;
+  }
+};
+
+}  // namespace gna

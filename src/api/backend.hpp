@@ -1,0 +1,66 @@
+// The interface between dispatch and the backends (CPU reference, GPU reference, portable and
+// Hopper kernels). A backend registers itself once at static-initialisation time (see
+// GNA_REGISTER_BACKEND); dispatch asks each, in priority order, whether it supports a call.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gna/attention_params.hpp"
+#include "gna/core/tiling.hpp"
+
+namespace gna {
+
+// Optional choices a caller may force; zeros mean "let the backend choose".
+struct KernelOptions {
+  TileShape q_tile;   // size[a] == 0 everywhere: default
+  TileShape kv_tile;
+  bool autotune = false;      // benchmark candidate tiles once per problem signature
+  bool deterministic = false; // backward: same bits every run
+};
+
+struct ForwardCall {
+  Problem problem;            // validated
+  AttentionTensors in;
+  TensorRef out;              // [B, spatial.., Hq, Dv], dtype of the inputs
+  TensorRef* lse = nullptr;   // [B, spatial.., Hq] float32, optional
+  void* stream = nullptr;     // cudaStream_t for device tensors
+  KernelOptions options;
+};
+
+struct BackwardCall {
+  Problem problem;
+  AttentionTensors in;
+  TensorRef out, lse, d_out;  // forward output, its LSE (float32) and the incoming gradient
+  TensorRef dq, dk, dv;
+  TensorRef* d_additional_k = nullptr;
+  TensorRef* d_additional_v = nullptr;
+  void* stream = nullptr;
+  KernelOptions options;
+};
+
+struct Backend {
+  std::string name;
+  int priority = 0;          // higher is tried first
+  bool device = false;       // runs on CUDA tensors (false: host tensors)
+  // Return true when the call can run; otherwise write the reason (which parameter, which limit).
+  std::function<bool(const ForwardCall&, std::string* why)> supports_forward;
+  std::function<void(const ForwardCall&)> forward;
+  std::function<bool(const BackwardCall&, std::string* why)> supports_backward;
+  std::function<void(const BackwardCall&)> backward;
+};
+
+void register_backend(const Backend& backend);
+const std::vector<Backend>& registered_backends();
+
+struct BackendRegistrar {
+  explicit BackendRegistrar(const Backend& b) { register_backend(b); }
+};
+
+#define GNA_REGISTER_BACKEND_CAT2(a, b) a##b
+#define GNA_REGISTER_BACKEND_CAT(a, b) GNA_REGISTER_BACKEND_CAT2(a, b)
+#define GNA_REGISTER_BACKEND(make_backend) \
+  static ::gna::BackendRegistrar GNA_REGISTER_BACKEND_CAT(gna_backend_registrar_, __LINE__)(make_backend())
+
+}  // namespace gna

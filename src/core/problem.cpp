@@ -1,0 +1,100 @@
+#include "gna/core/problem.hpp"
+
+#include <cmath>
+
+#include "gna/core/error.hpp"
+
+namespace gna {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "float32";
+    case DType::f64: return "float64";
+    case DType::f16: return "float16";
+    case DType::bf16: return "bfloat16";
+  }
+  return "unknown";
+}
+
+int dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::f16: return 2;
+    case DType::bf16: return 2;
+  }
+  return 0;
+}
+
+float effective_scale(const Problem& p) {
+  return p.scale != 0.f ? p.scale : 1.f / std::sqrt(static_cast<float>(p.dim_qk));
+}
+
+void validate(const Problem& p) {
+  if (p.rank < 1 || p.rank > kMaxRank) fail_invalid("rank must be 1, 2 or 3, got ", p.rank);
+  for (int i = 0; i < p.rank; ++i) {
+    const AxisRule& a = p.axes[i];
+    if (a.extent < 1) fail_invalid("axis ", i, ": extent must be >= 1, got ", a.extent);
+    if (a.window < 2) fail_invalid("axis ", i, ": window (kernel_size) must be >= 2, got ", a.window);
+    if (a.dilation < 1) fail_invalid("axis ", i, ": dilation must be >= 1, got ", a.dilation);
+    if (a.stride < 1 || a.stride > a.window)
+      fail_invalid("axis ", i, ": stride must be in [1, window=", a.window, "], got ", a.stride);
+    if (static_cast<int64_t>(a.window) * a.dilation > a.extent)
+      fail_invalid("axis ", i, ": window*dilation must be <= extent=", a.extent, ", got window=",
+                   a.window, " dilation=", a.dilation);
+  }
+  if (p.batch < 1) fail_invalid("batch must be >= 1, got ", p.batch);
+  if (p.heads_q < 1) fail_invalid("query heads must be >= 1, got ", p.heads_q);
+  if (p.heads_kv < 1) fail_invalid("key/value heads must be >= 1, got ", p.heads_kv);
+  if (p.heads_q % p.heads_kv != 0)
+    fail_invalid("query heads (", p.heads_q, ") must be a multiple of key/value heads, got ",
+                 p.heads_kv);
+  if (p.dim_qk < 1) fail_invalid("query/key head dim must be >= 1, got ", p.dim_qk);
+  if (p.dim_v < 1) fail_invalid("value head dim must be >= 1, got ", p.dim_v);
+  if (p.additional_kv < 0)
+    fail_invalid("additional key/value count must be >= 0, got ", p.additional_kv);
+  if (!std::isfinite(p.scale)) fail_invalid("scale must be finite, got ", p.scale);
+  if (p.scale < 0.f) fail_invalid("scale must be > 0 (or 0 for 1/sqrt(dim)), got ", p.scale);
+}
+
+double mean_keys_per_query(const Problem& p) {
+  // The rule is a product over axes and queries form a product grid, so the mean factorizes.
+  double mean = 1.0;
+  for (int i = 0; i < p.rank; ++i) {
+    const AxisRule& a = p.axes[i];
+    double total = 0;
+    for (int g = 0; g < a.dilation; ++g) {
+      const int n = group_length(a, g);
+      for (int ig = 0; ig < n; ++ig) total += key_window(a, n, ig).size();
+    }
+    mean *= total / a.extent;
+  }
+  return mean;
+}
+
+AxisRule sta_axis_rule(const StaAxis& sta, int axis) {
+  if (sta.tile < 1) fail_invalid("axis ", axis, ": STA tile must be >= 1, got ", sta.tile);
+  if (sta.extent % sta.tile != 0)
+    fail_invalid("axis ", axis, ": STA extent must be a multiple of tile=", sta.tile, ", got ",
+                 sta.extent);
+  if (sta.window < sta.tile || sta.window % sta.tile != 0)
+    fail_invalid("axis ", axis, ": STA window must be a multiple of tile=", sta.tile, ", got ",
+                 sta.window);
+  if ((sta.window / sta.tile) % 2 == 0)
+    fail_invalid("axis ", axis, ": STA window/tile must be odd, got window=", sta.window,
+                 " tile=", sta.tile);
+  if (sta.window > sta.extent)
+    fail_invalid("axis ", axis, ": STA window must be <= extent=", sta.extent, ", got ",
+                 sta.window);
+  AxisRule r;
+  r.extent = sta.extent;
+  r.window = sta.window;
+  r.stride = sta.tile;
+  r.dilation = 1;
+  r.causal = false;
+  if (r.window < 2)
+    fail_invalid("axis ", axis, ": STA window must be >= 2 tokens, got ", sta.window);
+  return r;
+}
+
+}  // namespace gna
