@@ -9,16 +9,9 @@
 
 #include "gna/attention_params.hpp"
 #include "gna/core/tiling.hpp"
+#include "gna/kernel_options.hpp"
 
 namespace gna {
-
-// Optional choices a caller may force; zeros mean "let the backend choose".
-struct KernelOptions {
-  TileShape q_tile;   // size[a] == 0 everywhere: default
-  TileShape kv_tile;
-  bool autotune = false;      // benchmark candidate tiles once per problem signature
-  bool deterministic = false; // backward: same bits every run
-};
 
 struct ForwardCall {
   Problem problem;            // validated

@@ -1,1 +1,101 @@
-namespace gna {}
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "gna/reference/reference.hpp"
+#include "reference/token_access.hpp"
+#include "util/parallel.hpp"
+
+namespace gna::reference {
+namespace {
+
+template <typename T, typename Acc>
+void forward_impl(const Problem& p, const AttentionTensors& in, TensorRef& out, TensorRef* lse,
+                  const Options& opt) {
+  const int r = p.rank;
+  const int group = p.heads_q / p.heads_kv;
+  const Acc scale = effective_scale(p);
+  const T* q = typed<T>(in.q);
+  const T* k = typed<T>(in.k);
+  const T* v = typed<T>(in.v);
+  T* o = typed<T>(out);
+  const int64_t tokens = p.tokens();
+  const int64_t total = int64_t{p.batch} * tokens * p.heads_q;
+
+  parallel_for(total, opt.threads, [&](int64_t begin, int64_t end) {
+    std::vector<int> keys[kMaxRank];
+    std::vector<const T*> k_rows, v_rows;
+    std::vector<Acc> scores, acc(p.dim_v);
+    for (int64_t idx = begin; idx < end; ++idx) {
+      const int h = static_cast<int>(idx % p.heads_q);
+      const int64_t token = (idx / p.heads_q) % tokens;
+      const int64_t b = idx / (int64_t{p.heads_q} * tokens);
+      const int hk = h / group;
+      int x[kMaxRank];
+      token_coordinates(p, token, x);
+      const T* q_row = q + token_offset(in.q, r, b, x, h);
+
+      k_rows.clear();
+      v_rows.clear();
+      attended_keys_per_axis(p, x, keys);
+      for_each_in_product(r, keys, [&](const int* y) {
+        k_rows.push_back(k + token_offset(in.k, r, b, y, hk));
+        v_rows.push_back(v + token_offset(in.v, r, b, y, hk));
+      });
+      for (int j = 0; j < p.additional_kv; ++j) {
+        k_rows.push_back(typed<T>(*in.additional_k) + extra_offset(*in.additional_k, b, j, hk));
+        v_rows.push_back(typed<T>(*in.additional_v) + extra_offset(*in.additional_v, b, j, hk));
+      }
+
+      scores.resize(k_rows.size());
+      Acc max_score = -std::numeric_limits<Acc>::infinity();
+      for (size_t j = 0; j < k_rows.size(); ++j) {
+        Acc dot = 0;
+        for (int c = 0; c < p.dim_qk; ++c) dot += Acc(q_row[c]) * Acc(k_rows[j][c]);
+        scores[j] = scale * dot;
+        max_score = std::max(max_score, scores[j]);
+      }
+      Acc denom = 0;
+      std::fill(acc.begin(), acc.end(), Acc(0));
+      for (size_t j = 0; j < k_rows.size(); ++j) {
+        const Acc w = std::exp(scores[j] - max_score);
+        denom += w;
+        for (int c = 0; c < p.dim_v; ++c) acc[c] += w * Acc(v_rows[j][c]);
+      }
+      T* o_row = o + token_offset(out, r, b, x, h);
+      for (int c = 0; c < p.dim_v; ++c) o_row[c] = static_cast<T>(acc[c] / denom);
+      if (lse) store_scalar(*lse, lse_offset(*lse, r, b, x, h), max_score + std::log(denom));
+    }
+  });
+}
+
+void check_forward_tensors(const Problem& p, const AttentionTensors& in, const TensorRef& out,
+                           const TensorRef* lse) {
+  const DType dt = p.dtype;
+  if (dt != DType::f32 && dt != DType::f64)
+    fail_invalid("reference: dtype must be float32 or float64, got ", dtype_name(dt));
+  check_host_float("query", in.q, dt);
+  int64_t shape[kMaxTensorRank];
+  int n = output_shape(p, shape);
+  check_tensor("out", out, shape, n, dt, -1);
+  if (lse) {
+    n = lse_shape(p, shape);
+    check_tensor("lse", *lse, shape, n, lse->dtype == DType::f64 ? DType::f64 : DType::f32, -1);
+  }
+}
+
+}  // namespace
+
+void forward(const Problem& p, const AttentionTensors& in, TensorRef& out, TensorRef* lse,
+             const Options& opt) {
+  validate(p);
+  check_forward_tensors(p, in, out, lse);
+  if (p.dtype == DType::f64)
+    forward_impl<double, double>(p, in, out, lse, opt);
+  else if (opt.fp64_accumulate)
+    forward_impl<float, double>(p, in, out, lse, opt);
+  else
+    forward_impl<float, float>(p, in, out, lse, opt);
+}
+
+}  // namespace gna::reference

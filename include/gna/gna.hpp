@@ -1,0 +1,45 @@
+// The public C++ API of gna: generalized neighborhood attention forward and backward on host or
+// CUDA tensors, with the backend chosen by dispatch (or forced by name).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "gna/attention_params.hpp"
+#include "gna/core/error.hpp"
+#include "gna/kernel_options.hpp"
+#include "gna/ops/merge.hpp"
+#include "gna/ops/permute.hpp"
+
+namespace gna {
+
+struct CallOptions {
+  std::string backend = "auto";  // "auto" or a registered backend name (see backend_names())
+  void* stream = nullptr;        // cudaStream_t for CUDA tensors (null: the default stream)
+  KernelOptions kernel;
+};
+
+// out: [B, spatial.., Hq, Dv] in the inputs' dtype; lse (optional): [B, spatial.., Hq] float32
+// (float64 allowed for float64 inputs), natural log.
+void attention_forward(const AttentionParams& params, const AttentionTensors& in, TensorRef& out,
+                       TensorRef* lse, const CallOptions& options = {});
+
+struct AttentionGradients {
+  TensorRef dq, dk, dv;
+  TensorRef* d_additional_k = nullptr;
+  TensorRef* d_additional_v = nullptr;
+};
+
+void attention_backward(const AttentionParams& params, const AttentionTensors& in,
+                        const TensorRef& out, const TensorRef& lse, const TensorRef& d_out,
+                        AttentionGradients& grads, const CallOptions& options = {});
+
+// Which backend dispatch would run for this call ("" never: throws with every refusal listed).
+std::string select_forward_backend(const AttentionParams& params, const AttentionTensors& in,
+                                   const CallOptions& options = {});
+std::string select_backward_backend(const AttentionParams& params, const AttentionTensors& in,
+                                    const CallOptions& options = {});
+
+std::vector<std::string> backend_names();
+
+}  // namespace gna

@@ -1,0 +1,48 @@
+// What the simulator is asked about (SPEC section 3): a token layout with the GNA rule of each
+// axis, a Q tile and a KV tile shape, and the tiling design of the kernel. Plain data, so the
+// C ABI and the Python package can pass it through unchanged.
+#pragma once
+
+#include <cstdint>
+
+#include "gna/core/axis_rule.hpp"
+#include "gna/core/problem.hpp"
+
+namespace gna::sim {
+
+// How tokens are grouped into tiles.
+enum class Tiling : int32_t {
+  multi_dim = 0,  // tiles are boxes of the layout (inside dilation groups); what a TMA kernel does
+  one_dim = 1,    // tokens in row-major order, tiles are runs of consecutive tokens
+};
+
+// Where the KV tiles of a Q tile sit (multi-dimensional tiling only).
+enum class KvTiling : int32_t {
+  static_tiles = 0,   // a fixed grid: the Q tile visits the grid tiles covering its windows
+  dynamic_tiles = 1,  // tiles start where the Q tile's key windows start, per axis
+};
+
+const char* tiling_name(Tiling t);     // "multi" or "1d"
+const char* kv_tiling_name(KvTiling t);  // "static" or "dynamic"
+
+struct Config {
+  int rank = 1;
+  AxisRule axes[kMaxRank];
+  // Tile shapes per axis. With one_dim tiling the tile sizes are the volumes of these shapes
+  // (e.g. {128, 1, 1}).
+  int q_tile[kMaxRank] = {1, 1, 1};
+  int kv_tile[kMaxRank] = {1, 1, 1};
+  Tiling tiling = Tiling::multi_dim;
+  KvTiling kv_tiling = KvTiling::static_tiles;
+};
+
+// The attention problem of the configuration (one batch, one head), as the core validates it.
+Problem to_problem(const Config& c);
+
+// gna::validate on the problem (same messages), then the tile shapes and design choices.
+void validate(const Config& c);
+
+int64_t q_tile_volume(const Config& c);
+int64_t kv_tile_volume(const Config& c);
+
+}  // namespace gna::sim

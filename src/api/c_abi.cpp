@@ -1,0 +1,219 @@
+// The C ABI: converts plain structs to the C++ API and exceptions to status codes + message.
+#include "gna/gna.h"
+
+#include <cstring>
+#include <string>
+
+#include "gna/gna.hpp"
+
+namespace {
+
+thread_local std::string last_error;
+
+gna_status status_of(gna::ErrorKind kind) {
+  switch (kind) {
+    case gna::ErrorKind::invalid_argument: return GNA_STATUS_INVALID_ARGUMENT;
+    case gna::ErrorKind::unsupported: return GNA_STATUS_UNSUPPORTED;
+    case gna::ErrorKind::runtime: return GNA_STATUS_RUNTIME_ERROR;
+  }
+  return GNA_STATUS_RUNTIME_ERROR;
+}
+
+template <typename F>
+gna_status guarded(F f) {
+  try {
+    last_error.clear();
+    f();
+    return GNA_STATUS_OK;
+  } catch (const gna::Error& e) {
+    last_error = e.what();
+    return status_of(e.kind());
+  } catch (const std::exception& e) {
+    last_error = e.what();
+    return GNA_STATUS_RUNTIME_ERROR;
+  } catch (...) {
+    last_error = "unknown error";
+    return GNA_STATUS_RUNTIME_ERROR;
+  }
+}
+
+gna::TensorRef to_ref(const gna_tensor* t, const char* name) {
+  if (t == nullptr) gna::fail_invalid(name, ": tensor is required, got NULL");
+  if (t->rank < 0 || t->rank > GNA_MAX_TENSOR_RANK)
+    gna::fail_invalid(name, ": rank must be in [0, ", GNA_MAX_TENSOR_RANK, "], got ", t->rank);
+  if (t->dtype < GNA_DTYPE_F32 || t->dtype > GNA_DTYPE_BF16)
+    gna::fail_invalid(name, ": unknown dtype code ", t->dtype);
+  gna::TensorRef r;
+  r.data = t->data;
+  r.dtype = static_cast<gna::DType>(t->dtype);
+  r.rank = t->rank;
+  r.device = t->device;
+  for (int i = 0; i < t->rank; ++i) {
+    r.shape[i] = t->shape[i];
+    r.strides[i] = t->strides[i];
+  }
+  return r;
+}
+
+gna::AttentionParams to_params(const gna_params* p) {
+  if (p == nullptr) gna::fail_invalid("params: required, got NULL");
+  if (p->rank < 1 || p->rank > GNA_MAX_RANK) gna::fail_invalid("rank must be 1, 2 or 3, got ", p->rank);
+  gna::AttentionParams a;
+  a.rank = p->rank;
+  for (int i = 0; i < p->rank; ++i) {
+    a.window[i] = p->window[i];
+    a.stride[i] = p->stride[i];
+    a.dilation[i] = p->dilation[i];
+    a.causal[i] = p->causal[i] != 0;
+  }
+  a.scale = p->scale;
+  return a;
+}
+
+gna::CallOptions to_options(const gna_options* o) {
+  gna::CallOptions c;
+  if (o == nullptr) return c;
+  if (o->backend != nullptr && o->backend[0] != '\0') c.backend = o->backend;
+  c.stream = o->stream;
+  for (int i = 0; i < GNA_MAX_RANK; ++i) {
+    c.kernel.q_tile.size[i] = o->q_tile[i];
+    c.kernel.kv_tile.size[i] = o->kv_tile[i];
+  }
+  c.kernel.autotune = o->autotune != 0;
+  c.kernel.deterministic = o->deterministic != 0;
+  return c;
+}
+
+// Holds converted inputs so that AttentionTensors' pointers stay valid during the call.
+struct Inputs {
+  gna::TensorRef q, k, v, ak, av;
+  gna::AttentionTensors t;
+  Inputs(const gna_tensor* q_, const gna_tensor* k_, const gna_tensor* v_, const gna_tensor* ak_,
+         const gna_tensor* av_)
+      : q(to_ref(q_, "query")), k(to_ref(k_, "key")), v(to_ref(v_, "value")) {
+    t.q = q;
+    t.k = k;
+    t.v = v;
+    if (ak_) {
+      ak = to_ref(ak_, "additional keys");
+      t.additional_k = &ak;
+    }
+    if (av_) {
+      av = to_ref(av_, "additional values");
+      t.additional_v = &av;
+    }
+  }
+};
+
+}  // namespace
+
+extern "C" {
+
+int32_t gna_abi_version(void) { return GNA_ABI_VERSION; }
+
+const char* gna_last_error(void) { return last_error.c_str(); }
+
+const char* gna_backend_names(void) {
+  static std::string names = [] {
+    std::string s;
+    for (const auto& n : gna::backend_names()) s += (s.empty() ? "" : " ") + n;
+    return s;
+  }();
+  return names.c_str();
+}
+
+gna_status gna_validate(const gna_params* params, const gna_tensor* q, const gna_tensor* k,
+                        const gna_tensor* v, const gna_tensor* additional_k,
+                        const gna_tensor* additional_v) {
+  return guarded([&] {
+    Inputs in(q, k, v, additional_k, additional_v);
+    gna::make_problem(to_params(params), in.t);
+  });
+}
+
+gna_status gna_forward(const gna_params* params, const gna_tensor* q, const gna_tensor* k,
+                       const gna_tensor* v, const gna_tensor* additional_k,
+                       const gna_tensor* additional_v, gna_tensor* out, gna_tensor* lse,
+                       const gna_options* options) {
+  return guarded([&] {
+    Inputs in(q, k, v, additional_k, additional_v);
+    gna::TensorRef o = to_ref(out, "out");
+    gna::TensorRef l;
+    if (lse) l = to_ref(lse, "lse");
+    gna::attention_forward(to_params(params), in.t, o, lse ? &l : nullptr, to_options(options));
+  });
+}
+
+gna_status gna_backward(const gna_params* params, const gna_tensor* q, const gna_tensor* k,
+                        const gna_tensor* v, const gna_tensor* additional_k,
+                        const gna_tensor* additional_v, const gna_tensor* out,
+                        const gna_tensor* lse, const gna_tensor* d_out, gna_tensor* dq,
+                        gna_tensor* dk, gna_tensor* dv, gna_tensor* d_additional_k,
+                        gna_tensor* d_additional_v, const gna_options* options) {
+  return guarded([&] {
+    Inputs in(q, k, v, additional_k, additional_v);
+    gna::AttentionGradients g{to_ref(dq, "dq"), to_ref(dk, "dk"), to_ref(dv, "dv")};
+    gna::TensorRef dak, dav;
+    if (d_additional_k) {
+      dak = to_ref(d_additional_k, "d_additional_k");
+      g.d_additional_k = &dak;
+    }
+    if (d_additional_v) {
+      dav = to_ref(d_additional_v, "d_additional_v");
+      g.d_additional_v = &dav;
+    }
+    gna::attention_backward(to_params(params), in.t, to_ref(out, "out"), to_ref(lse, "lse"),
+                            to_ref(d_out, "d_out"), g, to_options(options));
+  });
+}
+
+gna_status gna_select_backend(const gna_params* params, const gna_tensor* q, const gna_tensor* k,
+                              const gna_tensor* v, const gna_tensor* additional_k,
+                              const gna_tensor* additional_v, int32_t backward,
+                              const gna_options* options, char* name, int32_t capacity) {
+  return guarded([&] {
+    if (name == nullptr || capacity < 1) gna::fail_invalid("name buffer: capacity must be >= 1");
+    Inputs in(q, k, v, additional_k, additional_v);
+    const std::string chosen =
+        backward ? gna::select_backward_backend(to_params(params), in.t, to_options(options))
+                 : gna::select_forward_backend(to_params(params), in.t, to_options(options));
+    std::strncpy(name, chosen.c_str(), capacity - 1);
+    name[capacity - 1] = '\0';
+  });
+}
+
+gna_status gna_merge_attentions(int32_t count, const gna_tensor* outputs, const gna_tensor* lses,
+                                gna_tensor* out, gna_tensor* lse_out) {
+  return guarded([&] {
+    if (count < 1) gna::fail_invalid("merge: count must be >= 1, got ", count);
+    std::vector<gna::TensorRef> os, ls;
+    for (int i = 0; i < count; ++i) {
+      os.push_back(to_ref(&outputs[i], "merge: outputs[i]"));
+      ls.push_back(to_ref(&lses[i], "merge: lses[i]"));
+    }
+    gna::TensorRef o = to_ref(out, "merge: out");
+    gna::TensorRef l;
+    if (lse_out) l = to_ref(lse_out, "merge: lse_out");
+    gna::merge_attentions(os, ls, o, lse_out ? &l : nullptr);
+  });
+}
+
+gna_status gna_sta_params(int32_t rank, const int32_t* extent, const int32_t* tile,
+                          const int32_t* window, gna_params* params) {
+  return guarded([&] {
+    if (rank < 1 || rank > GNA_MAX_RANK) gna::fail_invalid("rank must be 1, 2 or 3, got ", rank);
+    if (!extent || !tile || !window || !params) gna::fail_invalid("sta: arguments must not be NULL");
+    gna_params p{};
+    p.rank = rank;
+    for (int a = 0; a < rank; ++a) {
+      const gna::AxisRule r = gna::sta_axis_rule(gna::StaAxis{extent[a], tile[a], window[a]}, a);
+      p.window[a] = r.window;
+      p.stride[a] = r.stride;
+      p.dilation[a] = 1;
+      p.causal[a] = 0;
+    }
+    *params = p;
+  });
+}
+
+}  // extern "C"

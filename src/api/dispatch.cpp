@@ -1,0 +1,142 @@
+// Dispatch: validates a call once, then runs it on the highest-priority registered backend that
+// supports it (or on the one the caller names), explaining every refusal when none can.
+#include <sstream>
+
+#include "api/backend.hpp"
+#include "gna/gna.hpp"
+
+namespace gna {
+namespace {
+
+template <typename Call, typename Supports>
+const Backend& choose(const Call& call, bool device, const std::string& wanted, Supports supports) {
+  std::ostringstream refusals;
+  bool any = false;
+  for (const Backend& b : registered_backends()) {
+    if (wanted != "auto" && b.name != wanted) continue;
+    std::string why;
+    if (b.device != device) {
+      if (wanted == "auto") continue;
+      why = b.name + ": runs on " + (b.device ? "CUDA" : "host") + " tensors, got " +
+            (device ? "CUDA" : "host") + " tensors";
+    } else if (supports(b) && supports(b)(call, &why)) {
+      return b;
+    } else if (why.empty()) {
+      why = b.name + ": not supported";
+    }
+    refusals << (any ? "; " : "") << why;
+    any = true;
+  }
+  if (wanted != "auto" && !any) {
+    std::ostringstream names;
+    for (const Backend& b : registered_backends()) names << " " << b.name;
+    fail_invalid("backend: unknown backend '", wanted, "' (available:", names.str(), ")");
+  }
+  if (!any) refusals << "no backend for " << (device ? "CUDA" : "host") << " tensors is built in";
+  fail(ErrorKind::unsupported, "no backend can run this call: ", refusals.str());
+}
+
+ForwardCall make_forward_call(const AttentionParams& params, const AttentionTensors& in,
+                              const CallOptions& options) {
+  ForwardCall call;
+  call.problem = make_problem(params, in);
+  call.in = in;
+  call.stream = options.stream;
+  call.options = options.kernel;
+  return call;
+}
+
+DType lse_dtype(const Problem& p) { return p.dtype == DType::f64 ? DType::f64 : DType::f32; }
+
+const Backend& forward_backend(const ForwardCall& call, const std::string& wanted) {
+  return choose(call, !call.in.q.on_host(), wanted,
+                [](const Backend& b) { return b.supports_forward; });
+}
+
+BackwardCall make_backward_call(const AttentionParams& params, const AttentionTensors& in,
+                                const CallOptions& options) {
+  BackwardCall call;
+  call.problem = make_problem(params, in);
+  call.in = in;
+  call.stream = options.stream;
+  call.options = options.kernel;
+  return call;
+}
+
+const Backend& backward_backend(const BackwardCall& call, const std::string& wanted) {
+  return choose(call, !call.in.q.on_host(), wanted,
+                [](const Backend& b) { return b.supports_backward; });
+}
+
+}  // namespace
+
+void attention_forward(const AttentionParams& params, const AttentionTensors& in, TensorRef& out,
+                       TensorRef* lse, const CallOptions& options) {
+  ForwardCall call = make_forward_call(params, in, options);
+  const Problem& p = call.problem;
+  int64_t shape[kMaxTensorRank];
+  int n = output_shape(p, shape);
+  check_tensor("out", out, shape, n, p.dtype, in.q.device);
+  if (lse) {
+    n = lse_shape(p, shape);
+    check_tensor("lse", *lse, shape, n, lse_dtype(p), in.q.device);
+  }
+  call.out = out;
+  call.lse = lse;
+  forward_backend(call, options.backend).forward(call);
+}
+
+void attention_backward(const AttentionParams& params, const AttentionTensors& in,
+                        const TensorRef& out, const TensorRef& lse, const TensorRef& d_out,
+                        AttentionGradients& grads, const CallOptions& options) {
+  BackwardCall call = make_backward_call(params, in, options);
+  const Problem& p = call.problem;
+  const int dev = in.q.device;
+  int64_t shape[kMaxTensorRank];
+  int n = output_shape(p, shape);
+  check_tensor("out", out, shape, n, p.dtype, dev);
+  check_tensor("d_out", d_out, shape, n, p.dtype, dev);
+  n = lse_shape(p, shape);
+  check_tensor("lse", lse, shape, n, lse_dtype(p), dev);
+  n = token_tensor_shape(p, p.heads_q, p.dim_qk, shape);
+  check_tensor("dq", grads.dq, shape, n, p.dtype, dev);
+  n = token_tensor_shape(p, p.heads_kv, p.dim_qk, shape);
+  check_tensor("dk", grads.dk, shape, n, p.dtype, dev);
+  n = token_tensor_shape(p, p.heads_kv, p.dim_v, shape);
+  check_tensor("dv", grads.dv, shape, n, p.dtype, dev);
+  if (p.additional_kv > 0) {
+    if (!grads.d_additional_k || !grads.d_additional_v)
+      fail_invalid("gradients of the additional keys and values are required");
+    int64_t ks[4] = {p.batch, p.additional_kv, p.heads_kv, p.dim_qk};
+    int64_t vs[4] = {p.batch, p.additional_kv, p.heads_kv, p.dim_v};
+    check_tensor("d_additional_k", *grads.d_additional_k, ks, 4, p.dtype, dev);
+    check_tensor("d_additional_v", *grads.d_additional_v, vs, 4, p.dtype, dev);
+  }
+  call.out = out;
+  call.lse = lse;
+  call.d_out = d_out;
+  call.dq = grads.dq;
+  call.dk = grads.dk;
+  call.dv = grads.dv;
+  call.d_additional_k = grads.d_additional_k;
+  call.d_additional_v = grads.d_additional_v;
+  backward_backend(call, options.backend).backward(call);
+}
+
+std::string select_forward_backend(const AttentionParams& params, const AttentionTensors& in,
+                                   const CallOptions& options) {
+  return forward_backend(make_forward_call(params, in, options), options.backend).name;
+}
+
+std::string select_backward_backend(const AttentionParams& params, const AttentionTensors& in,
+                                    const CallOptions& options) {
+  return backward_backend(make_backward_call(params, in, options), options.backend).name;
+}
+
+std::vector<std::string> backend_names() {
+  std::vector<std::string> names;
+  for (const Backend& b : registered_backends()) names.push_back(b.name);
+  return names;
+}
+
+}  // namespace gna

@@ -1,0 +1,52 @@
+// Registers the GPU reference as backend "gpu_reference" (priority 10, device tensors).
+#include "kernels/gpu_reference/gpu_reference.hpp"
+
+#include <sstream>
+
+namespace gna::gpu_reference {
+
+bool supports(const Problem& p, const TensorRef& q, std::string* why) {
+  auto refuse = [&](const std::string& reason) {
+    if (why) *why = "gpu_reference: " + reason;
+    return false;
+  };
+  if (q.on_host()) return refuse("tensors are in host memory (needs CUDA device tensors)");
+  if (p.dtype != DType::f32 && p.dtype != DType::f16 && p.dtype != DType::bf16)
+    return refuse(std::string("dtype ") + dtype_name(p.dtype) + " not supported (f32, f16, bf16)");
+  if (p.dim_qk > kMaxHeadDim || p.dim_v > kMaxHeadDim) {
+    std::ostringstream os;
+    os << "head dim " << (p.dim_qk > kMaxHeadDim ? p.dim_qk : p.dim_v)
+       << " not supported (at most " << kMaxHeadDim << ")";
+    return refuse(os.str());
+  }
+  return true;
+}
+
+namespace {
+
+Backend make_backend() {
+  Backend b;
+  b.name = "gpu_reference";
+  b.priority = 10;
+  b.device = true;
+  b.supports_forward = [](const ForwardCall& c, std::string* why) {
+    return supports(c.problem, c.in.q, why);
+  };
+  b.forward = forward;
+  b.supports_backward = [](const BackwardCall& c, std::string* why) {
+    if (!supports(c.problem, c.in.q, why)) return false;
+    if (c.problem.additional_kv > 0 && (!c.d_additional_k || !c.d_additional_v)) {
+      if (why) *why = "gpu_reference: additional keys present but their gradients are not given";
+      return false;
+    }
+    return true;
+  };
+  b.backward = backward;
+  return b;
+}
+
+}  // namespace
+
+GNA_REGISTER_BACKEND(make_backend);
+
+}  // namespace gna::gpu_reference

@@ -1,0 +1,73 @@
+// Enumeration of the keys a query attends (and the queries a key is attended by) as a product of
+// per-axis ranges, taken from the core's rule. Shared by the reference kernels.
+#pragma once
+
+#include "gna/core/axis_rule.hpp"
+#include "gna/core/problem.hpp"
+
+namespace gna::gpu_reference {
+
+// Per-axis coordinate ranges (full coordinates: g + d * [begin, end)).
+struct AxisRanges {
+  int rank = 1;
+  int group[kMaxRank] = {0, 0, 0};
+  int dilation[kMaxRank] = {1, 1, 1};
+  Range r[kMaxRank];
+
+  __device__ int count() const {
+    int c = 1;
+    for (int a = 0; a < rank; ++a) c *= r[a].size();
+    return c;
+  }
+  // Full coordinates of the idx-th element (row-major over axes).
+  __device__ void coordinates(int idx, int* x) const {
+    for (int a = rank - 1; a >= 0; --a) {
+      const int size = r[a].size();
+      x[a] = group[a] + dilation[a] * (r[a].begin + idx % size);
+      idx /= size;
+    }
+  }
+};
+
+// Keys attended by the query at full coordinates x.
+__device__ inline AxisRanges keys_of_query(const Problem& p, const int* x) {
+  AxisRanges k;
+  k.rank = p.rank;
+  for (int a = 0; a < p.rank; ++a) {
+    const AxisRule& rule = p.axes[a];
+    const int g = dilation_group(rule, x[a]);
+    k.group[a] = g;
+    k.dilation[a] = rule.dilation;
+    k.r[a] = key_window(rule, group_length(rule, g), index_in_group(rule, x[a]));
+  }
+  return k;
+}
+
+// Queries attending the key at full coordinates x (inverse rule).
+__device__ inline AxisRanges queries_of_key(const Problem& p, const int* x) {
+  AxisRanges q;
+  q.rank = p.rank;
+  for (int a = 0; a < p.rank; ++a) {
+    const AxisRule& rule = p.axes[a];
+    const int g = dilation_group(rule, x[a]);
+    q.group[a] = g;
+    q.dilation[a] = rule.dilation;
+    q.r[a] = query_window(rule, group_length(rule, g), index_in_group(rule, x[a]));
+  }
+  return q;
+}
+
+// Row-major token index -> full coordinates.
+__device__ inline void token_coordinates(const Problem& p, int64_t token, int* x) {
+  for (int a = p.rank - 1; a >= 0; --a) {
+    x[a] = static_cast<int>(token % p.axes[a].extent);
+    token /= p.axes[a].extent;
+  }
+}
+
+__device__ inline float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+}  // namespace gna::gpu_reference

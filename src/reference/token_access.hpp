@@ -1,0 +1,104 @@
+// Index arithmetic for heads-last tensors on the host, shared by the reference's passes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "gna/attention_params.hpp"
+#include "gna/core/error.hpp"
+
+namespace gna::reference {
+
+// Coordinates of a flat token index (row-major over the problem's axes).
+inline void token_coordinates(const Problem& p, int64_t token, int* x) {
+  for (int a = p.rank - 1; a >= 0; --a) {
+    x[a] = static_cast<int>(token % p.axes[a].extent);
+    token /= p.axes[a].extent;
+  }
+}
+
+// Element offset of (b, x, h, 0) in a heads-last tensor of the problem's rank.
+inline int64_t token_offset(const TensorRef& t, int rank, int64_t b, const int* x, int64_t h) {
+  int64_t off = b * t.strides[0] + h * t.strides[rank + 1];
+  for (int a = 0; a < rank; ++a) off += x[a] * t.strides[1 + a];
+  return off;
+}
+
+// Element offset of (b, i, h, 0) in an additional-KV tensor [B, N, H, D].
+inline int64_t extra_offset(const TensorRef& t, int64_t b, int64_t i, int64_t h) {
+  return b * t.strides[0] + i * t.strides[1] + h * t.strides[2];
+}
+
+template <typename T>
+T* typed(const TensorRef& t) {
+  return static_cast<T*>(t.data);
+}
+
+// Full coordinates of every key (per axis) that query x attends, as per-axis lists whose
+// product is the attended set.
+inline void attended_keys_per_axis(const Problem& p, const int* x, std::vector<int>* keys) {
+  for (int a = 0; a < p.rank; ++a) {
+    const AxisRule& r = p.axes[a];
+    const int g = dilation_group(r, x[a]);
+    const Range w = key_window(r, group_length(r, g), index_in_group(r, x[a]));
+    keys[a].clear();
+    for (int jg = w.begin; jg < w.end; ++jg) keys[a].push_back(coordinate_of(r, g, jg));
+  }
+}
+
+// Full coordinates of every query (per axis) attending key y, by the inverse rule.
+inline void attending_queries_per_axis(const Problem& p, const int* y, std::vector<int>* queries) {
+  for (int a = 0; a < p.rank; ++a) {
+    const AxisRule& r = p.axes[a];
+    const int g = dilation_group(r, y[a]);
+    const Range w = query_window(r, group_length(r, g), index_in_group(r, y[a]));
+    queries[a].clear();
+    for (int ig = w.begin; ig < w.end; ++ig) queries[a].push_back(coordinate_of(r, g, ig));
+  }
+}
+
+// Calls f(coords) for every element of the product of per-axis coordinate lists.
+template <typename F>
+void for_each_in_product(int rank, const std::vector<int>* lists, F f) {
+  int x[kMaxRank] = {0, 0, 0};
+  const size_t n0 = lists[0].size();
+  const size_t n1 = rank > 1 ? lists[1].size() : 1;
+  const size_t n2 = rank > 2 ? lists[2].size() : 1;
+  for (size_t i0 = 0; i0 < n0; ++i0) {
+    x[0] = lists[0][i0];
+    for (size_t i1 = 0; i1 < n1; ++i1) {
+      if (rank > 1) x[1] = lists[1][i1];
+      for (size_t i2 = 0; i2 < n2; ++i2) {
+        if (rank > 2) x[2] = lists[2][i2];
+        f(x);
+      }
+    }
+  }
+}
+
+// LSE is float32 normally, float64 allowed for fp64 inputs.
+inline double load_scalar(const TensorRef& t, int64_t off) {
+  return t.dtype == DType::f64 ? static_cast<const double*>(t.data)[off]
+                               : static_cast<const float*>(t.data)[off];
+}
+inline void store_scalar(const TensorRef& t, int64_t off, double v) {
+  if (t.dtype == DType::f64)
+    static_cast<double*>(t.data)[off] = v;
+  else
+    static_cast<float*>(t.data)[off] = static_cast<float>(v);
+}
+
+inline int64_t lse_offset(const TensorRef& t, int rank, int64_t b, const int* x, int64_t h) {
+  int64_t off = b * t.strides[0] + h * t.strides[rank + 1];
+  for (int a = 0; a < rank; ++a) off += x[a] * t.strides[1 + a];
+  return off;
+}
+
+// Host-only and float32/float64 checks shared by forward and backward.
+inline void check_host_float(const char* name, const TensorRef& t, DType dtype) {
+  if (!t.on_host()) fail_invalid("reference: ", name, " must be in host memory, got device ", t.device);
+  if (t.dtype != dtype)
+    fail_invalid("reference: ", name, " must be ", dtype_name(dtype), ", got ", dtype_name(t.dtype));
+}
+
+}  // namespace gna::reference
