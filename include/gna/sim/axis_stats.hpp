@@ -12,6 +12,7 @@
 namespace gna::sim {
 
 struct AxisStats {
+  int64_t extent = 0;
   int64_t q_tiles = 0;           // sum over dilation groups of tiles_along(n, q_tile)
   int64_t kv_tiles = 0;          // sum over dilation groups of tiles_along(n, kv_tile)
   int64_t same_group_pairs = 0;  // sum over groups of (Q tiles * KV tiles) of that group
@@ -23,10 +24,6 @@ struct AxisStats {
 };
 
 AxisStats axis_stats(const AxisRule& a, int q_tile, int kv_tile, KvTiling kv_tiling);
-
-// Keys attended per query on this axis alone, averaged (the core's mean_keys_per_query of a
-// rank-1 problem).
-double axis_mean_keys(const AxisRule& a);
 
 // The multi-dimensional result from per-axis statistics (rank of them).
 Result combine_axes(const AxisStats* axes, int rank, int64_t q_tile_volume,

@@ -1,0 +1,38 @@
+// Parameters of one launch of the Hopper forward kernel. A launch covers one dilation group
+// combination (inside it every axis has dilation 1) and a run of batch indices folded into the
+// outermost axis of the tensor maps. Axes are right-aligned to three: for rank < 3 the leading
+// axes are unit placeholders (extent 1, window 1), which the core's rule and tiling math treat
+// as "every query attends the one key".
+#pragma once
+
+#include <cstdint>
+
+#include "gna/core/axis_rule.hpp"
+
+namespace gna::hopper {
+
+constexpr int kAxes = 3;
+constexpr int kTileTokens = 128;  // Q tile rows and KV tile keys
+
+struct FwdParams {
+  AxisRule axes[kAxes];     // extent = group length, dilation 1
+  int q_tile[kAxes];        // Q tile per axis (powers of two, product kTileTokens)
+  int kv_tile[kAxes];       // KV tile per axis (powers of two, product kTileTokens)
+  int q_tiles[kAxes];       // Q tiles per axis
+  int q_tiles_per_image;    // product of q_tiles
+  int batches;              // batch indices folded into this launch
+  int batch_offset;         // first batch index (additional KV tensor coordinate)
+  int heads_q;
+  int heads_per_kv;         // heads_q / heads_kv
+  int additional_kv;        // extra keys (0: none)
+  float scale_log2;         // scale * log2(e)
+  // Output O [.., Hq, Dv] and LSE [.., Hq] (float32), element strides; the base pointers are
+  // already offset to this launch's dilation group and first batch, axis strides multiplied by
+  // the dilation.
+  void* o;
+  int64_t o_batch_stride, o_axis_stride[kAxes], o_head_stride;
+  float* lse;
+  int64_t lse_batch_stride, lse_axis_stride[kAxes], lse_head_stride;
+};
+
+}  // namespace gna::hopper
