@@ -1,0 +1,403 @@
+// Randomized correctness sweep of the Hopper forward kernel against a float32 GPU loop over the
+// core's rule. Fresh random inputs each run, outputs poisoned with NaN before each launch.
+// Configurations per rank: GNA_HOPPER_SWEEP (default 24); seed: GNA_HOPPER_SEED (default: time).
+// Tolerances (|out - ref| <= atol + rtol * |ref| per element, and LSE abs error):
+//   bf16: atol 2e-2, rtol 2e-2, LSE 2e-2;  fp16: atol 4e-3, rtol 4e-3, LSE 4e-3.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "api/backend.hpp"
+#include "gna/attention_params.hpp"
+#include "gna/core/error.hpp"
+#include "gpu_reference.cuh"
+#include "kernels/hopper/fwd_launch.hpp"
+
+namespace gna {
+namespace {
+
+#define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << #x << ": " << cudaGetErrorString(x)
+
+bool have_sm90() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return false;
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  return major == 9 && minor == 0;
+}
+
+const Backend* hopper_backend() {
+  for (const Backend& b : registered_backends())
+    if (b.name == "hopper") return &b;
+  return nullptr;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : fallback;
+}
+
+__global__ void fill_random(uint16_t* x, int64_t n, uint64_t seed, bool bf16) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float u = static_cast<float>(z >> 40) / static_cast<float>(1 << 24) * 2.f - 1.f;
+    if (bf16) {
+      __nv_bfloat16 b = __float2bfloat16(u);
+      x[i] = *reinterpret_cast<uint16_t*>(&b);
+    } else {
+      __half h = __float2half(u);
+      x[i] = *reinterpret_cast<uint16_t*>(&h);
+    }
+  }
+}
+
+__global__ void to_float(const uint16_t* x, float* y, int64_t n, bool bf16) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint16_t v = x[i];
+    y[i] = bf16 ? __bfloat162float(*reinterpret_cast<__nv_bfloat16*>(&v))
+                : __half2float(*reinterpret_cast<__half*>(&v));
+  }
+}
+
+struct Config {
+  AttentionParams params;
+  int rank = 1;
+  int extent[3] = {1, 1, 1};
+  int batch = 1, heads_q = 1, heads_kv = 1, dim = 64, additional = 0;
+  bool bf16 = true;
+  bool packed_qkv = false;  // Q, K, V as views of one [B, tokens, 3, H, D] buffer
+  TileShape q_tile, kv_tile;  // zeros: default choice
+
+  std::string describe() const {
+    char buf[512];
+    int n = std::snprintf(buf, sizeof buf, "rank %d extent", rank);
+    for (int a = 0; a < rank; ++a)
+      n += std::snprintf(buf + n, sizeof buf - n, " %d(K%d d%d s%d%s)", extent[a],
+                         params.window[a], params.dilation[a], params.stride[a],
+                         params.causal[a] ? " causal" : "");
+    n += std::snprintf(buf + n, sizeof buf - n,
+                       " B%d Hq%d Hkv%d D%d add%d %s%s scale %g qtile %dx%dx%d kvtile %dx%dx%d",
+                       batch, heads_q, heads_kv, dim, additional, bf16 ? "bf16" : "fp16",
+                       packed_qkv ? " packed" : "", params.scale, q_tile.size[0], q_tile.size[1],
+                       q_tile.size[2], kv_tile.size[0], kv_tile.size[1], kv_tile.size[2]);
+    return buf;
+  }
+};
+
+Config random_config(std::mt19937_64& rng, int rank) {
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  Config c;
+  c.rank = rank;
+  c.params.rank = rank;
+  const int lo_ext[4] = {0, 8, 4, 3};
+  const int hi_ext[4] = {0, 700, 48, 16};
+  for (int a = 0; a < rank; ++a) {
+    const int L = uni(lo_ext[rank], hi_ext[rank]);
+    int d = uni(0, 9) < 7 ? 1 : uni(2, 3);
+    while (d > 1 && 2 * d > L) --d;
+    int K;
+    const int pick = uni(0, 9);
+    if (pick == 0) {
+      K = L / d;  // whole group: dense along this axis (when d == 1)
+    } else {
+      K = uni(2, std::max(2, std::min(L / d, rank == 1 ? 200 : 16)));
+    }
+    const int s = uni(0, 2) == 0 ? uni(1, K) : 1;
+    c.extent[a] = L;
+    c.params.window[a] = K;
+    c.params.dilation[a] = d;
+    c.params.stride[a] = s;
+    c.params.causal[a] = uni(0, 5) == 0;
+  }
+  c.batch = uni(1, 3);
+  c.heads_kv = uni(1, 2);
+  c.heads_q = c.heads_kv * uni(1, 3);
+  const int dims[3] = {32, 64, 128};
+  c.dim = dims[uni(0, 2)];
+  c.bf16 = uni(0, 1) == 0;
+  c.additional = uni(0, 4) == 0 ? uni(1, 300) : 0;
+  c.packed_qkv = uni(0, 3) == 0;
+  c.params.scale = uni(0, 3) == 0 ? 0.5f / std::sqrt(static_cast<float>(c.dim)) : 0.f;
+  if (uni(0, 2) == 0) {  // force random tile shapes (powers of two, 128 tokens)
+    for (TileShape* t : {&c.q_tile, &c.kv_tile}) {
+      int left = 7;
+      for (int a = 0; a < rank; ++a) {
+        const int e = a == rank - 1 ? left : uni(0, left);
+        t->size[a] = 1 << e;
+        left -= e;
+      }
+    }
+  }
+  return c;
+}
+
+struct Failure {
+  std::string what;
+};
+
+// Runs one configuration; returns an empty string when it passes.
+std::string run_config(const Config& c, uint64_t seed) {
+  const Backend* be = hopper_backend();
+  if (!be) return "no hopper backend registered";
+  const int r = c.rank;
+  int64_t tokens = 1;
+  for (int a = 0; a < r; ++a) tokens *= c.extent[a];
+  const int D = c.dim;
+  const bool bf16 = c.bf16;
+  const DType dt = bf16 ? DType::bf16 : DType::f16;
+
+  // Token tensors [B, spatial.., H, D]: either separate or views of a packed buffer.
+  auto make_ref = [&](void* data, int heads, int64_t tok_stride, int64_t head_stride) {
+    TensorRef t;
+    t.data = data;
+    t.dtype = dt;
+    t.device = 0;
+    t.rank = r + 3;
+    t.shape[0] = c.batch;
+    for (int a = 0; a < r; ++a) t.shape[1 + a] = c.extent[a];
+    t.shape[r + 1] = heads;
+    t.shape[r + 2] = D;
+    t.strides[r + 2] = 1;
+    t.strides[r + 1] = head_stride;
+    int64_t s = tok_stride;
+    for (int a = r - 1; a >= 0; --a) {
+      t.strides[1 + a] = s;
+      s *= c.extent[a];
+    }
+    t.strides[0] = s;
+    return t;
+  };
+  std::vector<void*> allocs;
+  auto alloc = [&](size_t bytes) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) return static_cast<void*>(nullptr);
+    allocs.push_back(p);
+    return p;
+  };
+  auto cleanup = [&] {
+    for (void* p : allocs) cudaFree(p);
+  };
+  TensorRef q, k, v;
+  int64_t qkv_elems = 0;
+  std::vector<std::pair<void*, int64_t>> inputs;
+  if (c.packed_qkv) {
+    // [B, tokens, 3, Hq, D] with Hq >= Hkv: K and V use the first Hkv heads of their slots.
+    const int64_t tok = 3LL * c.heads_q * D;
+    qkv_elems = c.batch * tokens * tok;
+    uint16_t* buf = static_cast<uint16_t*>(alloc(qkv_elems * 2));
+    inputs.push_back({buf, qkv_elems});
+    q = make_ref(buf, c.heads_q, tok, D);
+    k = make_ref(buf + c.heads_q * D, c.heads_kv, tok, D);
+    v = make_ref(buf + 2 * c.heads_q * D, c.heads_kv, tok, D);
+  } else {
+    const int64_t nq = c.batch * tokens * c.heads_q * D, nk = c.batch * tokens * c.heads_kv * D;
+    void* bq = alloc(nq * 2);
+    void* bk = alloc(nk * 2);
+    void* bv = alloc(nk * 2);
+    inputs.push_back({bq, nq});
+    inputs.push_back({bk, nk});
+    inputs.push_back({bv, nk});
+    q = make_ref(bq, c.heads_q, c.heads_q * D, D);
+    k = make_ref(bk, c.heads_kv, c.heads_kv * D, D);
+    v = make_ref(bv, c.heads_kv, c.heads_kv * D, D);
+  }
+  TensorRef add_k, add_v;
+  if (c.additional > 0) {
+    const int64_t na = static_cast<int64_t>(c.batch) * c.additional * c.heads_kv * D;
+    void* ak = alloc(na * 2);
+    void* av = alloc(na * 2);
+    inputs.push_back({ak, na});
+    inputs.push_back({av, na});
+    add_k = contiguous_tensor(ak, dt, {c.batch, c.additional, c.heads_kv, D}, 0);
+    add_v = contiguous_tensor(av, dt, {c.batch, c.additional, c.heads_kv, D}, 0);
+  }
+  const int64_t no = c.batch * tokens * c.heads_q * D;
+  const int64_t nl = c.batch * tokens * c.heads_q;
+  void* out = alloc(no * 2);
+  float* lse = static_cast<float*>(alloc(nl * 4));
+  float* ref_o = static_cast<float*>(alloc(no * 4));
+  float* ref_l = static_cast<float*>(alloc(nl * 4));
+  float* out_f = static_cast<float*>(alloc(no * 4));
+  for (void* p : allocs)
+    if (!p) {
+      cleanup();
+      return "cudaMalloc failed";
+    }
+  uint64_t s = seed;
+  for (auto& in : inputs) fill_random<<<256, 256>>>(static_cast<uint16_t*>(in.first), in.second, s += 7919, bf16);
+  cudaMemset(out, 0xFF, no * 2);  // NaN in both fp16 and bf16
+  cudaMemset(lse, 0xFF, nl * 4);
+
+  AttentionTensors ts;
+  ts.q = q;
+  ts.k = k;
+  ts.v = v;
+  if (c.additional > 0) {
+    ts.additional_k = &add_k;
+    ts.additional_v = &add_v;
+  }
+  ForwardCall call;
+  try {
+    call.problem = make_problem(c.params, ts);
+  } catch (const Error& e) {
+    cleanup();
+    return std::string("make_problem: ") + e.what();
+  }
+  call.in = ts;
+  int64_t oshape[kMaxTensorRank];
+  output_shape(call.problem, oshape);
+  call.out = make_ref(out, c.heads_q, c.heads_q * D, D);
+  TensorRef lse_t = make_ref(lse, c.heads_q, c.heads_q, 1);
+  lse_t.rank = r + 2;
+  call.lse = &lse_t;
+  call.options.q_tile = c.q_tile;
+  call.options.kv_tile = c.kv_tile;
+  std::string why;
+  if (!be->supports_forward(call, &why)) {
+    cleanup();
+    return "unsupported: " + why;
+  }
+  try {
+    be->forward(call);
+  } catch (const Error& e) {
+    cleanup();
+    return std::string("forward threw: ") + e.what();
+  }
+  cudaError_t err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) {
+    cleanup();
+    return std::string("kernel error: ") + cudaGetErrorString(err);
+  }
+
+  Problem p = call.problem;
+  p.scale = effective_scale(p);
+  hopper_test::RefTensors rt{};
+  rt.q = q.data;
+  rt.k = k.data;
+  rt.v = v.data;
+  rt.q_tok = q.strides[r];
+  rt.q_head = q.strides[r + 1];
+  rt.q_batch = q.strides[0];
+  rt.k_tok = k.strides[r];
+  rt.k_head = k.strides[r + 1];
+  rt.k_batch = k.strides[0];
+  rt.v_tok = v.strides[r];
+  rt.v_head = v.strides[r + 1];
+  rt.v_batch = v.strides[0];
+  if (c.additional > 0) {
+    rt.add_k = add_k.data;
+    rt.add_v = add_v.data;
+    rt.add_tok = add_k.strides[1];
+    rt.add_head = add_k.strides[2];
+    rt.add_batch = add_k.strides[0];
+  }
+  rt.o = ref_o;
+  rt.lse = ref_l;
+  hopper_test::reference_forward<<<static_cast<int>((nl + 127) / 128), 128>>>(p, rt, bf16);
+  to_float<<<256, 256>>>(static_cast<uint16_t*>(out), out_f, no, bf16);
+  err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) {
+    cleanup();
+    return std::string("reference error: ") + cudaGetErrorString(err);
+  }
+  std::vector<float> ho(no), hr(no), hl(nl), hrl(nl);
+  cudaMemcpy(ho.data(), out_f, no * 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(hr.data(), ref_o, no * 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(hl.data(), lse, nl * 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(hrl.data(), ref_l, nl * 4, cudaMemcpyDeviceToHost);
+  cleanup();
+
+  const float tol = bf16 ? 2e-2f : 4e-3f;
+  int64_t bad = 0, first = -1;
+  for (int64_t i = 0; i < no; ++i) {
+    const bool ok = std::isfinite(ho[i]) && std::fabs(ho[i] - hr[i]) <= tol + tol * std::fabs(hr[i]);
+    if (!ok && bad++ == 0) first = i;
+  }
+  int64_t bad_lse = 0, first_lse = -1;
+  for (int64_t i = 0; i < nl; ++i) {
+    const bool ok = std::isfinite(hl[i]) && std::fabs(hl[i] - hrl[i]) <= tol;
+    if (!ok && bad_lse++ == 0) first_lse = i;
+  }
+  if (bad == 0 && bad_lse == 0) return "";
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "%lld bad O (first %lld: %g vs %g), %lld bad LSE (first %lld: %g vs %g)",
+                static_cast<long long>(bad), static_cast<long long>(first),
+                first >= 0 ? ho[first] : 0.f, first >= 0 ? hr[first] : 0.f,
+                static_cast<long long>(bad_lse), static_cast<long long>(first_lse),
+                first_lse >= 0 ? hl[first_lse] : 0.f, first_lse >= 0 ? hrl[first_lse] : 0.f);
+  return buf;
+}
+
+void sweep(int rank) {
+  if (!have_sm90()) GTEST_SKIP() << "no sm_90 device";
+  const int count = env_int("GNA_HOPPER_SWEEP", 24);
+  const uint64_t seed = static_cast<uint64_t>(env_int(
+      "GNA_HOPPER_SEED",
+      static_cast<int>(std::chrono::steady_clock::now().time_since_epoch().count() & 0x7fffffff)));
+  std::mt19937_64 rng(seed * 31 + rank);
+  int failures = 0, unsupported = 0;
+  for (int i = 0; i < count; ++i) {
+    const Config c = random_config(rng, rank);
+    const std::string res = run_config(c, rng());
+    if (res.rfind("unsupported", 0) == 0) {
+      ++unsupported;
+      continue;
+    }
+    if (!res.empty()) {
+      ++failures;
+      if (failures <= 10) ADD_FAILURE() << c.describe() << ": " << res;
+    }
+  }
+  std::printf("hopper sweep rank %d: %d configurations, %d failures, %d unsupported (seed %llu)\n",
+              rank, count, failures, unsupported, static_cast<unsigned long long>(seed));
+  EXPECT_EQ(failures, 0);
+}
+
+TEST(HopperForward, RandomSweepRank1) { sweep(1); }
+TEST(HopperForward, RandomSweepRank2) { sweep(2); }
+TEST(HopperForward, RandomSweepRank3) { sweep(3); }
+
+TEST(HopperForward, RejectsHeadDim96WithReason) {
+  if (!have_sm90()) GTEST_SKIP() << "no sm_90 device";
+  const Backend* be = hopper_backend();
+  ASSERT_NE(be, nullptr);
+  ForwardCall call;
+  call.problem.rank = 1;
+  call.problem.dtype = DType::bf16;
+  call.problem.dim_qk = call.problem.dim_v = 96;
+  int dummy = 0;
+  call.in.q = contiguous_tensor(&dummy, DType::bf16, {1, 16, 1, 96}, 0);
+  call.in.k = call.in.v = call.out = call.in.q;
+  call.in.q.data = call.in.k.data = call.in.v.data = call.out.data = nullptr;
+  std::string why;
+  EXPECT_FALSE(be->supports_forward(call, &why));
+  EXPECT_NE(why.find("head dim 96"), std::string::npos) << why;
+}
+
+// Tile choice (no GPU needed): FLUX 4K, window 80x80, stride 16x16 is perfectly block-sparse
+// with the chosen tiles and reaches the FLOP-wise bound 65536 / 6400 = 10.24.
+TEST(HopperTiles, Flux4kStride16IsBlockSparse) {
+  Problem p;
+  p.rank = 2;
+  for (int a = 0; a < 2; ++a) p.axes[a] = AxisRule{256, 80, 1, 16, false};
+  const hopper::TileChoice c = hopper::choose_tiles(p, KernelOptions{});
+  EXPECT_EQ(c.visited_pairs, c.full_pairs);
+  EXPECT_NEAR(c.dense_kv_tiles / c.max_kv_per_q, 10.24, 1e-9);
+}
+
+}  // namespace
+}  // namespace gna
