@@ -55,9 +55,18 @@ AxisStats axis_stats(const AxisRule& a, int q_tile, int kv_tile, KvTiling kv_til
       s.visited += v.tiles;
       s.full += v.full;
     }
-    for (int ig = 0; ig < n; ++ig) s.attended += key_window(a, n, ig).size();
   }
+  s.attended = axis_attended(a);
   return s;
+}
+
+int64_t axis_attended(const AxisRule& a) {
+  int64_t total = 0;
+  for (int g = 0; g < a.dilation; ++g) {
+    const int n = group_length(a, g);
+    for (int ig = 0; ig < n; ++ig) total += key_window(a, n, ig).size();
+  }
+  return total;
 }
 
 void finish_result(Result& r, int64_t q_tile_volume, int64_t kv_tile_volume) {

@@ -25,6 +25,9 @@ struct AxisStats {
 
 AxisStats axis_stats(const AxisRule& a, int q_tile, int kv_tile, KvTiling kv_tiling);
 
+// (query, key) pairs attended on this axis alone: the sum of the key windows' sizes.
+int64_t axis_attended(const AxisRule& a);
+
 // The multi-dimensional result from per-axis statistics (rank of them).
 Result combine_axes(const AxisStats* axes, int rank, int64_t q_tile_volume,
                     int64_t kv_tile_volume);
