@@ -1,0 +1,82 @@
+/* The simulator's C ABI (SPEC section 3): plain structs over gna::sim::simulate, for the Python
+ * package and any other language. Same status codes as gna.h; the message of a failed gna_sim_*
+ * call is read with gna_sim_last_error(). Fields are only ever appended. */
+#ifndef GNA_GNA_SIM_H
+#define GNA_GNA_SIM_H
+
+#include <stdint.h>
+
+#include "gna/gna.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GNA_SIM_TILING_MULTI 0    /* tiles are boxes of the layout (what a TMA kernel does) */
+#define GNA_SIM_TILING_ONE_DIM 1  /* row-major token runs (a 1-D block-sparse kernel) */
+#define GNA_SIM_KV_STATIC 0       /* a fixed grid of KV tiles */
+#define GNA_SIM_KV_DYNAMIC 1      /* KV tiles start where a Q tile's key windows start */
+
+typedef struct gna_sim_config {
+  int32_t rank;
+  int32_t extent[GNA_MAX_RANK];
+  int32_t window[GNA_MAX_RANK];
+  int32_t stride[GNA_MAX_RANK];
+  int32_t dilation[GNA_MAX_RANK];
+  int32_t causal[GNA_MAX_RANK];
+  int32_t q_tile[GNA_MAX_RANK];  /* with one-dim tiling, the tile is the product of these */
+  int32_t kv_tile[GNA_MAX_RANK];
+  int32_t tiling;    /* GNA_SIM_TILING_* */
+  int32_t kv_tiling; /* GNA_SIM_KV_* */
+} gna_sim_config;
+
+/* The fields of gna::sim::Result (include/gna/sim/simulator.hpp says what each means). */
+typedef struct gna_sim_result {
+  int64_t tokens;
+  int64_t q_tiles;
+  int64_t kv_tiles;
+  int64_t dense_kv_tiles;
+  int64_t max_kv_tiles;
+  double mean_kv_tiles;
+  int64_t visited_pairs;
+  int64_t attended_pairs;
+  double mean_keys_per_query;
+  double sparsity;
+  double flop_speedup;
+  double tile_speedup;
+  int64_t empty_pairs;
+  int64_t full_pairs;
+  int64_t partial_pairs;
+  int32_t block_sparse;
+  int32_t reserved;
+  double wasted_flop_fraction;
+} gna_sim_result;
+
+/* Message of the last failed gna_sim_* call on this thread ("" if none). */
+const char* gna_sim_last_error(void);
+
+/* Validates (the core's messages) and simulates one configuration. */
+gna_status gna_simulate(const gna_sim_config* config, gna_sim_result* result);
+
+/* One stride tuple of a stride sweep: its result, and whether it beats every smaller stride. */
+typedef struct gna_sim_sweep_entry {
+  int32_t stride[GNA_MAX_RANK];
+  int32_t kept;
+  gna_sim_result result;
+} gna_sim_sweep_entry;
+
+/* Stride sweep: every stride tuple 1 <= stride <= window (the config's own strides ignored),
+ * ordered by the product of strides. Writes the total to *count and the first
+ * min(capacity, total) entries to entries (which may be NULL when capacity is 0). */
+gna_status gna_sim_sweep(const gna_sim_config* config, gna_sim_sweep_entry* entries,
+                         int64_t capacity, int64_t* count);
+
+/* End-to-end model: 1 / ((1 - p) + p * (k/n + (1 - k/n) / op_speedup)). */
+gna_status gna_sim_end_to_end(double attention_share, int32_t dense_steps, int32_t total_steps,
+                              double op_speedup, double* speedup);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GNA_GNA_SIM_H */

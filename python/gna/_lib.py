@@ -1,0 +1,221 @@
+"""Loads libgna and declares its C ABI (include/gna/gna.h, include/gna/gna_sim.h) for ctypes.
+
+This module needs neither torch nor numpy, so the simulator works in any Python.
+"""
+import ctypes
+import os
+from pathlib import Path
+
+MAX_RANK = 3
+MAX_TENSOR_RANK = 8
+
+STATUS_OK = 0
+STATUS_INVALID_ARGUMENT = 1
+STATUS_UNSUPPORTED = 2
+STATUS_RUNTIME_ERROR = 3
+
+DTYPE_F32 = 0
+DTYPE_F64 = 1
+DTYPE_F16 = 2
+DTYPE_BF16 = 3
+
+
+class UnsupportedError(RuntimeError):
+    """The call is valid but no backend can run it (the message lists every refusal)."""
+
+
+class GnaRuntimeError(RuntimeError):
+    """A CUDA or other failure while running a call."""
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int32),
+        ("rank", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * MAX_TENSOR_RANK),
+        ("strides", ctypes.c_int64 * MAX_TENSOR_RANK),
+        ("device", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+    ]
+
+
+class Params(ctypes.Structure):
+    _fields_ = [
+        ("rank", ctypes.c_int32),
+        ("window", ctypes.c_int32 * MAX_RANK),
+        ("stride", ctypes.c_int32 * MAX_RANK),
+        ("dilation", ctypes.c_int32 * MAX_RANK),
+        ("causal", ctypes.c_int32 * MAX_RANK),
+        ("scale", ctypes.c_float),
+    ]
+
+
+class Options(ctypes.Structure):
+    _fields_ = [
+        ("backend", ctypes.c_char_p),
+        ("stream", ctypes.c_void_p),
+        ("q_tile", ctypes.c_int32 * MAX_RANK),
+        ("kv_tile", ctypes.c_int32 * MAX_RANK),
+        ("autotune", ctypes.c_int32),
+        ("deterministic", ctypes.c_int32),
+    ]
+
+
+class SimConfig(ctypes.Structure):
+    _fields_ = [
+        ("rank", ctypes.c_int32),
+        ("extent", ctypes.c_int32 * MAX_RANK),
+        ("window", ctypes.c_int32 * MAX_RANK),
+        ("stride", ctypes.c_int32 * MAX_RANK),
+        ("dilation", ctypes.c_int32 * MAX_RANK),
+        ("causal", ctypes.c_int32 * MAX_RANK),
+        ("q_tile", ctypes.c_int32 * MAX_RANK),
+        ("kv_tile", ctypes.c_int32 * MAX_RANK),
+        ("tiling", ctypes.c_int32),
+        ("kv_tiling", ctypes.c_int32),
+    ]
+
+
+class SimResult(ctypes.Structure):
+    _fields_ = [
+        ("tokens", ctypes.c_int64),
+        ("q_tiles", ctypes.c_int64),
+        ("kv_tiles", ctypes.c_int64),
+        ("dense_kv_tiles", ctypes.c_int64),
+        ("max_kv_tiles", ctypes.c_int64),
+        ("mean_kv_tiles", ctypes.c_double),
+        ("visited_pairs", ctypes.c_int64),
+        ("attended_pairs", ctypes.c_int64),
+        ("mean_keys_per_query", ctypes.c_double),
+        ("sparsity", ctypes.c_double),
+        ("flop_speedup", ctypes.c_double),
+        ("tile_speedup", ctypes.c_double),
+        ("empty_pairs", ctypes.c_int64),
+        ("full_pairs", ctypes.c_int64),
+        ("partial_pairs", ctypes.c_int64),
+        ("block_sparse", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("wasted_flop_fraction", ctypes.c_double),
+    ]
+
+
+class SimSweepEntry(ctypes.Structure):
+    _fields_ = [
+        ("stride", ctypes.c_int32 * MAX_RANK),
+        ("kept", ctypes.c_int32),
+        ("result", SimResult),
+    ]
+
+
+def _candidates():
+    env = os.environ.get("GNA_LIBRARY")
+    if env:
+        return [Path(env)]
+    here = Path(__file__).resolve().parent
+    # Installed: the library sits inside the package. Source tree: the CMake build folder.
+    return [here / "libgna.so", here.parent.parent / "build" / "lib" / "libgna.so"]
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        if path.is_file():
+            return ctypes.CDLL(str(path)), path
+        tried.append(str(path))
+    raise ImportError(
+        "gna: cannot find libgna.so (looked at " + ", ".join(tried) + "). Install the package "
+        "with `pip install --no-build-isolation .`, build it with CMake into build/, or set "
+        "GNA_LIBRARY to the library's path.")
+
+
+lib, library_path = _load()
+
+_P = ctypes.POINTER
+_status = ctypes.c_int32
+
+lib.gna_abi_version.restype = ctypes.c_int32
+lib.gna_abi_version.argtypes = []
+lib.gna_last_error.restype = ctypes.c_char_p
+lib.gna_last_error.argtypes = []
+lib.gna_backend_names.restype = ctypes.c_char_p
+lib.gna_backend_names.argtypes = []
+
+_T = _P(Tensor)
+lib.gna_validate.restype = _status
+lib.gna_validate.argtypes = [_P(Params), _T, _T, _T, _T, _T]
+lib.gna_forward.restype = _status
+lib.gna_forward.argtypes = [_P(Params), _T, _T, _T, _T, _T, _T, _T, _P(Options)]
+lib.gna_backward.restype = _status
+lib.gna_backward.argtypes = [_P(Params), _T, _T, _T, _T, _T, _T, _T, _T, _T, _T, _T, _T, _T,
+                             _P(Options)]
+lib.gna_select_backend.restype = _status
+lib.gna_select_backend.argtypes = [_P(Params), _T, _T, _T, _T, _T, ctypes.c_int32, _P(Options),
+                                   ctypes.c_char_p, ctypes.c_int32]
+lib.gna_merge_attentions.restype = _status
+lib.gna_merge_attentions.argtypes = [ctypes.c_int32, _T, _T, _T, _T]
+lib.gna_sta_params.restype = _status
+lib.gna_sta_params.argtypes = [ctypes.c_int32, _P(ctypes.c_int32), _P(ctypes.c_int32),
+                               _P(ctypes.c_int32), _P(Params)]
+
+has_simulator = hasattr(lib, "gna_simulate")
+if has_simulator:
+    lib.gna_sim_last_error.restype = ctypes.c_char_p
+    lib.gna_sim_last_error.argtypes = []
+    lib.gna_simulate.restype = _status
+    lib.gna_simulate.argtypes = [_P(SimConfig), _P(SimResult)]
+    lib.gna_sim_sweep.restype = _status
+    lib.gna_sim_sweep.argtypes = [_P(SimConfig), _P(SimSweepEntry), ctypes.c_int64,
+                                  _P(ctypes.c_int64)]
+    lib.gna_sim_end_to_end.restype = _status
+    lib.gna_sim_end_to_end.argtypes = [ctypes.c_double, ctypes.c_int32, ctypes.c_int32,
+                                       ctypes.c_double, _P(ctypes.c_double)]
+
+
+def check(status, last_error=None):
+    """Raises the Python exception matching a status code, with the library's message."""
+    if status == STATUS_OK:
+        return
+    message = (last_error or lib.gna_last_error)().decode("utf-8", "replace")
+    if status == STATUS_INVALID_ARGUMENT:
+        raise ValueError(message)
+    if status == STATUS_UNSUPPORTED:
+        raise UnsupportedError(message)
+    raise GnaRuntimeError(message)
+
+
+def abi_version():
+    return int(lib.gna_abi_version())
+
+
+def backend_names():
+    """Names of the backends built into the library, highest priority first."""
+    return lib.gna_backend_names().decode().split()
+
+
+def int_array(values):
+    arr = (ctypes.c_int32 * MAX_RANK)()
+    for i, v in enumerate(values):
+        arr[i] = int(v)
+    return arr
+
+
+def make_params(window, stride, dilation, causal, scale):
+    p = Params()
+    p.rank = len(window)
+    for i in range(len(window)):
+        p.window[i] = int(window[i])
+        p.stride[i] = int(stride[i])
+        p.dilation[i] = int(dilation[i])
+        p.causal[i] = 1 if causal[i] else 0
+    p.scale = float(scale)
+    return p
+
+
+def sta_params(extent, tile, window):
+    """GNA parameters (window, stride per axis) of Sliding Tile Attention, from the core."""
+    rank = len(extent)
+    p = Params()
+    check(lib.gna_sta_params(rank, int_array(extent), int_array(tile), int_array(window),
+                             ctypes.byref(p)))
+    return [p.window[i] for i in range(rank)], [p.stride[i] for i in range(rank)]

@@ -1,0 +1,158 @@
+"""The functional API: neighborhood attention on heads-last tensors [B, *spatial, H, D]."""
+import functools
+
+import torch
+
+from . import _lib
+from .ops import select_backend
+
+__all__ = ["na1d", "na2d", "na3d", "sta2d", "sta3d", "merge_attentions", "selected_backend"]
+
+
+def _per_axis(name, value, rank, fn, kind):
+    """An int (bool for flags) for every axis, or one per axis; the rule's limits are the
+    core's to check."""
+    if isinstance(value, kind) or (kind is int and isinstance(value, int)):
+        values = [value] * rank
+    elif isinstance(value, (tuple, list)):
+        values = list(value)
+        if len(values) != rank:
+            raise ValueError(f"{fn}: {name} must be a {kind.__name__} or {rank} of them (one "
+                             f"per spatial axis), got {value!r}")
+    else:
+        raise ValueError(f"{fn}: {name} must be a {kind.__name__} or a tuple of {rank}, "
+                         f"got {value!r}")
+    for v in values:
+        if kind is int and (isinstance(v, bool) or not isinstance(v, int)):
+            raise ValueError(f"{fn}: {name} must hold ints, got {value!r}")
+        if kind is bool and not isinstance(v, bool):
+            raise ValueError(f"{fn}: {name} must hold bools, got {value!r}")
+    return values
+
+
+def _rule(fn, rank, kernel_size, stride, dilation, is_causal, scale):
+    window = _per_axis("kernel_size", kernel_size, rank, fn, int)
+    stride = _per_axis("stride", stride, rank, fn, int)
+    dilation = _per_axis("dilation", dilation, rank, fn, int)
+    causal = _per_axis("is_causal", is_causal, rank, fn, bool)
+    scale = 0.0 if scale is None else float(scale)
+    return window, stride, dilation, causal, scale
+
+
+def _attention(fn, rank, query, key, value, rule, additional_keys, additional_values,
+               return_lse, backend):
+    if not isinstance(backend, str):
+        raise ValueError(f"{fn}: backend must be a string, got {backend!r}")
+    out, lse = torch.ops.gna.na_forward(query, key, value, additional_keys, additional_values,
+                                        *rule, backend, bool(return_lse))
+    return (out, lse) if return_lse else out
+
+
+def _na(fn, rank):
+    def na(query, key, value, kernel_size, stride=1, dilation=1, is_causal=False, scale=None,
+           additional_keys=None, additional_values=None, return_lse=False, backend="auto"):
+        rule = _rule(fn, rank, kernel_size, stride, dilation, is_causal, scale)
+        return _attention(fn, rank, query, key, value, rule, additional_keys, additional_values,
+                          return_lse, backend)
+
+    na.__name__ = na.__qualname__ = fn
+    na.__doc__ = f"""{rank}-D generalized neighborhood attention.
+
+    query [B, {', '.join('XYZ'[:rank])}, Hq, D], key [.., Hkv, D], value [.., Hkv, Dv]
+    (heads-last; Hq a multiple of Hkv). kernel_size, stride, dilation: an int for every axis or
+    one per axis; is_causal: a bool or one per axis. scale: None for 1/sqrt(D).
+    additional_keys / additional_values [B, Nadd, Hkv, D / Dv]: tokens every query attends to,
+    in the same softmax. return_lse: also return the logsumexp [B, .., Hq] (float32; float64
+    for float64 inputs), through which gradients flow. backend: "auto" or a backend name
+    (gna.backend_names()).
+    """
+    return na
+
+
+na1d = _na("na1d", 1)
+na2d = _na("na2d", 2)
+na3d = _na("na3d", 3)
+
+
+@functools.lru_cache(maxsize=None)
+def _sta_rule_cached(extent, tile, window):
+    return _lib.sta_params(list(extent), list(tile), list(window))
+
+
+@torch.compiler.assume_constant_result
+def _sta_rule(extent, tile, window):
+    """GNA (window, stride) of Sliding Tile Attention, as the core defines it (constant under
+    torch.compile)."""
+    return _sta_rule_cached(tuple(extent), tuple(tile), tuple(window))
+
+
+def _sta(fn, rank):
+    def sta(query, key, value, tile_shape, window_tiles, scale=None, additional_keys=None,
+            additional_values=None, return_lse=False, backend="auto"):
+        tile = _per_axis("tile_shape", tile_shape, rank, fn, int)
+        tiles = _per_axis("window_tiles", window_tiles, rank, fn, int)
+        if query.dim() != rank + 3:
+            raise ValueError(f"{fn}: query must have {rank + 3} dims [B, {rank} spatial, H, D], "
+                             f"got shape {tuple(query.shape)}")
+        extent = tuple(int(s) for s in query.shape[1:1 + rank])
+        window_tokens = tuple(t * w for t, w in zip(tile, tiles))
+        window, stride = _sta_rule(extent, tuple(tile), window_tokens)
+        rule = (list(window), list(stride), [1] * rank, [False] * rank,
+                0.0 if scale is None else float(scale))
+        return _attention(fn, rank, query, key, value, rule, additional_keys, additional_values,
+                          return_lse, backend)
+
+    sta.__name__ = sta.__qualname__ = fn
+    sta.__doc__ = f"""{rank}-D Sliding Tile Attention on heads-last tensors.
+
+    tile_shape: tokens per tile on each axis; window_tiles: the window in tiles on each axis
+    (odd). Query tile qt attends key tile kt iff |clamp(qt) - kt| <= window_tiles // 2 on every
+    axis; this equals GNA with window tile_shape * window_tiles and stride tile_shape.
+    Other arguments as in na{rank}d.
+    """
+    return sta
+
+
+sta2d = _sta("sta2d", 2)
+sta3d = _sta("sta3d", 3)
+
+
+def merge_attentions(outputs, lses):
+    """Exact merge of attention outputs over disjoint key sets, by their logsumexp:
+    lse = log(sum_i exp(lse_i)), out = sum_i exp(lse_i - lse) * out_i.
+
+    outputs: tensors [..., H, D] of one shape; lses: tensors [..., H]. Returns (out, lse), out in
+    the outputs' dtype, lse float32 (float64 for float64 inputs). Differentiable.
+    """
+    outputs, lses = list(outputs), list(lses)
+    if len(outputs) < 1 or len(outputs) != len(lses):
+        raise ValueError(f"merge_attentions: outputs and lses must be non-empty and of equal "
+                         f"length, got {len(outputs)} outputs and {len(lses)} lses")
+    shape = tuple(outputs[0].shape)
+    for i, (o, l) in enumerate(zip(outputs, lses)):
+        if tuple(o.shape) != shape:
+            raise ValueError(f"merge_attentions: outputs[{i}] has shape {tuple(o.shape)}, "
+                             f"expected {shape}")
+        if tuple(l.shape) != shape[:-1]:
+            raise ValueError(f"merge_attentions: lses[{i}] has shape {tuple(l.shape)}, "
+                             f"expected {shape[:-1]}")
+    acc = torch.float64 if outputs[0].dtype == torch.float64 else torch.float32
+    stacked = torch.stack([l.to(acc) for l in lses])
+    lse = torch.logsumexp(stacked, dim=0)
+    weights = torch.exp(stacked - lse).unsqueeze(-1)
+    out = sum(weights[i] * outputs[i].to(acc) for i in range(len(outputs)))
+    return out.to(outputs[0].dtype), lse
+
+
+def selected_backend(query, key, value, kernel_size, stride=1, dilation=1, is_causal=False,
+                     scale=None, additional_keys=None, additional_values=None, backward=False,
+                     backend="auto"):
+    """Name of the backend dispatch runs for this na1d/na2d/na3d call (forward, or backward
+    with backward=True). Raises gna.UnsupportedError when none can."""
+    rank = query.dim() - 3
+    if rank < 1 or rank > 3:
+        raise ValueError(f"selected_backend: query must have 4 to 6 dims, got shape "
+                         f"{tuple(query.shape)}")
+    rule = _rule("selected_backend", rank, kernel_size, stride, dilation, is_causal, scale)
+    return select_backend(query, key, value, additional_keys, additional_values, *rule,
+                          backward=backward, backend=backend)

@@ -1,0 +1,205 @@
+"""The attention custom ops (torch.library): real implementations over libgna's C ABI, fake
+(meta) implementations for torch.compile, and autograd.
+
+gna::na_forward(q, k, v, additional_k?, additional_v?, window, stride, dilation, causal, scale,
+                backend, lse_grad) -> (out, lse)
+gna::na_backward(q, k, v, additional_k?, additional_v?, out, lse, d_out, window, stride,
+                 dilation, causal, scale, backend) -> (dq, dk, dv, d_additional_k, d_additional_v)
+
+Host tensors run on the CPU reference (float16/bfloat16 host tensors are computed in float32),
+CUDA tensors on the backend dispatch chooses, on the current CUDA stream.
+"""
+import contextlib
+import ctypes
+import math
+from typing import List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _lib
+from ._tensors import kernel_ready, options, ref, view
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def lse_dtype(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _device_guard(device):
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def _host_compute_dtype(tensors):
+    """float32 when every given host tensor is float16/bfloat16 of one dtype (the reference
+    computes in float32/float64); None to pass the tensors through unchanged."""
+    given = [t for t in tensors if t is not None]
+    dtypes = {t.dtype for t in given}
+    if len(dtypes) == 1 and given[0].dtype in _HALF and all(not t.is_cuda for t in given):
+        return torch.float32
+    return None
+
+
+def _cast(tensors, dtype):
+    return [None if t is None else t.to(dtype) for t in tensors]
+
+
+def _is_static(*tensors):
+    return all(isinstance(s, int) for t in tensors if t is not None for s in t.shape)
+
+
+def _validate_metadata(params, q, k, v, ak, av):
+    """The core's validation on shapes, dtypes and strides alone (for the fake implementation,
+    so that tracing reports the same errors as running)."""
+    if not _is_static(q, k, v, ak, av):
+        return
+    g = [view(t, n, metadata_only=True) for t, n in
+         ((q, "query"), (k, "key"), (v, "value"), (ak, "additional_keys"),
+          (av, "additional_values"))]
+    _lib.check(_lib.lib.gna_validate(ctypes.byref(params), *[ref(x) for x in g]))
+
+
+def _empty_outputs(q, v):
+    out = q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],))
+    lse = q.new_empty(tuple(q.shape[:-1]), dtype=lse_dtype(q.dtype))
+    return out, lse
+
+
+@torch.library.custom_op("gna::na_forward", mutates_args=())
+def na_forward(query: Tensor, key: Tensor, value: Tensor, additional_keys: Optional[Tensor],
+               additional_values: Optional[Tensor], window: List[int], stride: List[int],
+               dilation: List[int], causal: List[bool], scale: float, backend: str,
+               lse_grad: bool) -> Tuple[Tensor, Tensor]:
+    params = _lib.make_params(window, stride, dilation, causal, scale)
+    inputs = [query, key, value, additional_keys, additional_values]
+    out_dtype = query.dtype
+    host_dtype = _host_compute_dtype(inputs)
+    if host_dtype is not None:
+        inputs = _cast(inputs, host_dtype)
+    q, k, v, ak, av = [kernel_ready(t) for t in inputs]
+    out, lse = _empty_outputs(q, v)
+    names = ("query", "key", "value", "additional_keys", "additional_values")
+    g = [view(t, n) for t, n in zip((q, k, v, ak, av), names)]
+    g_out, g_lse = view(out, "out"), view(lse, "lse")
+    opts = options(q.device, backend)
+    with _device_guard(q.device):
+        status = _lib.lib.gna_forward(ctypes.byref(params), *[ref(x) for x in g], ref(g_out),
+                                      ref(g_lse), ctypes.byref(opts))
+    _lib.check(status)
+    if out.dtype != out_dtype:
+        out = out.to(out_dtype)
+    return out, lse
+
+
+@na_forward.register_fake
+def _na_forward_fake(query, key, value, additional_keys, additional_values, window, stride,
+                     dilation, causal, scale, backend, lse_grad):
+    params = _lib.make_params(window, stride, dilation, causal, scale)
+    _validate_metadata(params, query, key, value, additional_keys, additional_values)
+    return _empty_outputs(query, value)
+
+
+@torch.library.custom_op("gna::na_backward", mutates_args=())
+def na_backward(query: Tensor, key: Tensor, value: Tensor, additional_keys: Optional[Tensor],
+                additional_values: Optional[Tensor], out: Tensor, lse: Tensor, d_out: Tensor,
+                window: List[int], stride: List[int], dilation: List[int], causal: List[bool],
+                scale: float, backend: str) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    params = _lib.make_params(window, stride, dilation, causal, scale)
+    inputs = [query, key, value, additional_keys, additional_values, out, d_out]
+    grad_dtype = query.dtype
+    host_dtype = _host_compute_dtype(inputs)
+    if host_dtype is not None:
+        inputs = _cast(inputs, host_dtype)
+    q, k, v, ak, av, o, do = [kernel_ready(t) for t in inputs]
+    lse = kernel_ready(lse)
+    grads = [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v)]
+    extra = [None if t is None else torch.empty(t.shape, dtype=t.dtype, device=t.device)
+             for t in (ak, av)]
+    names = ("query", "key", "value", "additional_keys", "additional_values")
+    g_in = [view(t, n) for t, n in zip((q, k, v, ak, av), names)]
+    g_grads = [view(t, n) for t, n in zip(grads + extra, ("dq", "dk", "dv", "d_additional_keys",
+                                                          "d_additional_values"))]
+    opts = options(q.device, backend)
+    with _device_guard(q.device):
+        status = _lib.lib.gna_backward(
+            ctypes.byref(params), *[ref(x) for x in g_in], ref(view(o, "out")),
+            ref(view(lse, "lse")), ref(view(do, "d_out")), *[ref(x) for x in g_grads],
+            ctypes.byref(opts))
+    _lib.check(status)
+    results = grads + [query.new_empty(0) if t is None else t for t in extra]
+    return tuple(t.to(grad_dtype) if t.dtype != grad_dtype else t for t in results)
+
+
+@na_backward.register_fake
+def _na_backward_fake(query, key, value, additional_keys, additional_values, out, lse, d_out,
+                      window, stride, dilation, causal, scale, backend):
+    grads = [t.new_empty(t.shape) for t in (query, key, value)]
+    extra = [query.new_empty(0) if t is None else t.new_empty(t.shape)
+             for t in (additional_keys, additional_values)]
+    return tuple(grads + extra)
+
+
+def _setup_context(ctx, inputs, output):
+    (q, k, v, ak, av, window, stride, dilation, causal, scale, backend, lse_grad) = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, ak, av, out, lse)
+    ctx.rule = (window, stride, dilation, causal, scale, backend)
+    ctx.lse_grad = lse_grad
+    ctx.has_additional = ak is not None
+
+
+def _effective_scale(scale, dim):
+    return scale if scale > 0 else 1.0 / math.sqrt(dim)
+
+
+def _backward(ctx, d_out, d_lse):
+    q, k, v, ak, av, out, lse = ctx.saved_tensors
+    if d_out is None:
+        d_out = torch.zeros_like(out)
+    dq, dk, dv, dak, dav = torch.ops.gna.na_backward(q, k, v, ak, av, out, lse, d_out, *ctx.rule)
+    if ctx.lse_grad and d_lse is not None:
+        dq, dk, dak = _add_lse_gradient(ctx, q, k, ak, lse, d_lse, dq, dk, dak)
+    if not ctx.has_additional:
+        dak = dav = None
+    return (dq, dk, dv, dak, dav) + (None,) * 7
+
+
+def _add_lse_gradient(ctx, q, k, ak, lse, d_lse, dq, dk, dak):
+    """Gradient through lse: d lse_i / d s_ij = P_ij, so with g = d lse and scores
+    s = scale * q.k, dq_i += scale * g_i * sum_j P_ij k_j (attention with values = keys) and
+    dk_j += sum_i P_ij (scale * g_i * q_i) (the value gradient of a backward with values = keys
+    and incoming gradient scale * g * q)."""
+    rule = ctx.rule
+    c = _effective_scale(rule[4], q.shape[-1])
+    g = (c * d_lse.to(torch.float32)).unsqueeze(-1)
+    out_k, _ = torch.ops.gna.na_forward(q, k, k, ak, ak, *rule, False)
+    dq = dq + (g * out_k.to(torch.float32)).to(dq.dtype)
+    d_out_k = (g * q.to(torch.float32)).to(q.dtype)
+    _, _, dk_extra, _, dak_extra = torch.ops.gna.na_backward(q, k, k, ak, ak, out_k, lse, d_out_k,
+                                                             *rule)
+    dk = dk + dk_extra
+    if ak is not None:
+        dak = dak + dak_extra
+    return dq, dk, dak
+
+
+na_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+def select_backend(query, key, value, additional_keys, additional_values, window, stride,
+                   dilation, causal, scale, backward=False, backend="auto"):
+    """Name of the backend dispatch would run for this call."""
+    params = _lib.make_params(window, stride, dilation, causal, scale)
+    names = ("query", "key", "value", "additional_keys", "additional_values")
+    tensors = [query, key, value, additional_keys, additional_values]
+    host_dtype = _host_compute_dtype(tensors)
+    if host_dtype is not None:  # what the op runs: host half tensors computed in float32
+        tensors = _cast(tensors, host_dtype)
+    tensors = [kernel_ready(t) for t in tensors]
+    g = [view(t, n) for t, n in zip(tensors, names)]
+    opts = options(query.device, backend)
+    buf = ctypes.create_string_buffer(64)
+    _lib.check(_lib.lib.gna_select_backend(ctypes.byref(params), *[ref(x) for x in g],
+                                           1 if backward else 0, ctypes.byref(opts), buf, 64))
+    return buf.value.decode()

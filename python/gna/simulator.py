@@ -1,0 +1,124 @@
+"""gna.simulate: the simulator (SPEC section 3) through libgna's C ABI; needs no torch."""
+import ctypes
+
+from . import _lib
+
+_TILINGS = {"multi": 0, "1d": 1}
+_KV_TILINGS = {"static": 0, "dynamic": 1}
+
+
+def _per_axis(name, value, rank):
+    if isinstance(value, (bool, int)):
+        return [value] * rank
+    values = list(value)
+    if len(values) != rank:
+        raise ValueError(f"{name}: expected an int or {rank} values (one per axis), got {value!r}")
+    return values
+
+
+def _require_simulator():
+    if not _lib.has_simulator:
+        raise RuntimeError("gna: this libgna was built without the simulator")
+
+
+def _config(shape, window, stride, dilation, is_causal, q_tile, kv_tile, tiling, kv_tiling):
+    _require_simulator()
+    shape = list(shape)
+    rank = len(shape)
+    if rank < 1 or rank > _lib.MAX_RANK:
+        raise ValueError(f"shape: expected 1 to 3 axes, got {tuple(shape)!r}")
+    if q_tile is None or kv_tile is None:
+        raise ValueError(f"q_tile and kv_tile are required, got q_tile={q_tile!r}, "
+                         f"kv_tile={kv_tile!r}")
+    if tiling not in _TILINGS:
+        raise ValueError(f"tiling: expected one of {sorted(_TILINGS)}, got {tiling!r}")
+    if kv_tiling not in _KV_TILINGS:
+        raise ValueError(f"kv_tiling: expected one of {sorted(_KV_TILINGS)}, got {kv_tiling!r}")
+    config = _lib.SimConfig()
+    config.rank = rank
+    config.extent = _lib.int_array(shape)
+    config.window = _lib.int_array(_per_axis("window", window, rank))
+    config.stride = _lib.int_array(_per_axis("stride", stride, rank))
+    config.dilation = _lib.int_array(_per_axis("dilation", dilation, rank))
+    config.causal = _lib.int_array([1 if c else 0 for c in _per_axis("is_causal", is_causal, rank)])
+    config.q_tile = _lib.int_array(_per_axis("q_tile", q_tile, rank))
+    config.kv_tile = _lib.int_array(_per_axis("kv_tile", kv_tile, rank))
+    config.tiling = _TILINGS[tiling]
+    config.kv_tiling = _KV_TILINGS[kv_tiling]
+    return config
+
+
+def _result_dict(result):
+    out = {name: getattr(result, name) for name, _ in _lib.SimResult._fields_
+           if name != "reserved"}
+    out["block_sparse"] = bool(out["block_sparse"])
+    return out
+
+
+def simulate(shape, window, stride=1, dilation=1, is_causal=False, q_tile=None, kv_tile=None,
+             tiling="multi", kv_tiling="static", attention_share=None, dense_steps=0,
+             total_steps=1):
+    """Which KV tiles each Q tile must visit, and the speedup bounds that follow.
+
+    shape: token layout per axis (its length is the rank). window, stride, dilation, is_causal,
+    q_tile, kv_tile: an int for every axis or one value per axis. tiling: "multi" (tiles are
+    boxes of the layout) or "1d" (runs of row-major tokens; the tile size is the product of
+    q_tile / kv_tile). kv_tiling: "static" or "dynamic". With attention_share (the share of a
+    model's runtime spent in attention), the result also holds "end_to_end_speedup" for
+    dense_steps of total_steps diffusion steps kept dense, taking the tile-wise bound as the
+    operator's speedup.
+
+    Returns a dict of the simulator's numbers (see include/gna/sim/simulator.hpp).
+    """
+    config = _config(shape, window, stride, dilation, is_causal, q_tile, kv_tile, tiling,
+                     kv_tiling)
+    result = _lib.SimResult()
+    _lib.check(_lib.lib.gna_simulate(ctypes.byref(config), ctypes.byref(result)),
+               _lib.lib.gna_sim_last_error)
+    out = _result_dict(result)
+    if attention_share is not None:
+        out["end_to_end_speedup"] = end_to_end_speedup(
+            attention_share, out["tile_speedup"], dense_steps, total_steps)
+    return out
+
+
+def end_to_end_speedup(attention_share, op_speedup, dense_steps=0, total_steps=1):
+    """1 / ((1 - p) + p * (k/n + (1 - k/n) / op_speedup)) for attention share p and the first
+    k of n diffusion steps kept dense."""
+    _require_simulator()
+    speedup = ctypes.c_double()
+    _lib.check(_lib.lib.gna_sim_end_to_end(float(attention_share), int(dense_steps),
+                                           int(total_steps), float(op_speedup),
+                                           ctypes.byref(speedup)),
+               _lib.lib.gna_sim_last_error)
+    return speedup.value
+
+
+def stride_sweep(shape, window, dilation=1, is_causal=False, q_tile=None, kv_tile=None,
+                 tiling="multi", kv_tiling="static", pruned=True, block_sparse_only=False):
+    """Every stride tuple 1 <= stride <= window, ordered by the product of strides, as a list of
+    simulate() dicts with "stride" and "kept" (beats every smaller stride) added. pruned: only
+    the kept ones; block_sparse_only: only the perfectly block-sparse ones."""
+    config = _config(shape, window, 1, dilation, is_causal, q_tile, kv_tile, tiling, kv_tiling)
+    rank = config.rank
+    check = _lib.SimResult()  # validates the configuration before sizing the entries
+    _lib.check(_lib.lib.gna_simulate(ctypes.byref(config), ctypes.byref(check)),
+               _lib.lib.gna_sim_last_error)
+    capacity = 1
+    for a in range(rank):
+        capacity *= max(int(config.window[a]), 1)
+    entries = (_lib.SimSweepEntry * capacity)()
+    count = ctypes.c_int64()
+    _lib.check(_lib.lib.gna_sim_sweep(ctypes.byref(config), entries, capacity,
+                                      ctypes.byref(count)), _lib.lib.gna_sim_last_error)
+    out = []
+    for e in entries[:min(count.value, capacity)]:
+        if pruned and not e.kept:
+            continue
+        r = _result_dict(e.result)
+        if block_sparse_only and not r["block_sparse"]:
+            continue
+        r["stride"] = tuple(e.stride[a] for a in range(rank))
+        r["kept"] = bool(e.kept)
+        out.append(r)
+    return out

@@ -1,0 +1,88 @@
+"""gna.simulate: the simulator through the C ABI (runs without torch)."""
+import sys
+from pathlib import Path
+
+import pytest
+
+try:
+    import gna
+except ImportError:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import gna
+
+
+def test_flux_worked_example():
+    # SPEC section 3: 256x256, window 80x80, stride 16x16, Q tile 16x16, KV tile 16x8.
+    r = gna.simulate((256, 256), 80, stride=16, q_tile=16, kv_tile=(16, 8))
+    assert r["dense_kv_tiles"] == 512
+    assert r["max_kv_tiles"] == 50
+    assert r["block_sparse"] is True
+    assert r["partial_pairs"] == 0
+    assert r["tile_speedup"] == pytest.approx(10.24)
+    assert r["flop_speedup"] == pytest.approx(65536 / 6400)
+    assert r["mean_keys_per_query"] == pytest.approx(6400)
+
+
+def test_stride_one_is_not_block_sparse_and_bounds_are_ordered():
+    r = gna.simulate((256, 256), (80, 80), q_tile=(16, 16), kv_tile=(16, 8))
+    assert not r["block_sparse"] and r["partial_pairs"] > 0
+    assert 1.0 < r["tile_speedup"] <= r["flop_speedup"]
+    assert r["sparsity"] == pytest.approx(1 - 6400 / 65536)
+
+
+def test_one_dim_tiling_and_dynamic_kv_tiles():
+    one = gna.simulate((64, 64), 16, q_tile=(128, 1), kv_tile=(128, 1), tiling="1d")
+    multi = gna.simulate((64, 64), 16, q_tile=(16, 8), kv_tile=(16, 8))
+    dyn = gna.simulate((64, 64), 16, q_tile=(16, 8), kv_tile=(16, 8), kv_tiling="dynamic")
+    assert one["tokens"] == multi["tokens"] == 4096
+    assert dyn["max_kv_tiles"] <= multi["max_kv_tiles"]
+
+
+def test_end_to_end_model():
+    r = gna.simulate((256, 256), 80, stride=16, q_tile=16, kv_tile=(16, 8),
+                     attention_share=0.8, dense_steps=10, total_steps=50)
+    s = r["tile_speedup"]
+    expected = 1 / ((1 - 0.8) + 0.8 * (10 / 50 + (1 - 10 / 50) / s))
+    assert r["end_to_end_speedup"] == pytest.approx(expected)
+    assert gna.end_to_end_speedup(1.0, 4.0) == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(shape=(64,), window=128, q_tile=16, kv_tile=16), ["window", "128"]),
+    (dict(shape=(64,), window=8, stride=9, q_tile=16, kv_tile=16), ["stride", "9"]),
+    (dict(shape=(64,), window=8, dilation=0, q_tile=16, kv_tile=16), ["dilation", "0"]),
+    (dict(shape=(64, 64), window=(8, 8, 8), q_tile=16, kv_tile=16), ["window"]),
+    (dict(shape=(64,), window=8, q_tile=16, kv_tile=16, tiling="2d"), ["tiling", "2d"]),
+    (dict(shape=(64,), window=8, q_tile=16, kv_tile=16, kv_tiling="x"), ["kv_tiling", "x"]),
+    (dict(shape=(64,), window=8, q_tile=None, kv_tile=16), ["q_tile"]),
+])
+def test_invalid_configuration_raises_value_error(kwargs, words):
+    with pytest.raises(ValueError) as info:
+        gna.simulate(**kwargs)
+    for w in words:
+        assert w in str(info.value)
+
+
+def test_invalid_end_to_end_raises_value_error():
+    with pytest.raises(ValueError, match="attention share"):
+        gna.end_to_end_speedup(1.5, 2.0)
+    with pytest.raises(ValueError, match="dense steps"):
+        gna.end_to_end_speedup(0.5, 2.0, dense_steps=5, total_steps=4)
+
+
+def test_stride_sweep():
+    kept = gna.stride_sweep((256, 256), 80, q_tile=16, kv_tile=(16, 8))
+    assert kept[0]["stride"] == (1, 1)
+    assert all(e["kept"] for e in kept)
+    bounds = [e["tile_speedup"] for e in kept]
+    assert (16, 16) in [e["stride"] for e in kept]
+    assert max(bounds) == pytest.approx(10.24)
+    every = gna.stride_sweep((256, 256), 80, q_tile=16, kv_tile=(16, 8), pruned=False)
+    assert len(every) == 80 * 80
+    products = [e["stride"][0] * e["stride"][1] for e in every]
+    assert products == sorted(products)
+    sparse = gna.stride_sweep((256, 256), 80, q_tile=16, kv_tile=(16, 8), pruned=False,
+                              block_sparse_only=True)
+    assert sparse[0]["stride"] == (16, 16) and all(e["partial_pairs"] == 0 for e in sparse)
+    with pytest.raises(ValueError, match="window"):
+        gna.stride_sweep((64,), 65, q_tile=16, kv_tile=16)

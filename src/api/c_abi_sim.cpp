@@ -1,0 +1,135 @@
+// The simulator's C ABI: plain structs to gna::sim::Config and back, exceptions to status codes
+// plus a message for gna_sim_last_error().
+#include "gna/gna_sim.h"
+
+#include <exception>
+#include <string>
+
+#include "gna/core/error.hpp"
+#include "gna/sim/simulator.hpp"
+#include "gna/sim/sweep.hpp"
+
+namespace {
+
+thread_local std::string sim_last_error;
+
+gna_status status_of(gna::ErrorKind kind) {
+  switch (kind) {
+    case gna::ErrorKind::invalid_argument: return GNA_STATUS_INVALID_ARGUMENT;
+    case gna::ErrorKind::unsupported: return GNA_STATUS_UNSUPPORTED;
+    case gna::ErrorKind::runtime: return GNA_STATUS_RUNTIME_ERROR;
+  }
+  return GNA_STATUS_RUNTIME_ERROR;
+}
+
+template <typename F>
+gna_status guarded(F f) {
+  try {
+    sim_last_error.clear();
+    f();
+    return GNA_STATUS_OK;
+  } catch (const gna::Error& e) {
+    sim_last_error = e.what();
+    return status_of(e.kind());
+  } catch (const std::exception& e) {
+    sim_last_error = e.what();
+    return GNA_STATUS_RUNTIME_ERROR;
+  } catch (...) {
+    sim_last_error = "unknown error";
+    return GNA_STATUS_RUNTIME_ERROR;
+  }
+}
+
+gna::sim::Config to_config(const gna_sim_config* c) {
+  if (c == nullptr) gna::fail_invalid("simulator config: required, got NULL");
+  if (c->rank < 1 || c->rank > GNA_MAX_RANK)
+    gna::fail_invalid("rank must be 1, 2 or 3, got ", c->rank);
+  if (c->tiling != GNA_SIM_TILING_MULTI && c->tiling != GNA_SIM_TILING_ONE_DIM)
+    gna::fail_invalid("tiling must be 0 (multi) or 1 (1d), got ", c->tiling);
+  if (c->kv_tiling != GNA_SIM_KV_STATIC && c->kv_tiling != GNA_SIM_KV_DYNAMIC)
+    gna::fail_invalid("kv_tiling must be 0 (static) or 1 (dynamic), got ", c->kv_tiling);
+  gna::sim::Config s;
+  s.rank = c->rank;
+  for (int a = 0; a < c->rank; ++a) {
+    s.axes[a].extent = c->extent[a];
+    s.axes[a].window = c->window[a];
+    s.axes[a].stride = c->stride[a];
+    s.axes[a].dilation = c->dilation[a];
+    s.axes[a].causal = c->causal[a] != 0;
+    s.q_tile[a] = c->q_tile[a];
+    s.kv_tile[a] = c->kv_tile[a];
+  }
+  s.tiling = static_cast<gna::sim::Tiling>(c->tiling);
+  s.kv_tiling = static_cast<gna::sim::KvTiling>(c->kv_tiling);
+  return s;
+}
+
+void to_result(const gna::sim::Result& r, gna_sim_result* out) {
+  *out = gna_sim_result{};
+  out->tokens = r.tokens;
+  out->q_tiles = r.q_tiles;
+  out->kv_tiles = r.kv_tiles;
+  out->dense_kv_tiles = r.dense_kv_tiles;
+  out->max_kv_tiles = r.max_kv_tiles;
+  out->mean_kv_tiles = r.mean_kv_tiles;
+  out->visited_pairs = r.visited_pairs;
+  out->attended_pairs = r.attended_pairs;
+  out->mean_keys_per_query = r.mean_keys_per_query;
+  out->sparsity = r.sparsity;
+  out->flop_speedup = r.flop_speedup;
+  out->tile_speedup = r.tile_speedup;
+  out->empty_pairs = r.pairs.empty;
+  out->full_pairs = r.pairs.full;
+  out->partial_pairs = r.pairs.partial;
+  out->block_sparse = r.block_sparse ? 1 : 0;
+  out->wasted_flop_fraction = r.wasted_flop_fraction;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* gna_sim_last_error(void) { return sim_last_error.c_str(); }
+
+gna_status gna_simulate(const gna_sim_config* config, gna_sim_result* result) {
+  return guarded([&] {
+    if (result == nullptr) gna::fail_invalid("simulator result: required, got NULL");
+    to_result(gna::sim::simulate(to_config(config)), result);
+  });
+}
+
+gna_status gna_sim_sweep(const gna_sim_config* config, gna_sim_sweep_entry* entries,
+                         int64_t capacity, int64_t* count) {
+  return guarded([&] {
+    if (count == nullptr) gna::fail_invalid("sweep: count output required, got NULL");
+    if (capacity < 0) gna::fail_invalid("sweep: capacity must be >= 0, got ", capacity);
+    if (capacity > 0 && entries == nullptr)
+      gna::fail_invalid("sweep: entries must not be NULL when capacity is ", capacity);
+    const gna::sim::Config c = to_config(config);
+    const std::vector<gna::sim::SweepEntry> all = gna::sim::sweep(c);
+    *count = static_cast<int64_t>(all.size());
+    for (int64_t i = 0; i < capacity && i < *count; ++i) {
+      gna_sim_sweep_entry e{};
+      for (int a = 0; a < GNA_MAX_RANK; ++a) e.stride[a] = all[i].stride[a];
+      e.kept = all[i].kept ? 1 : 0;
+      to_result(all[i].result, &e.result);
+      entries[i] = e;
+    }
+  });
+}
+
+gna_status gna_sim_end_to_end(double attention_share, int32_t dense_steps, int32_t total_steps,
+                              double op_speedup, double* speedup) {
+  return guarded([&] {
+    if (speedup == nullptr) gna::fail_invalid("end-to-end speedup: output required, got NULL");
+    if (!(op_speedup > 0.0))
+      gna::fail_invalid("operator speedup must be > 0, got ", op_speedup);
+    gna::sim::EndToEnd e;
+    e.attention_share = attention_share;
+    e.dense_steps = dense_steps;
+    e.total_steps = total_steps;
+    *speedup = gna::sim::end_to_end_speedup(e, op_speedup);
+  });
+}
+
+}  // extern "C"
