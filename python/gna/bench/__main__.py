@@ -1,0 +1,216 @@
+"""gna-bench: times gna (end-to-end and kernel-only), cuDNN SDPA dense, FlashAttention SDPA
+dense and FlexAttention (same mask, tokens in tiled order, compiled) in one process, forward and
+forward+backward, on the use cases of SPEC section 4.
+
+Effective TFLOP/s count attended (query, key) pairs only: forward 4 * B * H * N * keys * D,
+forward+backward 3.5 times that (backward 2.5x); keys per query come from gna's simulator.
+"× cuDNN" divides cuDNN SDPA dense's time for the same pass by the row's time.
+"""
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+import gna
+from . import cases as cases_mod
+from . import gna_calls, peers, report
+from .timing import bench_ms
+
+
+def _attended_keys(case):
+    sim = gna.simulate(case.layout, case.window, stride=case.strides, q_tile=1, kv_tile=1)
+    return sim["mean_keys_per_query"]
+
+
+class Runner:
+    def __init__(self, args):
+        self.args = args
+        self.rows = []
+        self.masks = {}  # FlexAttention block masks by case (built once for both passes)
+
+    def record(self, case, pass_name, impl, fn, flops, backend=None, note=""):
+        row = dict(case=case.label, pass_=pass_name, impl=impl, backend=backend, note=note)
+        try:
+            t0 = time.time()
+            fn()
+            torch.cuda.synchronize()
+            first_s = time.time() - t0
+            ms = bench_ms(fn, self.args.warmup_ms, self.args.rep_ms)
+            row.update(ms=ms, tflops=flops / ms / 1e9, first_call_s=first_s)
+        except Exception as e:  # a peer or backend may not run this case: report, go on
+            row.update(ms=None, tflops=None, error=f"{type(e).__name__}: {str(e)[:300]}")
+            if isinstance(e, torch.cuda.OutOfMemoryError):
+                torch.cuda.empty_cache()
+        row["pass"] = row.pop("pass_")
+        self.rows.append(row)
+        ms = "error " + row["error"][:90] if row.get("error") else (
+            f"{row['ms']:10.3f} ms {row['tflops']:7.1f} TFLOP/s")
+        print(f"{case.label[:58]:58s} {pass_name:7s} {impl:22s} {backend or '':14s} {ms} {note}",
+              flush=True)
+        return row
+
+    def run_case(self, case):
+        a = self.args
+        dev = torch.device("cuda")
+        b, h, d, n = case.batch, case.heads, case.dim, case.tokens
+        shape = (b, *case.layout, h, d)
+
+        def rand():
+            return torch.randn(shape, device=dev, dtype=torch.bfloat16)
+
+        q, k, v = rand(), rand(), rand()
+        keys = _attended_keys(case)
+        fwd_flops = 4.0 * b * h * n * keys * d
+        dense_flops = 4.0 * b * h * n * n * d
+        passes = [p for p in ("fwd", "fwd+bwd") if p in a.passes]
+        # Dense peers read the same heads-last memory, viewed as [B, H, N, D].
+        as_bhnd = lambda x: x.reshape(b, n, h, d).transpose(1, 2)  # noqa: E731
+        for pass_name in passes:
+            scale = 1.0 if pass_name == "fwd" else 3.5
+            grad = pass_name != "fwd"
+            qg, kg, vg = (t.detach().requires_grad_(grad) for t in (q, k, v))
+            d_out = torch.randn_like(q)
+            cudnn = None
+            if not a.no_dense:
+                for impl, name in (("cuDNN SDPA dense", "cudnn"), ("FA2 SDPA dense", "flash")):
+                    call = peers.sdpa(name)
+                    fn = self._dense(call, as_bhnd(qg), as_bhnd(kg), as_bhnd(vg),
+                                     as_bhnd(d_out), grad)
+                    row = self.record(case, pass_name, impl, fn, dense_flops * scale)
+                    if name == "cudnn" and row.get("ms"):
+                        cudnn = row["ms"]
+            self._gna_rows(case, pass_name, qg, kg, vg, d_out, fwd_flops * scale, grad)
+            if not a.no_flex:
+                self._flex_row(case, pass_name, q, k, v, fwd_flops * scale, grad)
+            for row in self.rows:
+                if row["case"] == case.label and row["pass"] == pass_name and row.get("ms"):
+                    row["x_cudnn"] = cudnn / row["ms"] if cudnn else None
+        del q, k, v
+        self.masks.pop(case.label, None)
+        torch.cuda.empty_cache()
+
+    @staticmethod
+    def _dense(call, q, k, v, d_out, grad):
+        if not grad:
+            return lambda: call(q, k, v)
+        inputs = (q, k, v)
+        return lambda: torch.autograd.grad(call(q, k, v), inputs, d_out)
+
+    def _gna_rows(self, case, pass_name, q, k, v, d_out, flops, grad):
+        backend = self.args.backend
+        try:
+            chosen = gna.selected_backend(q, k, v, case.window, stride=case.strides,
+                                          backward=grad, backend=backend)
+            if grad:
+                fwd_name = gna.selected_backend(q, k, v, case.window, stride=case.strides,
+                                                backend=backend)
+                chosen = chosen if chosen == fwd_name else f"{fwd_name}/{chosen}"
+        except Exception as e:
+            chosen = f"none ({type(e).__name__})"
+        if grad:
+            e2e = gna_calls.end_to_end_forward_backward(case, q, k, v, d_out, backend)
+        else:
+            e2e = gna_calls.end_to_end_forward(case, q, k, v, backend)
+        self.record(case, pass_name, "gna end-to-end", e2e, flops, chosen)
+        try:
+            kernels = gna_calls.KernelCalls(case, q, k, v, backend)
+            fn = kernels.forward_backward if grad else kernels.forward
+        except Exception as e:  # noqa: BLE001
+            fn = _raiser(e)
+        self.record(case, pass_name, "gna kernel-only", fn, flops, chosen)
+
+    def _flex_row(self, case, pass_name, q, k, v, flops, grad):
+        order = "tiled " + "×".join(map(str, case.tile)) if case.tile else "row-major"
+        try:
+            if case.label not in self.masks:
+                t0 = time.time()
+                self.masks[case.label] = (peers.flex_block_mask(case, q.device), time.time() - t0)
+            block_mask, mask_s = self.masks[case.label]
+            tq, tk, tv = (peers.to_tiled_tokens(t, case).requires_grad_(grad) for t in (q, k, v))
+            flex = peers.flex_attention()
+            if grad:
+                d_out = torch.randn_like(tq)
+                fn = lambda: torch.autograd.grad(flex(tq, tk, tv, block_mask=block_mask),  # noqa
+                                                 (tq, tk, tv), d_out)
+            else:
+                fn = lambda: flex(tq, tk, tv, block_mask=block_mask)  # noqa: E731
+            note = f"tokens {order}, mask {mask_s:.0f}s"
+        except Exception as e:  # noqa: BLE001
+            fn, note = _raiser(e), f"tokens {order}"
+        self.record(case, pass_name, "FlexAttention", fn, flops, None, note)
+
+
+def _raiser(error):
+    """A call that fails as setting it up did (so the row records the error)."""
+    def fail():
+        raise error
+    return fail
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(prog="gna-bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", nargs="*", default=[],
+                   help="case names (hunyuan, cosmos, wan, flux4k, nat, long1d; NAME:i for the "
+                        "i-th case of a name); default: all")
+    p.add_argument("--quick", action="store_true", help="two small cases (a smoke run)")
+    p.add_argument("--passes", default="fwd,fwd+bwd", help="fwd, fwd+bwd or both (default)")
+    p.add_argument("--backend", default="auto", help="gna backend (default: dispatch's choice)")
+    p.add_argument("--no-flex", action="store_true", help="skip FlexAttention")
+    p.add_argument("--no-dense", action="store_true", help="skip the dense SDPA peers")
+    p.add_argument("--warmup-ms", type=float, default=25)
+    p.add_argument("--rep-ms", type=float, default=200)
+    p.add_argument("--out", default=".", help="folder for bench.json and bench.md")
+    p.add_argument("--chart", default=None, help="write the chart to this .svg or .png file")
+    p.add_argument("--list", action="store_true", help="list the cases and exit")
+    args = p.parse_args(argv)
+    args.passes = [x.strip() for x in args.passes.split(",")]
+    for x in args.passes:
+        if x not in ("fwd", "fwd+bwd"):
+            p.error(f"--passes: expected fwd and/or fwd+bwd, got {x!r}")
+    return args
+
+
+def main(argv=None):
+    args = parse(sys.argv[1:] if argv is None else argv)
+    try:
+        selected = cases_mod.select(args.cases, args.quick)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    if args.list:
+        for c in selected:
+            print(c.label)
+        return 0
+    if not torch.cuda.is_available():
+        print("gna-bench needs a CUDA device", file=sys.stderr)
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = False
+    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
+                cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
+                gna_backends=gna.backend_names(), command="gna-bench " + " ".join(
+                    sys.argv[1:] if argv is None else argv),
+                warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
+    print(f"{meta['device']}, torch {meta['torch']}, CUDA {meta['cuda']}, cuDNN {meta['cudnn']}, "
+          f"gna backends {' '.join(meta['gna_backends'])}", flush=True)
+    runner = Runner(args)
+    for case in selected:
+        runner.run_case(case)
+    os.makedirs(args.out, exist_ok=True)
+    table = report.markdown(runner.rows)
+    report.write_json(os.path.join(args.out, "bench.json"), meta, runner.rows)
+    with open(os.path.join(args.out, "bench.md"), "w") as f:
+        f.write(f"{meta['device']}, torch {meta['torch']}, CUDA {meta['cuda']}, cuDNN "
+                f"{meta['cudnn']}; `{meta['command']}`\n\n" + table)
+    if args.chart:
+        report.write_chart(args.chart, runner.rows, f"gna vs peers on {meta['device']} "
+                                                    "(× cuDNN SDPA dense, higher is better)")
+    print()
+    print(table, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

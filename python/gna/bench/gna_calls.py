@@ -1,0 +1,63 @@
+"""gna as the benchmark times it: end-to-end (gna.na1d/2d/3d, what a user calls: allocation,
+custom-op dispatch, any layout conversion) and kernel-only (the C ABI called directly on
+preallocated outputs, so only the library's own launches are timed)."""
+import ctypes
+
+import torch
+
+import gna
+from gna import _lib
+from gna._tensors import options, ref, view
+
+NA = {1: gna.na1d, 2: gna.na2d, 3: gna.na3d}
+
+
+def end_to_end_forward(case, q, k, v, backend):
+    na = NA[case.rank]
+    return lambda: na(q, k, v, case.window, stride=case.strides, backend=backend)
+
+
+def end_to_end_forward_backward(case, q, k, v, d_out, backend):
+    na = NA[case.rank]
+    inputs = (q, k, v)
+
+    def run():
+        out = na(q, k, v, case.window, stride=case.strides, backend=backend)
+        torch.autograd.grad(out, inputs, d_out)
+
+    return run
+
+
+class KernelCalls:
+    """Preallocated outputs and prebuilt C structs for direct gna_forward / gna_backward calls."""
+
+    def __init__(self, case, q, k, v, backend):
+        q, k, v = q.detach(), k.detach(), v.detach()
+        rank = case.rank
+        self.params = _lib.make_params(case.window, case.strides, (1,) * rank, (False,) * rank,
+                                       0.0)
+        self.out = torch.empty_like(q)
+        self.lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+        self.d_out = torch.randn_like(q)
+        self.grads = [torch.empty_like(t) for t in (q, k, v)]
+        self.keep = (q, k, v)
+        self.views = [view(t, n) for t, n in zip((q, k, v), ("query", "key", "value"))]
+        self.out_views = [view(self.out, "out"), view(self.lse, "lse")]
+        self.d_out_view = view(self.d_out, "d_out")
+        self.grad_views = [view(t, n) for t, n in zip(self.grads, ("dq", "dk", "dv"))]
+        self.options = options(q.device, backend)
+
+    def forward(self):
+        _lib.check(_lib.lib.gna_forward(ctypes.byref(self.params), *[ref(x) for x in self.views],
+                                        None, None, ref(self.out_views[0]),
+                                        ref(self.out_views[1]), ctypes.byref(self.options)))
+
+    def backward(self):
+        _lib.check(_lib.lib.gna_backward(
+            ctypes.byref(self.params), *[ref(x) for x in self.views], None, None,
+            ref(self.out_views[0]), ref(self.out_views[1]), ref(self.d_out_view),
+            *[ref(x) for x in self.grad_views], None, None, ctypes.byref(self.options)))
+
+    def forward_backward(self):
+        self.forward()
+        self.backward()
