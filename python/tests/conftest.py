@@ -13,11 +13,14 @@ except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     import gna  # noqa: F401
 
-torch = pytest.importorskip("torch")
+try:
+    import torch
+except ImportError:  # the simulator tests still run; the torch tests skip themselves
+    torch = None
 
 # Relative-norm tolerances ||out - ref|| / ||ref|| per input dtype against a float64 oracle.
-TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 5e-3,
-             torch.bfloat16: 3e-2}
+TOLERANCE = {} if torch is None else {torch.float64: 1e-10, torch.float32: 1e-4,
+                                      torch.float16: 5e-3, torch.bfloat16: 3e-2}
 
 
 def rel_error(actual, expected):
@@ -26,7 +29,8 @@ def rel_error(actual, expected):
     return ((actual - expected).norm() / expected.norm().clamp_min(1e-30)).item()
 
 
-def randn(*shape, dtype=torch.float32, device="cpu", requires_grad=False):
+def randn(*shape, dtype=None, device="cpu", requires_grad=False):
+    dtype = dtype or torch.float32
     t = torch.randn(*shape, dtype=torch.float64).to(device=device, dtype=dtype)
     return t.requires_grad_(requires_grad)
 

@@ -1,7 +1,8 @@
 """NeighborhoodAttention1D/2D/3D: shapes, parameters, gradients, and agreement with the
 functional form."""
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 
 import gna
 from conftest import randn, rel_error

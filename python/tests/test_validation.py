@@ -1,6 +1,7 @@
 """Invalid arguments raise ValueError naming the argument and the value (the core's messages)."""
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 
 import gna
 from conftest import qkv, randn

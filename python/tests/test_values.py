@@ -6,7 +6,8 @@ import math
 import random
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 
 import gna
 from conftest import (TOLERANCE, block_mask, dense_attention, device_backend_or_skip,
