@@ -20,7 +20,11 @@ struct TokenTensor {
   // Offset of token (b, x[0..rank)) and head h.
   GNA_HD int64_t offset(int b, const int* x, int rank, int h) const {
     int64_t o = b * stride_batch + h * stride_head;
-    for (int a = 0; a < rank; ++a) o += x[a] * stride_axis[a];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int a = 0; a < kMaxRank; ++a)
+      if (a < rank) o += x[a] * stride_axis[a];
     return o;
   }
   GNA_HD T* at(int b, const int* x, int rank, int h) const { return data + offset(b, x, rank, h); }

@@ -1,0 +1,147 @@
+// Registers the portable fused kernels as backend "portable" (priority 50, device tensors):
+// what they support, with the refusal naming the parameter and the limit, and the tile choice.
+#include <cuda_runtime.h>
+
+#include <sstream>
+
+#include "gna/core/error.hpp"
+#include "kernels/portable/portable.hpp"
+
+namespace gna::portable {
+namespace {
+
+constexpr int kForwardRowsQ = 128, kForwardRowsKV = 64;
+constexpr int kBackwardRowsQ = 64, kBackwardRowsKV = 64;
+
+bool refuse(std::string* why, const std::string& reason) {
+  if (why) *why = "portable: " + reason;
+  return false;
+}
+
+template <typename... Parts>
+std::string str(const Parts&... parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  return os.str();
+}
+
+int compute_capability(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return major * 10 + minor;
+}
+
+// 16-byte rows: the base address and every stride but the last are multiples of 8 elements.
+bool aligned_rows(const TensorRef& t, const char* name, std::string* why) {
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
+    return refuse(why, str(name, ": data pointer must be 16-byte aligned"));
+  for (int i = 0; i + 1 < t.rank; ++i)
+    if (t.strides[i] % 8 != 0 && t.shape[i] > 1)
+      return refuse(why, str(name, ": stride of dim ", i, " is ", t.strides[i],
+                             " (must be a multiple of 8 elements)"));
+  return true;
+}
+
+bool supports_problem(const Problem& p, const AttentionTensors& in, const KernelOptions& opt,
+                      bool forward, std::string* why) {
+  if (in.q.on_host()) return refuse(why, "tensors are in host memory (needs CUDA device tensors)");
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
+    return refuse(why, str("dtype ", dtype_name(p.dtype), " not supported (f16, bf16)"));
+  if (!head_dims_supported(p.dim_qk, p.dim_v))
+    return refuse(why, str("head dims ", p.dim_qk, "/", p.dim_v, " (qk/v) not supported (",
+                           supported_head_dims(), ")"));
+  const int cc = compute_capability(in.q.device);
+  if (cc < 80) return refuse(why, str("device compute capability ", cc / 10, ".", cc % 10,
+                                      " not supported (needs 8.0 or newer)"));
+  if (int64_t(p.batch) * p.heads_q > 65535)
+    return refuse(why, str("batch * heads ", int64_t(p.batch) * p.heads_q, " exceeds 65535"));
+  int groups = 1;
+  for (int a = 0; a < p.rank; ++a) {
+    groups *= p.axes[a].dilation;
+    if (p.axes[a].extent > 1023 * 1023)
+      return refuse(why, str("axis ", a, ": extent ", p.axes[a].extent, " too large"));
+  }
+  if (groups > 65535) return refuse(why, str("dilation groups ", groups, " exceed 65535"));
+  if (!aligned_rows(in.q, "query", why) || !aligned_rows(in.k, "key", why) ||
+      !aligned_rows(in.v, "value", why))
+    return false;
+  if (p.additional_kv > 0 && (!aligned_rows(*in.additional_k, "additional keys", why) ||
+                              !aligned_rows(*in.additional_v, "additional values", why)))
+    return false;
+  const bool forced = opt.q_tile.size[0] != 0 || opt.kv_tile.size[0] != 0;
+  if (forced) {
+    const int rows_q = forward ? kForwardRowsQ : kBackwardRowsQ;
+    const int rows_kv = forward ? kForwardRowsKV : kBackwardRowsKV;
+    std::string reason;
+    if (!valid_tile(opt.q_tile, p.rank, rows_q, !forward, "query", &reason) ||
+        !valid_tile(opt.kv_tile, p.rank, rows_kv, true, "key/value", &reason))
+      return refuse(why, reason);
+  }
+  return true;
+}
+
+Backend make_backend() {
+  Backend b;
+  b.name = "portable";
+  b.priority = 50;
+  b.device = true;
+  b.supports_forward = supports_forward;
+  b.forward = forward;
+  b.supports_backward = supports_backward;
+  b.backward = backward;
+  return b;
+}
+
+TilePlan tiles(const Problem& p, const KernelOptions& opt, int rows_q, int rows_kv) {
+  if (opt.q_tile.size[0] != 0 || opt.kv_tile.size[0] != 0) return score_tiles(p, opt.q_tile, opt.kv_tile);
+  return choose_tiles(p, rows_q, rows_kv);
+}
+
+}  // namespace
+
+bool head_dims_supported(int dim_qk, int dim_v) {
+  const int pairs[][2] = {{32, 32}, {64, 64}, {128, 128}, {64, 128}, {128, 64}};
+  for (const auto& pr : pairs)
+    if (pr[0] == dim_qk && pr[1] == dim_v) return true;
+  return false;
+}
+
+const char* supported_head_dims() { return "32/32, 64/64, 128/128, 64/128, 128/64"; }
+
+bool supports_forward(const ForwardCall& call, std::string* why) {
+  if (!supports_problem(call.problem, call.in, call.options, true, why)) return false;
+  if (!aligned_rows(call.out, "out", why)) return false;
+  return true;
+}
+
+bool supports_backward(const BackwardCall& call, std::string* why) {
+  return refuse(why, "backward not available yet");
+}
+
+TilePlan forward_tiles(const Problem& p, const KernelOptions& options) {
+  return tiles(p, options, kForwardRowsQ, kForwardRowsKV);
+}
+
+TilePlan backward_tiles(const Problem& p, const KernelOptions& options) {
+  return tiles(p, options, kBackwardRowsQ, kBackwardRowsKV);
+}
+
+void forward(const ForwardCall& call) {
+  const TilePlan plan = forward_tiles(call.problem, call.options);
+  if (call.problem.dtype == DType::f16)
+    launch_forward_f16(call, plan);
+  else
+    launch_forward_bf16(call, plan);
+}
+
+void backward(const BackwardCall& call) {
+  fail(ErrorKind::unsupported, "portable: backward not available yet");
+}
+
+GNA_REGISTER_BACKEND(make_backend);
+
+}  // namespace gna::portable

@@ -1,0 +1,52 @@
+// Host side of the portable fused forward: parameters, grid and launch of one instantiation.
+#pragma once
+
+#include "kernels/common/cuda_check.hpp"
+#include "kernels/portable/forward_kernel.cuh"
+#include "kernels/portable/portable.hpp"
+
+namespace gna::portable {
+
+template <typename T, int D, int DV>
+void launch_forward(const ForwardCall& call, const TilePlan& plan) {
+  const Problem& p = call.problem;
+  ForwardParams<T> P;
+  P.p = p;
+  int q_tiles_total = 1, groups = 1;
+  P.q_volume = 1;
+  for (int a = 0; a < kMaxRank; ++a) {
+    P.tile_q[a] = a < p.rank ? plan.q.size[a] : 1;
+    P.tile_kv[a] = a < p.rank ? plan.kv.size[a] : 1;
+    P.q_tiles[a] = 1;
+  }
+  for (int a = 0; a < p.rank; ++a) {
+    P.q_tiles[a] = tiles_along(group_length(p.axes[a], 0), P.tile_q[a]);
+    q_tiles_total *= P.q_tiles[a];
+    groups *= p.axes[a].dilation;
+    P.q_volume *= P.tile_q[a];
+  }
+  P.scale_log2 = effective_scale(p) * 1.4426950408889634f;
+  P.q = cuda::token_tensor<const T>(call.in.q, p.rank);
+  P.k = cuda::token_tensor<const T>(call.in.k, p.rank);
+  P.v = cuda::token_tensor<const T>(call.in.v, p.rank);
+  if (p.additional_kv > 0) {
+    P.add_k = cuda::token_tensor<const T>(*call.in.additional_k, 1);
+    P.add_v = cuda::token_tensor<const T>(*call.in.additional_v, 1);
+  }
+  P.o = cuda::token_tensor<T>(call.out, p.rank);
+  P.write_lse = call.lse != nullptr;
+  if (call.lse) P.lse = cuda::token_tensor<float>(*call.lse, p.rank);
+
+  using Smem = ForwardSmem<D, DV>;
+  auto kernel = fused_forward_kernel<T, D, DV>;
+  GNA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      Smem::kBytes));
+  const dim3 grid(q_tiles_total, p.batch * p.heads_q, groups);
+  kernel<<<grid, kForwardWarps * 32, Smem::kBytes, static_cast<cudaStream_t>(call.stream)>>>(P);
+  GNA_CUDA_CHECK_LAUNCH();
+}
+
+// Calls f.template operator()<D, DV>() for the compiled head-dim pairs.
+#define GNA_PORTABLE_HEAD_DIMS(X) X(32, 32) X(64, 64) X(128, 128) X(64, 128) X(128, 64)
+
+}  // namespace gna::portable

@@ -1,0 +1,124 @@
+#include "kernels/portable/tile_plan.hpp"
+
+#include <map>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+namespace gna::portable {
+namespace {
+
+constexpr double kPartialWeight = 0.25;  // extra cost of a masked pair relative to a dense one
+
+struct AxisScore {
+  double visited = 0;
+  double full = 0;
+};
+
+AxisScore score_axis(const AxisRule& a, int tq, int tkv) {
+  const int n = group_length(a, 0);
+  AxisScore s;
+  for (int qt = 0; qt < tiles_along(n, tq); ++qt) {
+    const Range box = kv_tiles_for_q_tile(a, n, qt, tq, tkv);
+    for (int kt = box.begin; kt < box.end; ++kt) {
+      const PairClass c = classify_axis_tiles(a, n, qt, kt, tq, tkv);
+      if (c != PairClass::empty) s.visited += 1;
+      if (c == PairClass::full) s.full += 1;
+    }
+  }
+  return s;
+}
+
+// All shapes of power-of-two sides with product `rows`.
+void shapes(int rank, int axis, int rows, TileShape cur, std::vector<TileShape>* out) {
+  if (axis == rank - 1) {
+    cur.size[axis] = rows;
+    out->push_back(cur);
+    return;
+  }
+  for (int t = 1; t <= rows; t *= 2) {
+    cur.size[axis] = t;
+    shapes(rank, axis + 1, rows / t, cur, out);
+  }
+}
+
+}  // namespace
+
+TilePlan score_tiles(const Problem& p, const TileShape& q, const TileShape& kv) {
+  TilePlan plan;
+  plan.q = q;
+  plan.kv = kv;
+  double visited = 1, full = 1;
+  for (int a = 0; a < p.rank; ++a) {
+    const AxisScore s = score_axis(p.axes[a], q.size[a], kv.size[a]);
+    visited *= s.visited;
+    full *= s.full;
+  }
+  plan.visited_pairs = visited;
+  plan.partial_pairs = visited - full;
+  return plan;
+}
+
+TilePlan choose_tiles(const Problem& p, int rows_q, int rows_kv) {
+  std::vector<TileShape> qs, kvs;
+  shapes(p.rank, 0, rows_q, TileShape{}, &qs);
+  shapes(p.rank, 0, rows_kv, TileShape{}, &kvs);
+  // Per-axis scores are shared by many candidates.
+  std::map<std::pair<int, int>, AxisScore> memo[kMaxRank];
+  auto axis_score = [&](int a, int tq, int tkv) {
+    auto it = memo[a].find({tq, tkv});
+    if (it != memo[a].end()) return it->second;
+    const AxisScore s = score_axis(p.axes[a], tq, tkv);
+    memo[a][{tq, tkv}] = s;
+    return s;
+  };
+  TilePlan best;
+  double best_cost = -1;
+  for (const TileShape& q : qs) {
+    for (const TileShape& kv : kvs) {
+      double visited = 1, full = 1;
+      for (int a = 0; a < p.rank; ++a) {
+        const AxisScore s = axis_score(a, q.size[a], kv.size[a]);
+        visited *= s.visited;
+        full *= s.full;
+      }
+      const double cost = visited + kPartialWeight * (visited - full);
+      if (best_cost < 0 || cost < best_cost) {
+        best_cost = cost;
+        best.q = q;
+        best.kv = kv;
+        best.visited_pairs = visited;
+        best.partial_pairs = visited - full;
+      }
+    }
+  }
+  return best;
+}
+
+bool valid_tile(const TileShape& t, int rank, int rows, bool exact, const char* what,
+                std::string* why) {
+  long volume = 1;
+  for (int a = 0; a < rank; ++a) {
+    if (t.size[a] < 1 || t.size[a] > 1023) {
+      if (why) {
+        std::ostringstream os;
+        os << what << " tile axis " << a << ": size " << t.size[a] << " not supported (1..1023)";
+        *why = os.str();
+      }
+      return false;
+    }
+    volume *= t.size[a];
+  }
+  if (volume > rows || (exact && volume != rows)) {
+    if (why) {
+      std::ostringstream os;
+      os << what << " tile volume " << volume << " not supported (" << (exact ? "exactly " : "at most ")
+         << rows << " tokens)";
+      *why = os.str();
+    }
+    return false;
+  }
+  return true;
+}
+
+}  // namespace gna::portable

@@ -1,0 +1,183 @@
+// The portable fused kernels against the CPU reference: >= 500 random configurations per rank
+// (GNA_TEST_CONFIGS overrides), each in fp16 and bf16, forward (O, LSE) and backward (dQ, dK,
+// dV and the additional keys' gradients); larger problems against the GPU reference.
+#include "api/backend.hpp"
+#include "gpu_harness.hpp"
+#include "kernels/portable/portable.hpp"
+
+namespace gna::testing {
+namespace {
+
+bool portable_backward_available() {
+  for (const auto& b : registered_backends())
+    if (b.name == "portable") {
+      BackwardCall call;
+      call.problem.dtype = DType::bf16;
+      std::string why;
+      b.supports_backward(call, &why);
+      return why.find("not available") == std::string::npos;
+    }
+  return false;
+}
+
+void sweep(int rank, int configs) {
+  GNA_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test_seed();
+  std::mt19937_64 rng(seed + 17 * rank);
+  const bool backward = portable_backward_available();
+  ConfigLimits lim;
+  int failures = 0;
+  for (int i = 0; i < configs && failures < 5; ++i) {
+    const Config c = random_config(rng, rank, lim);
+    for (DType dtype : {DType::f16, DType::bf16}) {
+      Case cs;
+      cs.build(c, dtype, rng, backward);
+      std::string err = cs.check_forward("portable");
+      if (backward) err += cs.check_backward("portable");
+      if (!err.empty()) {
+        ++failures;
+        ADD_FAILURE() << dtype_name(dtype) << " config " << i << ": " << c.describe() << ": "
+                      << err << " (GNA_TEST_SEED=" << seed << ")";
+      }
+    }
+  }
+}
+
+TEST(Portable, Rank1) { sweep(1, configs_per_rank(500)); }
+TEST(Portable, Rank2) { sweep(2, configs_per_rank(500)); }
+TEST(Portable, Rank3) { sweep(3, configs_per_rank(500)); }
+
+// Larger problems than the CPU reference handles quickly: the GPU reference is the oracle.
+struct Large {
+  int rank;
+  int extent[3], window[3], stride[3], dilation[3];
+  bool causal[3];
+  int heads_q, heads_kv, dim, additional;
+};
+
+void compare_with_gpu_reference(const Large& L, DType dtype, bool backward) {
+  std::mt19937_64 rng(test_seed());
+  Config c;
+  c.params.rank = L.rank;
+  for (int a = 0; a < L.rank; ++a) {
+    c.extent[a] = L.extent[a];
+    c.params.window[a] = L.window[a];
+    c.params.stride[a] = L.stride[a];
+    c.params.dilation[a] = L.dilation[a];
+    c.params.causal[a] = L.causal[a];
+  }
+  c.batch = 1;
+  c.heads_q = L.heads_q;
+  c.heads_kv = L.heads_kv;
+  c.dim_qk = c.dim_v = L.dim;
+  c.additional = L.additional;
+  Case ref;
+  ref.cfg = c;
+  // Inputs as in Case::build, outputs from the GPU reference (fp32 inputs of the same values).
+  Case got;
+  got.cfg = c;
+  for (Case* cs : {&ref, &got}) {
+    const DType t = cs == &ref ? DType::f32 : dtype;
+    cs->q.allocate(cs->token_shape(c.heads_q, c.dim_qk), t);
+    cs->k.allocate(cs->token_shape(c.heads_kv, c.dim_qk), t);
+    cs->v.allocate(cs->token_shape(c.heads_kv, c.dim_v), t);
+    cs->o.allocate(cs->token_shape(c.heads_q, c.dim_v), t);
+    cs->lse.allocate(cs->token_shape(c.heads_q, 0), DType::f32);
+    cs->d_o.allocate(cs->token_shape(c.heads_q, c.dim_v), t);
+    cs->dq.allocate(cs->token_shape(c.heads_q, c.dim_qk), t);
+    cs->dk.allocate(cs->token_shape(c.heads_kv, c.dim_qk), t);
+    cs->dv.allocate(cs->token_shape(c.heads_kv, c.dim_v), t);
+    if (c.additional > 0) {
+      cs->ak.allocate({1, c.additional, c.heads_kv, c.dim_qk}, t);
+      cs->av.allocate({1, c.additional, c.heads_kv, c.dim_v}, t);
+      cs->dak.allocate({1, c.additional, c.heads_kv, c.dim_qk}, t);
+      cs->dav.allocate({1, c.additional, c.heads_kv, c.dim_v}, t);
+    }
+  }
+  for (auto member : {&Case::q, &Case::k, &Case::v, &Case::d_o, &Case::ak, &Case::av}) {
+    if ((ref.*member).shape.empty()) continue;
+    (ref.*member).host = random_values(rng, (ref.*member).numel());
+    (got.*member).host = (ref.*member).host;
+    (ref.*member).upload();
+    (got.*member).upload();
+  }
+  ASSERT_EQ(ref.check_forward("gpu_reference").find("CUDA"), std::string::npos);
+  got.ref_o = ref.o.download();
+  got.ref_lse = ref.lse.download();
+  std::string err = got.check_forward("portable");
+  EXPECT_EQ(err, "") << dtype_name(dtype);
+  if (!backward) return;
+  // Backward from the same O and LSE (as the device dtype holds O).
+  got.o.host = got.o.download();
+  ref.o.host = got.o.host;
+  ref.o.upload();
+  got.lse.host = got.ref_lse;
+  got.lse.upload();
+  ref.lse.host = got.ref_lse;
+  ref.lse.upload();
+  ASSERT_EQ(ref.check_backward("gpu_reference").find("CUDA"), std::string::npos);
+  got.ref_dq = ref.dq.download();
+  got.ref_dk = ref.dk.download();
+  got.ref_dv = ref.dv.download();
+  if (c.additional > 0) {
+    got.ref_dak = ref.dak.download();
+    got.ref_dav = ref.dav.download();
+  }
+  got.o.upload();
+  err = got.check_backward("portable");
+  EXPECT_EQ(err, "") << dtype_name(dtype);
+}
+
+TEST(Portable, LargeAgainstGpuReference) {
+  GNA_SKIP_WITHOUT_GPU();
+  if (configs_per_rank(500) < 500) GTEST_SKIP() << "subset run";
+  const bool backward = portable_backward_available();
+  const Large cases[] = {
+      // hunyuan-like: 3-D, stride making it block-sparse, GQA, additional tokens
+      {3, {15, 24, 40}, {9, 12, 12}, {8, 4, 4}, {1, 1, 1}, {false, false, false}, 4, 2, 128, 77},
+      // flux-like 2-D NA
+      {2, {96, 96}, {40, 40}, {1, 1}, {1, 1}, {false, false}, 2, 2, 128, 0},
+      // dense 2-D (window = layout)
+      {2, {48, 64}, {48, 64}, {1, 1}, {1, 1}, {false, false}, 2, 1, 64, 0},
+      // 1-D long, causal, dilated
+      {1, {4096}, {512}, {64}, {2}, {true}, 2, 1, 64, 0},
+      // 3-D causal time axis, dilation on one axis
+      {3, {12, 20, 20}, {6, 9, 7}, {2, 1, 3}, {1, 2, 1}, {true, false, false}, 2, 2, 32, 5},
+  };
+  for (const Large& L : cases)
+    for (DType t : {DType::f16, DType::bf16}) compare_with_gpu_reference(L, t, backward);
+}
+
+// Refusals name the parameter and the limit.
+TEST(Portable, RefusesUnsupported) {
+  GNA_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(1);
+  Config c;
+  c.params.rank = 1;
+  c.extent[0] = 16;
+  c.params.window[0] = 4;
+  c.dim_qk = c.dim_v = 96;
+  Case cs;
+  cs.cfg = c;
+  cs.q.allocate(cs.token_shape(1, 96), DType::bf16);
+  cs.k.allocate(cs.token_shape(1, 96), DType::bf16);
+  cs.v.allocate(cs.token_shape(1, 96), DType::bf16);
+  cs.o.allocate(cs.token_shape(1, 96), DType::bf16);
+  TensorRef storage[5];
+  AttentionTensors in = cs.device_inputs(storage);
+  TensorRef out = cs.o.device_ref();
+  CallOptions opt;
+  opt.backend = "portable";
+  try {
+    attention_forward(c.params, in, out, nullptr, opt);
+    FAIL() << "expected gna::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head dims 96/96"), std::string::npos) << e.what();
+  }
+  // Dispatch falls back to a backend that can run it.
+  opt.backend = "auto";
+  EXPECT_NE(select_forward_backend(c.params, in, opt), "portable");
+}
+
+}  // namespace
+}  // namespace gna::testing

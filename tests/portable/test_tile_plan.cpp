@@ -1,0 +1,76 @@
+// CPU-only tests of the portable kernels' tile choice (run in CI without a GPU).
+#include <gtest/gtest.h>
+
+#include "gna/attention_params.hpp"
+#include "kernels/portable/tile_plan.hpp"
+
+namespace gna::portable {
+namespace {
+
+Problem make(int rank, std::initializer_list<int> extent, std::initializer_list<int> window,
+             std::initializer_list<int> stride) {
+  Problem p;
+  p.rank = rank;
+  int a = 0;
+  for (int e : extent) p.axes[a++].extent = e;
+  a = 0;
+  for (int w : window) p.axes[a++].window = w;
+  a = 0;
+  for (int s : stride) p.axes[a++].stride = s;
+  validate(p);
+  return p;
+}
+
+TEST(TilePlan, ShapesHaveTheKernelsRowCounts) {
+  const Problem p = make(3, {30, 48, 80}, {18, 24, 24}, {1, 1, 1});
+  const TilePlan t = choose_tiles(p, 128, 64);
+  EXPECT_EQ(t.q.volume(3), 128);
+  EXPECT_EQ(t.kv.volume(3), 64);
+}
+
+// SPEC's perfectly block-sparse cases come out with no partial pair.
+TEST(TilePlan, FluxStride16IsPerfectlyBlockSparse) {
+  const Problem p = make(2, {256, 256}, {80, 80}, {16, 16});
+  const TilePlan t = choose_tiles(p, 128, 64);
+  EXPECT_EQ(t.partial_pairs, 0) << t.q.size[0] << "x" << t.q.size[1] << " / " << t.kv.size[0]
+                                << "x" << t.kv.size[1];
+}
+
+TEST(TilePlan, HunyuanStride16x8x8IsPerfectlyBlockSparse) {
+  const Problem p = make(3, {30, 48, 80}, {18, 24, 24}, {16, 8, 8});
+  const TilePlan t = choose_tiles(p, 128, 64);
+  EXPECT_EQ(t.partial_pairs, 0);
+  // Every Q tile visits the window's tiles only: 18*24*24 keys in 64-token tiles.
+  const double q_tiles = 30.0 * 48 * 80 / 128;
+  EXPECT_DOUBLE_EQ(t.visited_pairs / q_tiles, 18.0 * 24 * 24 / 64);
+}
+
+TEST(TilePlan, DenseLayoutVisitsEveryTileWithoutMasks) {
+  const Problem p = make(2, {64, 64}, {64, 64}, {1, 1});
+  const TilePlan t = choose_tiles(p, 128, 64);
+  EXPECT_EQ(t.partial_pairs, 0);
+  EXPECT_DOUBLE_EQ(t.visited_pairs, (64.0 * 64 / 128) * (64.0 * 64 / 64));
+}
+
+TEST(TilePlan, ScoreMatchesChoice) {
+  const Problem p = make(2, {100, 37}, {13, 9}, {3, 1});
+  const TilePlan t = choose_tiles(p, 128, 64);
+  const TilePlan s = score_tiles(p, t.q, t.kv);
+  EXPECT_EQ(s.visited_pairs, t.visited_pairs);
+  EXPECT_EQ(s.partial_pairs, t.partial_pairs);
+}
+
+TEST(TilePlan, ForcedTileValidation) {
+  std::string why;
+  TileShape t{{8, 8, 1}};
+  EXPECT_TRUE(valid_tile(t, 2, 64, true, "query", &why));
+  t.size[1] = 16;
+  EXPECT_FALSE(valid_tile(t, 2, 64, true, "query", &why));
+  EXPECT_NE(why.find("query tile volume 128"), std::string::npos) << why;
+  t.size[0] = 0;
+  EXPECT_FALSE(valid_tile(t, 2, 64, false, "key/value", &why));
+  EXPECT_NE(why.find("axis 0: size 0"), std::string::npos) << why;
+}
+
+}  // namespace
+}  // namespace gna::portable
