@@ -26,8 +26,8 @@ int dtype_size(DType t) {
   return 0;
 }
 
-float effective_scale(const Problem& p) {
-  return p.scale != 0.f ? p.scale : 1.f / std::sqrt(static_cast<float>(p.dim_qk));
+double effective_scale(const Problem& p) {
+  return p.scale != 0.f ? double(p.scale) : 1.0 / std::sqrt(static_cast<double>(p.dim_qk));
 }
 
 void validate(const Problem& p) {

@@ -33,7 +33,8 @@ struct Problem {
   }
 };
 
-float effective_scale(const Problem& p);
+// Softmax scale (double so that the float64 reference is exact; kernels round it to float).
+double effective_scale(const Problem& p);
 
 // Throws gna::Error naming the axis, the parameter and the value when p is not valid.
 void validate(const Problem& p);
