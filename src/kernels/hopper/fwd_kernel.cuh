@@ -1,0 +1,452 @@
+// The Hopper forward kernel: one CTA per (128-token Q tile, head, batch) with a producer warp
+// issuing TMA loads of multi-dimensional boxes straight from the heads-last tensors and two
+// consumer warpgroups (64 Q rows each) doing S = Q K^T (wgmma SS), the online softmax in the
+// exp2 domain and O += P V (wgmma RS, P from registers). K and V flow through 2-stage rings
+// guarded by full/empty mbarriers. Per (Q tile, KV tile) pair the core's tiling math decides:
+// empty pairs are never loaded, full pairs run without mask code, partial pairs apply the
+// per-axis rule with one unsigned compare per axis and element.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "gna/core/tiling.hpp"
+#include "kernels/hopper/fwd_params.hpp"
+#include "kernels/hopper/ptx.cuh"
+
+namespace gna::hopper {
+
+constexpr int kStages = 2;
+constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+
+// Shared-memory image of a [128 tokens x D] tile: D split into boxes of at most 64 elements
+// (128 bytes, the widest swizzled TMA box), each box 128 rows of kRowBytes, swizzled.
+template <int D>
+struct TileLayout {
+  static constexpr int kBoxCols = D < 64 ? D : 64;
+  static constexpr int kRowBytes = kBoxCols * 2;
+  static constexpr int kBoxes = D / kBoxCols;
+  static constexpr int kBoxBytes = kTileTokens * kRowBytes;
+  static constexpr int kTileBytes = kBoxes * kBoxBytes;
+  static constexpr uint32_t kSwizzleMode = kRowBytes == 128 ? 1 : (kRowBytes == 64 ? 2 : 3);
+  static constexpr int kChunksPerRow = kRowBytes / 16;
+};
+
+template <int D>
+struct SharedStorage {
+  alignas(1024) uint8_t q[TileLayout<D>::kTileBytes];
+  alignas(1024) uint8_t k[kStages][TileLayout<D>::kTileBytes];
+  alignas(1024) uint8_t v[kStages][TileLayout<D>::kTileBytes];
+  uint64_t q_full;
+  uint64_t k_full[kStages], k_empty[kStages];
+  uint64_t v_full[kStages], v_empty[kStages];
+};
+
+template <int D>
+constexpr int shared_bytes() {
+  return static_cast<int>(sizeof(SharedStorage<D>)) + 1024;  // + alignment slack
+}
+
+__device__ __forceinline__ int log2_pow2(int v) { return __ffs(v) - 1; }
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The KV tiles a Q tile visits: the per-axis boxes from the core, then the additional-KV tiles.
+struct KvWalk {
+  int begin[kAxes];
+  int size[kAxes];
+  int spatial;     // tiles in the box
+  int additional;  // tiles of additional keys
+};
+
+__device__ __forceinline__ KvWalk make_walk(const FwdParams& p, const int (&qt)[kAxes]) {
+  KvWalk w;
+  w.spatial = 1;
+#pragma unroll
+  for (int a = 0; a < kAxes; ++a) {
+    const Range r =
+        kv_tiles_for_q_tile(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a], p.kv_tile[a]);
+    w.begin[a] = r.begin;
+    w.size[a] = r.size();
+    w.spatial *= w.size[a];
+  }
+  w.additional = (p.additional_kv + kTileTokens - 1) / kTileTokens;
+  return w;
+}
+
+// KV tile coordinates of the t-th spatial tile of the walk and its class (combined over axes).
+__device__ __forceinline__ PairClass walk_tile(const FwdParams& p, const KvWalk& w,
+                                               const int (&qt)[kAxes], int t, int (&kt)[kAxes]) {
+  int rest = t;
+  kt[2] = w.begin[2] + rest % w.size[2];
+  rest /= w.size[2];
+  kt[1] = w.begin[1] + rest % w.size[1];
+  kt[0] = w.begin[0] + rest / w.size[1];
+  PairClass c = PairClass::full;
+#pragma unroll
+  for (int a = 0; a < kAxes; ++a)
+    c = combine(c, classify_axis_tiles(p.axes[a], p.axes[a].extent, qt[a], kt[a], p.q_tile[a],
+                                       p.kv_tile[a]));
+  return c;
+}
+
+// Local coordinates of token r of a tile (row-major over axes 0, 1, 2; sizes are powers of two).
+__device__ __forceinline__ void tile_local(int r, const int (&size)[kAxes], int (&local)[kAxes]) {
+  const int s2 = log2_pow2(size[2]), s1 = log2_pow2(size[1]);
+  local[2] = r & (size[2] - 1);
+  local[1] = (r >> s2) & (size[1] - 1);
+  local[0] = r >> (s1 + s2);
+}
+
+template <int D>
+__device__ __forceinline__ void producer_loop(const FwdParams& p, SharedStorage<D>& s,
+                                              const CUtensorMap* tm_q, const CUtensorMap* tm_k,
+                                              const CUtensorMap* tm_v, const CUtensorMap* tm_ak,
+                                              const CUtensorMap* tm_av, const int (&qt)[kAxes],
+                                              int head, int batch) {
+  using L = TileLayout<D>;
+  const int head_kv = head / p.heads_per_kv;
+  const int x_base = batch * p.axes[0].extent;  // batches folded into the outermost axis
+  mbar_expect_tx(&s.q_full, L::kTileBytes);
+#pragma unroll
+  for (int box = 0; box < L::kBoxes; ++box)
+    tma_load_5d(s.q + box * L::kBoxBytes, tm_q, &s.q_full, box * L::kBoxCols, head,
+                qt[2] * p.q_tile[2], qt[1] * p.q_tile[1], x_base + qt[0] * p.q_tile[0]);
+
+  const KvWalk w = make_walk(p, qt);
+  int it = 0;
+  for (int t = 0; t < w.spatial + w.additional; ++t) {
+    int c2, c3, c4;
+    const CUtensorMap *mk, *mv;
+    if (t < w.spatial) {
+      int kt[kAxes];
+      if (walk_tile(p, w, qt, t, kt) == PairClass::empty) continue;
+      c2 = kt[2] * p.kv_tile[2];
+      c3 = kt[1] * p.kv_tile[1];
+      c4 = x_base + kt[0] * p.kv_tile[0];
+      mk = tm_k;
+      mv = tm_v;
+    } else {
+      c2 = (t - w.spatial) * kTileTokens;
+      c3 = p.batch_offset + batch;
+      c4 = 0;
+      mk = tm_ak;
+      mv = tm_av;
+    }
+    const int stage = it % kStages;
+    const uint32_t phase = (it / kStages) & 1;
+    mbar_wait(&s.k_empty[stage], phase ^ 1);
+    mbar_expect_tx(&s.k_full[stage], L::kTileBytes);
+#pragma unroll
+    for (int box = 0; box < L::kBoxes; ++box)
+      tma_load_5d(s.k[stage] + box * L::kBoxBytes, mk, &s.k_full[stage], box * L::kBoxCols,
+                  head_kv, c2, c3, c4);
+    mbar_wait(&s.v_empty[stage], phase ^ 1);
+    mbar_expect_tx(&s.v_full[stage], L::kTileBytes);
+#pragma unroll
+    for (int box = 0; box < L::kBoxes; ++box)
+      tma_load_5d(s.v[stage] + box * L::kBoxBytes, mv, &s.v_full[stage], box * L::kBoxCols,
+                  head_kv, c2, c3, c4);
+    ++it;
+  }
+}
+
+template <typename Tag>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<Bf16Tag>(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<F16Tag>(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+template <int D, typename Tag>
+__device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<D>& s,
+                                              const int (&qt)[kAxes], int head, int batch,
+                                              int consumer) {
+  using L = TileLayout<D>;
+  constexpr int kS = kTileTokens / 2;  // S accumulators per thread (64 x 128 per warpgroup)
+  constexpr int kO = D / 2;            // O accumulators per thread (64 x D)
+  const int lane = threadIdx.x % 32;
+  const int warp = (threadIdx.x / 32) % 4;
+  const int quad = lane % 4;
+  const int row_in_wg = warp * 16 + lane / 4;  // and + 8
+
+  // Per row (2 per thread): validity and the key window per axis (group coordinates).
+  int key_begin[2][kAxes], key_width[2][kAxes];
+  bool row_valid[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    int local[kAxes];
+    tile_local(consumer * 64 + row_in_wg + 8 * i, p.q_tile, local);
+    row_valid[i] = true;
+#pragma unroll
+    for (int a = 0; a < kAxes; ++a) {
+      const int n = p.axes[a].extent;
+      const int c = qt[a] * p.q_tile[a] + local[a];
+      row_valid[i] = row_valid[i] && c < n;
+      const Range kw = key_window(p.axes[a], n, min_i(c, n - 1));
+      key_begin[i][a] = kw.begin;
+      key_width[i][a] = kw.size();
+    }
+  }
+
+  float o[kO];
+#pragma unroll
+  for (int i = 0; i < kO; ++i) o[i] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY};  // log2 domain (scaled)
+  float row_sum[2] = {0.f, 0.f};              // this thread's partial sums
+  const float scale_log2 = p.scale_log2;
+
+  mbar_wait(&s.q_full, 0);
+  const uint32_t q_base = smem_addr(s.q) + consumer * 64 * L::kRowBytes;
+
+  const KvWalk w = make_walk(p, qt);
+  int it = 0;
+  for (int t = 0; t < w.spatial + w.additional; ++t) {
+    int kt[kAxes] = {0, 0, 0};
+    bool partial = false;
+    int key_limit = kTileTokens;  // additional-KV tail
+    if (t < w.spatial) {
+      const PairClass c = walk_tile(p, w, qt, t, kt);
+      if (c == PairClass::empty) continue;
+      partial = c == PairClass::partial;
+    } else {
+      key_limit = min_i(kTileTokens, p.additional_kv - (t - w.spatial) * kTileTokens);
+    }
+    const int stage = it % kStages;
+    const uint32_t phase = (it / kStages) & 1;
+    ++it;
+
+    // S = Q K^T
+    float sacc[kS];
+    mbar_wait(&s.k_full[stage], phase);
+    const uint32_t k_base = smem_addr(s.k[stage]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int box = kk * 16 / L::kBoxCols;
+      const int within = (kk * 16 % L::kBoxCols) * 2;
+      const uint64_t da = make_smem_desc(q_base + box * L::kBoxBytes + within, 16,
+                                         8 * L::kRowBytes, L::kSwizzleMode);
+      const uint64_t db = make_smem_desc(k_base + box * L::kBoxBytes + within, 16,
+                                         8 * L::kRowBytes, L::kSwizzleMode);
+      WgmmaSS<kTileTokens, Tag>::run(sacc, da, db, kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(sacc);
+    if (lane == 0) mbar_arrive(&s.k_empty[stage]);
+
+    if (partial) {
+      int lo[2][kAxes];
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int a = 0; a < kAxes; ++a) lo[i][a] = key_begin[i][a] - kt[a] * p.kv_tile[a];
+#pragma unroll
+      for (int j = 0; j < kTileTokens / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          int local[kAxes];
+          tile_local(j * 8 + quad * 2 + e, p.kv_tile, local);
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            bool ok = true;
+#pragma unroll
+            for (int a = 0; a < kAxes; ++a)
+              ok = ok && static_cast<unsigned>(local[a] - lo[i][a]) <
+                             static_cast<unsigned>(key_width[i][a]);
+            if (!ok) sacc[j * 4 + i * 2 + e] = -INFINITY;
+          }
+        }
+    } else if (key_limit < kTileTokens) {
+#pragma unroll
+      for (int j = 0; j < kTileTokens / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          if (j * 8 + quad * 2 + e >= key_limit) {
+            sacc[j * 4 + e] = -INFINITY;
+            sacc[j * 4 + 2 + e] = -INFINITY;
+          }
+    }
+
+    // Online softmax (exp2 domain, scale folded in).
+    float correction[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kTileTokens / 8; ++j)
+        mx = fmaxf(mx, fmaxf(sacc[j * 4 + i * 2], sacc[j * 4 + i * 2 + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+      const float m_new = fmaxf(row_max[i], mx * scale_log2);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      correction[i] = fast_exp2(row_max[i] - m_use);
+      row_max[i] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kTileTokens / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pv = fast_exp2(fmaf(sacc[j * 4 + i * 2 + e], scale_log2, -m_use));
+          sacc[j * 4 + i * 2 + e] = pv;
+          sum += pv;
+        }
+      row_sum[i] = row_sum[i] * correction[i] + sum;
+    }
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      o[j * 4 + 0] *= correction[0];
+      o[j * 4 + 1] *= correction[0];
+      o[j * 4 + 2] *= correction[1];
+      o[j * 4 + 3] *= correction[1];
+    }
+    uint32_t pa[kTileTokens / 4];
+#pragma unroll
+    for (int k = 0; k < kTileTokens / 16; ++k) {
+      pa[k * 4 + 0] = pack2<Tag>(sacc[8 * k + 0], sacc[8 * k + 1]);
+      pa[k * 4 + 1] = pack2<Tag>(sacc[8 * k + 2], sacc[8 * k + 3]);
+      pa[k * 4 + 2] = pack2<Tag>(sacc[8 * k + 4], sacc[8 * k + 5]);
+      pa[k * 4 + 3] = pack2<Tag>(sacc[8 * k + 6], sacc[8 * k + 7]);
+    }
+
+    // O += P V (V is N-major: the transposed B operand).
+    mbar_wait(&s.v_full[stage], phase);
+    const uint32_t v_base = smem_addr(s.v[stage]);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kTileTokens / 16; ++k) {
+      const uint64_t db = make_smem_desc(v_base + k * 16 * L::kRowBytes, L::kBoxBytes,
+                                         8 * L::kRowBytes, L::kSwizzleMode);
+      WgmmaRS<D, Tag>::run(o, &pa[k * 4], db);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(o);
+    if (lane == 0) mbar_arrive(&s.v_empty[stage]);
+  }
+
+  // Epilogue: normalise, stage this warpgroup's rows in its own rows of the Q tile, store.
+  float inv[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float l = row_sum[i];
+    l += __shfl_xor_sync(0xffffffff, l, 1);
+    l += __shfl_xor_sync(0xffffffff, l, 2);
+    row_sum[i] = l;
+    inv[i] = l > 0.f ? 1.f / l : 0.f;
+  }
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = consumer * 64 + row_in_wg + 8 * i;
+      const int col = j * 8 + quad * 2;
+      const int box = col / L::kBoxCols;
+      const int cc = col % L::kBoxCols;
+      const int chunk = (cc / 8) ^ (r % L::kChunksPerRow);
+      uint8_t* dst = s.q + box * L::kBoxBytes + r * L::kRowBytes + chunk * 16 + (cc % 8) * 2;
+      *reinterpret_cast<uint32_t*>(dst) =
+          pack2<Tag>(o[j * 4 + i * 2] * inv[i], o[j * 4 + i * 2 + 1] * inv[i]);
+    }
+  if (p.lse != nullptr && quad == 0) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (!row_valid[i]) continue;
+      int local[kAxes];
+      tile_local(consumer * 64 + row_in_wg + 8 * i, p.q_tile, local);
+      int64_t off = batch * p.lse_batch_stride + head * p.lse_head_stride;
+#pragma unroll
+      for (int a = 0; a < kAxes; ++a)
+        off += static_cast<int64_t>(qt[a] * p.q_tile[a] + local[a]) * p.lse_axis_stride[a];
+      const float lse = row_sum[i] > 0.f ? (row_max[i] + __log2f(row_sum[i])) * 0.69314718056f
+                                         : -INFINITY;
+      p.lse[off] = lse;
+    }
+  }
+  named_barrier_sync(1 + consumer, 128);
+  using Elem = uint4;
+  constexpr int kChunks = D * 2 / 16;  // 16-byte chunks per output row
+  const int tid = threadIdx.x % 128;
+  for (int idx = tid; idx < 64 * kChunks; idx += 128) {
+    const int r = consumer * 64 + idx / kChunks;
+    const int ch = idx % kChunks;
+    int local[kAxes];
+    tile_local(r, p.q_tile, local);
+    bool valid = true;
+    int64_t off = batch * p.o_batch_stride + head * p.o_head_stride + ch * 8;
+#pragma unroll
+    for (int a = 0; a < kAxes; ++a) {
+      const int c = qt[a] * p.q_tile[a] + local[a];
+      valid = valid && c < p.axes[a].extent;
+      off += static_cast<int64_t>(c) * p.o_axis_stride[a];
+    }
+    if (!valid) continue;
+    const int box = ch / L::kChunksPerRow;
+    const int chunk = (ch % L::kChunksPerRow) ^ (r % L::kChunksPerRow);
+    const Elem val =
+        *reinterpret_cast<const Elem*>(s.q + box * L::kBoxBytes + r * L::kRowBytes + chunk * 16);
+    *reinterpret_cast<Elem*>(static_cast<uint16_t*>(p.o) + off) = val;
+  }
+}
+
+template <int D, typename Tag>
+__global__ void __launch_bounds__(kThreads, 1)
+    forward_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                   const __grid_constant__ CUtensorMap tm_v,
+                   const __grid_constant__ CUtensorMap tm_ak,
+                   const __grid_constant__ CUtensorMap tm_av, const __grid_constant__ FwdParams p) {
+  extern __shared__ uint8_t smem_raw[];
+  auto& s = *reinterpret_cast<SharedStorage<D>*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+
+  int work = blockIdx.x;
+  const int tile = work % p.q_tiles_per_image;
+  work /= p.q_tiles_per_image;
+  const int head = work % p.heads_q;
+  const int batch = work / p.heads_q;
+  int qt[kAxes];
+  qt[2] = tile % p.q_tiles[2];
+  qt[1] = (tile / p.q_tiles[2]) % p.q_tiles[1];
+  qt[0] = tile / (p.q_tiles[2] * p.q_tiles[1]);
+
+  const int warpgroup = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    prefetch_tensor_map(&tm_q);
+    prefetch_tensor_map(&tm_k);
+    prefetch_tensor_map(&tm_v);
+    mbar_init(&s.q_full, 1);
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(&s.k_full[i], 1);
+      mbar_init(&s.v_full[i], 1);
+      mbar_init(&s.k_empty[i], 8);  // one arrival per consumer warp
+      mbar_init(&s.v_empty[i], 8);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    regs_decrease<kProducerRegs>();
+    if (threadIdx.x == 0)
+      producer_loop<D>(p, s, &tm_q, &tm_k, &tm_v, &tm_ak, &tm_av, qt, head, batch);
+  } else {
+    regs_increase<kConsumerRegs>();
+    consumer_loop<D, Tag>(p, s, qt, head, batch, warpgroup - 1);
+  }
+}
+
+}  // namespace gna::hopper

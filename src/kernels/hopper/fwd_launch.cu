@@ -1,0 +1,428 @@
+// Host side of the Hopper forward kernel: backend registration, support checks, tile choice
+// with the core's tiling math, tensor maps over the heads-last tensors (no token permutation),
+// and one launch per dilation-group combination (and per batch index where batches cannot be
+// folded into the outermost axis of a tensor map).
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "gna/core/error.hpp"
+#include "kernels/hopper/fwd_kernel.cuh"
+#include "kernels/hopper/fwd_launch.hpp"
+
+namespace gna::hopper {
+namespace {
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encode_tiled() {
+  static EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      p = nullptr;
+    return reinterpret_cast<EncodeTiled>(p);
+  }();
+  return fn;
+}
+
+bool is_sm90(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
+    return false;
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return major == 9 && minor == 0;
+}
+
+int pow2_log(int v) {
+  int l = 0;
+  while ((1 << l) < v) ++l;
+  return l;
+}
+
+// Per-axis tile statistics over one group of length n: sum and max of visited KV tiles per Q
+// tile, and the number of fully dense pairs.
+struct AxisStats {
+  double visited = 0, full = 0, max_visited = 0;
+  int q_tiles = 0, kv_tiles = 0;
+};
+
+AxisStats axis_stats(const AxisRule& rule, int n, int tq, int tkv) {
+  AxisStats st;
+  st.q_tiles = tiles_along(n, tq);
+  st.kv_tiles = tiles_along(n, tkv);
+  for (int qt = 0; qt < st.q_tiles; ++qt) {
+    const Range r = kv_tiles_for_q_tile(rule, n, qt, tq, tkv);
+    st.visited += r.size();
+    st.max_visited = std::max<double>(st.max_visited, r.size());
+    for (int kt = r.begin; kt < r.end; ++kt)
+      st.full += classify_axis_tiles(rule, n, qt, kt, tq, tkv) == PairClass::full;
+  }
+  return st;
+}
+
+void check_tile(const TileShape& t, int rank, const char* name) {
+  int64_t v = 1;
+  for (int a = 0; a < rank; ++a) {
+    if (t.size[a] < 1 || (t.size[a] & (t.size[a] - 1)) != 0)
+      fail_invalid("hopper: ", name, " tile size on axis ", a, " must be a power of two, got ",
+                   t.size[a]);
+    v *= t.size[a];
+  }
+  if (v != kTileTokens)
+    fail_invalid("hopper: ", name, " tile must hold ", kTileTokens, " tokens, got ", v);
+}
+
+TileChoice evaluate(const Problem& p, const TileShape& q, const TileShape& kv) {
+  TileChoice c;
+  c.q = q;
+  c.kv = kv;
+  double visited = 1, full = 1, mx = 1, dense = 1;
+  for (int a = 0; a < p.rank; ++a) {
+    AxisRule rule = p.axes[a];
+    const int n = group_length(rule, 0);
+    rule.extent = n;
+    rule.dilation = 1;
+    const AxisStats st = axis_stats(rule, n, q.size[a], kv.size[a]);
+    visited *= st.visited;
+    full *= st.full;
+    mx *= st.max_visited;
+    dense *= st.kv_tiles;
+  }
+  c.visited_pairs = visited;
+  c.full_pairs = full;
+  c.max_kv_per_q = mx;
+  c.dense_kv_tiles = dense;
+  return c;
+}
+
+// All power-of-two shapes of kTileTokens tokens over `rank` axes.
+std::vector<TileShape> tile_shapes(int rank) {
+  std::vector<TileShape> out;
+  const int total = pow2_log(kTileTokens);
+  for (int e0 = 0; e0 <= total; ++e0)
+    for (int e1 = 0; e1 <= total - e0; ++e1) {
+      const int e2 = total - e0 - e1;
+      if ((rank < 3 && e2 != 0) || (rank < 2 && e1 != 0)) continue;
+      TileShape t;
+      t.size[0] = 1 << e0;
+      if (rank > 1) t.size[1] = 1 << e1;
+      if (rank > 2) t.size[2] = 1 << e2;
+      out.push_back(t);
+    }
+  return out;
+}
+
+// Cost of a choice in units of one dense (Q tile, KV tile) pair: partial pairs pay for the mask.
+double choice_cost(const TileChoice& c) {
+  constexpr double kPartialExtra = 0.25;
+  return c.visited_pairs + kPartialExtra * (c.visited_pairs - c.full_pairs);
+}
+
+using Signature = std::vector<int>;
+
+Signature signature_of(const Problem& p) {
+  Signature s{p.rank};
+  for (int a = 0; a < p.rank; ++a) {
+    const AxisRule& r = p.axes[a];
+    s.insert(s.end(), {r.extent, r.window, r.dilation, r.stride, r.causal ? 1 : 0});
+  }
+  return s;
+}
+
+}  // namespace
+
+TileChoice choose_tiles(const Problem& p, const KernelOptions& options) {
+  bool forced_q = false, forced_kv = false;
+  for (int a = 0; a < p.rank; ++a) {
+    forced_q = forced_q || options.q_tile.size[a] != 0;
+    forced_kv = forced_kv || options.kv_tile.size[a] != 0;
+  }
+  if (forced_q) check_tile(options.q_tile, p.rank, "Q");
+  if (forced_kv) check_tile(options.kv_tile, p.rank, "KV");
+  if (forced_q && forced_kv) return evaluate(p, options.q_tile, options.kv_tile);
+
+  static std::mutex mu;
+  static std::map<std::tuple<Signature, bool, bool, std::vector<int>>, TileChoice> cache;
+  std::vector<int> forced;
+  for (int a = 0; a < p.rank; ++a) {
+    forced.push_back(options.q_tile.size[a]);
+    forced.push_back(options.kv_tile.size[a]);
+  }
+  const auto key = std::make_tuple(signature_of(p), forced_q, forced_kv, forced);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  const std::vector<TileShape> shapes = tile_shapes(p.rank);
+  TileChoice best;
+  double best_cost = INFINITY;
+  for (const TileShape& q : shapes) {
+    if (forced_q && std::memcmp(&q, &options.q_tile, sizeof q) != 0) continue;
+    for (const TileShape& kv : shapes) {
+      if (forced_kv && std::memcmp(&kv, &options.kv_tile, sizeof kv) != 0) continue;
+      const TileChoice c = evaluate(p, q, kv);
+      const double cost = choice_cost(c);
+      if (cost < best_cost) {
+        best_cost = cost;
+        best = c;
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  cache.emplace(key, best);
+  return best;
+}
+
+bool supports(const ForwardCall& call, std::string* why) {
+  auto no = [&](const std::string& m) {
+    if (why) *why = "hopper: " + m;
+    return false;
+  };
+  const Problem& p = call.problem;
+  if (call.in.q.on_host()) return no("needs CUDA tensors");
+  if (!is_sm90(call.in.q.device)) return no("needs an sm_90 (Hopper) device");
+  if (encode_tiled() == nullptr) return no("the driver has no cuTensorMapEncodeTiled");
+  if (p.dtype != DType::bf16 && p.dtype != DType::f16)
+    return no(std::string("dtype ") + dtype_name(p.dtype) + " not supported (supported: bf16, f16)");
+  if (p.dim_qk != 32 && p.dim_qk != 64 && p.dim_qk != 128)
+    return no("head dim " + std::to_string(p.dim_qk) + " not supported (supported: 32, 64, 128)");
+  if (p.dim_v != p.dim_qk)
+    return no("value head dim " + std::to_string(p.dim_v) + " must equal the query/key head dim " +
+              std::to_string(p.dim_qk));
+  if (call.lse && call.lse->dtype != DType::f32) return no("LSE must be float32");
+  auto aligned = [&](const TensorRef& t, const char* name, std::string* m) {
+    if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
+      *m = std::string(name) + ": data pointer must be 16-byte aligned";
+      return false;
+    }
+    for (int i = 0; i + 1 < t.rank; ++i)
+      if (t.strides[i] % 8 != 0 && t.shape[i] > 1) {
+        *m = std::string(name) + ": stride of dim " + std::to_string(i) +
+             " must be a multiple of 8 elements (16 bytes), got " + std::to_string(t.strides[i]);
+        return false;
+      }
+    return true;
+  };
+  std::string m;
+  if (!aligned(call.in.q, "query", &m) || !aligned(call.in.k, "key", &m) ||
+      !aligned(call.in.v, "value", &m) || !aligned(call.out, "output", &m))
+    return no(m);
+  if (call.in.additional_k &&
+      (!aligned(*call.in.additional_k, "additional keys", &m) ||
+       !aligned(*call.in.additional_v, "additional values", &m)))
+    return no(m);
+  return true;
+}
+
+namespace {
+
+// One tensor map over a heads-last tensor: dims (D, H, axis2, axis1, axis0'), where axis0'
+// runs over `folded` batch indices when batches are folded into the outermost axis.
+struct MapDims {
+  cuuint64_t dim[5];
+  cuuint64_t stride_bytes[4];  // of dims 1..4
+  cuuint32_t box[5];
+};
+
+void encode(CUtensorMap* map, const MapDims& d, void* base, DType dtype, int head_dim) {
+  const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
+  const CUtensorMapSwizzle swizzle =
+      head_dim >= 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  const CUresult r = encode_tiled()(
+      map, dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      5, base, d.dim, d.stride_bytes, d.box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    fail(ErrorKind::runtime, "hopper: cuTensorMapEncodeTiled failed (", static_cast<int>(r),
+         ") for dims [", d.dim[0], ", ", d.dim[1], ", ", d.dim[2], ", ", d.dim[3], ", ", d.dim[4],
+         "]");
+}
+
+}  // namespace
+
+void forward(const ForwardCall& call) {
+  const Problem& p = call.problem;
+  const int r = p.rank;
+  const int off = kAxes - r;  // kernel axis = problem axis + off
+  const int D = p.dim_qk;
+  const int es = dtype_size(p.dtype);
+  const TileChoice tiles = choose_tiles(p, call.options);
+  const TensorRef& q = call.in.q;
+  const TensorRef& k = call.in.k;
+  const TensorRef& v = call.in.v;
+  const TensorRef& o = call.out;
+  const int box_cols = D < 64 ? D : 64;
+
+  // Batches fold into the outermost axis of the maps: for rank < 3 into the unit placeholder
+  // axis (any batch stride); for rank 3 when the batch stride spans the dilation-group rows.
+  const AxisRule& outer = p.axes[0];
+  bool fold = true;
+  if (r == kAxes && p.batch > 1) {
+    const bool exact = outer.extent % outer.dilation == 0;
+    for (const TensorRef* t : {&q, &k, &v, &o})
+      fold = fold && exact && t->strides[0] == outer.extent * t->strides[1];
+    if (call.lse) fold = fold && exact && call.lse->strides[0] == outer.extent * call.lse->strides[1];
+  }
+  const int batch_runs = fold ? 1 : p.batch;
+  const int per_run = fold ? p.batch : 1;
+
+  int groups = 1;
+  for (int a = 0; a < r; ++a) groups *= p.axes[a].dilation;
+
+  CUtensorMap maps[5];
+  for (int run = 0; run < batch_runs; ++run) {
+    for (int gi = 0; gi < groups; ++gi) {
+      int g[kAxes] = {0, 0, 0};
+      {
+        int rest = gi;
+        for (int a = r - 1; a >= 0; --a) {
+          g[a] = rest % p.axes[a].dilation;
+          rest /= p.axes[a].dilation;
+        }
+      }
+      FwdParams fp{};
+      for (int ka = 0; ka < kAxes; ++ka) {
+        const int a = ka - off;
+        if (a < 0) {
+          fp.axes[ka] = AxisRule{1, 1, 1, 1, false};
+          fp.q_tile[ka] = fp.kv_tile[ka] = 1;
+        } else {
+          AxisRule rule = p.axes[a];
+          rule.extent = group_length(rule, g[a]);
+          rule.dilation = 1;
+          fp.axes[ka] = rule;
+          fp.q_tile[ka] = tiles.q.size[a];
+          fp.kv_tile[ka] = tiles.kv.size[a];
+        }
+        fp.q_tiles[ka] = tiles_along(fp.axes[ka].extent, fp.q_tile[ka]);
+      }
+      fp.q_tiles_per_image = fp.q_tiles[0] * fp.q_tiles[1] * fp.q_tiles[2];
+      fp.batches = per_run;
+      fp.batch_offset = run;
+      fp.heads_q = p.heads_q;
+      fp.heads_per_kv = p.heads_q / p.heads_kv;
+      fp.additional_kv = p.additional_kv;
+      fp.scale_log2 = effective_scale(p) * 1.4426950408889634f;
+
+      // Element offset of (first batch of the run, group origin) in a token tensor.
+      auto origin = [&](const TensorRef& t) {
+        int64_t e = run * t.strides[0];
+        for (int a = 0; a < r; ++a) e += g[a] * t.strides[1 + a];
+        return e;
+      };
+      fp.o = static_cast<char*>(o.data) + origin(o) * es;
+      fp.o_batch_stride = o.strides[0];
+      fp.o_head_stride = o.strides[r + 1];
+      fp.lse = nullptr;
+      if (call.lse) {
+        const TensorRef& l = *call.lse;
+        fp.lse = static_cast<float*>(l.data) + origin(l);
+        fp.lse_batch_stride = l.strides[0];
+        fp.lse_head_stride = l.strides[r + 1];
+      }
+      for (int ka = 0; ka < kAxes; ++ka) {
+        const int a = ka - off;
+        fp.o_axis_stride[ka] = a < 0 ? 0 : o.strides[1 + a] * p.axes[a].dilation;
+        if (call.lse) fp.lse_axis_stride[ka] = a < 0 ? 0 : call.lse->strides[1 + a] * p.axes[a].dilation;
+      }
+      if (r < kAxes) {
+        // The placeholder outer axis carries the batch: its "coordinate" is the batch index.
+        fp.o_axis_stride[0] = 0;
+        if (call.lse) fp.lse_axis_stride[0] = 0;
+      }
+
+      auto token_map = [&](CUtensorMap* map, const TensorRef& t, const int* tile) {
+        MapDims d{};
+        d.dim[0] = D;
+        d.dim[1] = t.shape[r + 1];
+        d.stride_bytes[0] = t.strides[r + 1] * es;
+        d.box[0] = box_cols;
+        d.box[1] = 1;
+        for (int ka = 0; ka < kAxes; ++ka) {
+          const int a = ka - off;
+          const int dim = 4 - ka;  // axis 2 -> dim 2, axis 0 -> dim 4
+          int64_t stride = a < 0 ? t.strides[0] : t.strides[1 + a] * p.axes[a].dilation;
+          cuuint64_t extent = fp.axes[ka].extent;
+          if (ka == 0) {
+            extent *= per_run;  // folded batches
+            if (a < 0) stride = t.strides[0];
+          }
+          d.dim[dim] = extent;
+          d.stride_bytes[dim - 1] = (stride > 0 ? stride : 8) * es;
+          d.box[dim] = tile[ka];
+        }
+        encode(map, d, static_cast<char*>(t.data) + origin(t) * es, p.dtype, D);
+      };
+      token_map(&maps[0], q, fp.q_tile);
+      token_map(&maps[1], k, fp.kv_tile);
+      token_map(&maps[2], v, fp.kv_tile);
+      if (p.additional_kv > 0) {
+        for (int which = 0; which < 2; ++which) {
+          const TensorRef& t = which == 0 ? *call.in.additional_k : *call.in.additional_v;
+          MapDims d{};
+          d.dim[0] = D;
+          d.dim[1] = t.shape[2];
+          d.dim[2] = t.shape[1];
+          d.dim[3] = t.shape[0];
+          d.dim[4] = 1;
+          d.stride_bytes[0] = t.strides[2] * es;
+          d.stride_bytes[1] = t.strides[1] * es;
+          d.stride_bytes[2] = t.strides[0] * es;
+          d.stride_bytes[3] = t.strides[0] * es;
+          d.box[0] = box_cols;
+          d.box[1] = 1;
+          d.box[2] = kTileTokens;
+          d.box[3] = 1;
+          d.box[4] = 1;
+          encode(&maps[3 + which], d, t.data, p.dtype, D);
+        }
+      } else {
+        maps[3] = maps[1];
+        maps[4] = maps[2];
+      }
+      const int grid = fp.q_tiles_per_image * p.heads_q * per_run;
+      const bool bf16 = p.dtype == DType::bf16;
+      if (D == 32)
+        launch_d32(bf16, maps, fp, grid, call.stream);
+      else if (D == 64)
+        launch_d64(bf16, maps, fp, grid, call.stream);
+      else
+        launch_d128(bf16, maps, fp, grid, call.stream);
+    }
+  }
+}
+
+namespace {
+
+Backend make_hopper_backend() {
+  Backend b;
+  b.name = "hopper";
+  b.priority = 100;
+  b.device = true;
+  b.supports_forward = [](const ForwardCall& c, std::string* why) { return supports(c, why); };
+  b.forward = [](const ForwardCall& c) { forward(c); };
+  b.supports_backward = [](const BackwardCall&, std::string* why) {
+    if (why) *why = "hopper: backward not implemented";
+    return false;
+  };
+  return b;
+}
+
+}  // namespace
+
+GNA_REGISTER_BACKEND(make_hopper_backend);
+
+}  // namespace gna::hopper

@@ -1,0 +1,31 @@
+// Host side of the Hopper forward kernel: tile choice, tensor maps and launches.
+#pragma once
+
+#include <string>
+
+#include "api/backend.hpp"
+#include "kernels/hopper/fwd_params.hpp"
+
+namespace gna::hopper {
+
+// Per-axis Q and KV tiles for the problem's axes (index = problem axis), chosen by the core's
+// tiling math; honours call.options when set.
+struct TileChoice {
+  TileShape q, kv;
+  double visited_pairs = 0;   // (Q tile, KV tile) pairs visited over one image and head
+  double full_pairs = 0;      // of which fully dense
+  double max_kv_per_q = 0;    // KV tiles of the worst Q tile
+  double dense_kv_tiles = 0;  // KV tiles of dense attention over the same tiling
+};
+TileChoice choose_tiles(const Problem& p, const KernelOptions& options);
+
+// Whether the kernel can run the call (device, dtype, head dims, strides, alignment).
+bool supports(const ForwardCall& call, std::string* why);
+void forward(const ForwardCall& call);
+
+// Kernel launchers, one per (head dim, dtype): defined in the fwd_d*.cu instantiation files.
+void launch_d32(bool bf16, const void* maps, const FwdParams& p, int grid, void* stream);
+void launch_d64(bool bf16, const void* maps, const FwdParams& p, int grid, void* stream);
+void launch_d128(bool bf16, const void* maps, const FwdParams& p, int grid, void* stream);
+
+}  // namespace gna::hopper
