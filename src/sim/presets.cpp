@@ -34,7 +34,7 @@ const std::vector<Preset>& presets() {
       make("flux4k", "FLUX at 4K: 24 heads, d 128; window 80x80 (90%)", {256, 256}, {80, 80},
            {16, 16}, {16, 8}),
       make("nat", "NAT image models: batch 128, 2-4 heads, d 32; window 7x7 (also 28x28)",
-           {56, 56}, {7, 7}, {8, 16}, {8, 16}),
+           {56, 56}, {7, 7}, {8, 8}, {8, 8}),
       make("long1d", "long sequence: 8 heads, d 128; window 2048", {32768}, {2048}, {128},
            {128}),
   };
