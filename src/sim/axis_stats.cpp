@@ -36,7 +36,7 @@ Visit visit_dynamic(const AxisRule& a, int n, int qt, int q_tile, int kv_tile) {
 
 }  // namespace
 
-AxisStats axis_stats(const AxisRule& a, int q_tile, int kv_tile, KvTiling kv_tiling) {
+AxisStats axis_tile_stats(const AxisRule& a, int q_tile, int kv_tile, KvTiling kv_tiling) {
   AxisStats s;
   s.extent = a.extent;
   s.dense_kv_tiles = tiles_along(a.extent, kv_tile);
@@ -56,6 +56,11 @@ AxisStats axis_stats(const AxisRule& a, int q_tile, int kv_tile, KvTiling kv_til
       s.full += v.full;
     }
   }
+  return s;
+}
+
+AxisStats axis_stats(const AxisRule& a, int q_tile, int kv_tile, KvTiling kv_tiling) {
+  AxisStats s = axis_tile_stats(a, q_tile, kv_tile, kv_tiling);
   s.attended = axis_attended(a);
   return s;
 }

@@ -25,6 +25,9 @@ struct AxisStats {
 
 AxisStats axis_stats(const AxisRule& a, int q_tile, int kv_tile, KvTiling kv_tiling);
 
+// The same without `attended` (left 0), for callers that already know it.
+AxisStats axis_tile_stats(const AxisRule& a, int q_tile, int kv_tile, KvTiling kv_tiling);
+
 // (query, key) pairs attended on this axis alone: the sum of the key windows' sizes.
 int64_t axis_attended(const AxisRule& a);
 
