@@ -19,7 +19,8 @@ except ImportError:  # the simulator tests still run; the torch tests skip thems
     torch = None
 
 # Relative-norm tolerances ||out - ref|| / ||ref|| per input dtype against a float64 oracle.
-TOLERANCE = {} if torch is None else {torch.float64: 1e-10, torch.float32: 1e-4,
+# float64 is bounded by the scale, a float32 parameter of the C ABI (1/sqrt(D) rounded).
+TOLERANCE = {} if torch is None else {torch.float64: 1e-6, torch.float32: 1e-4,
                                       torch.float16: 5e-3, torch.bfloat16: 3e-2}
 
 

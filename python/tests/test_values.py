@@ -13,6 +13,7 @@ import gna
 from conftest import (TOLERANCE, block_mask, dense_attention, device_backend_or_skip,
                       device_backends, qkv, randn, rel_error)
 
+F64 = TOLERANCE[torch.float64]
 NA = {1: gna.na1d, 2: gna.na2d, 3: gna.na3d}
 SPATIAL = {1: (9,), 2: (5, 6), 3: (3, 4, 5)}
 
@@ -36,14 +37,14 @@ def test_stride_equal_to_window_is_blocked_attention(rank, spatial, block):
     q, k, v = qkv(1, spatial, 3, 4, dtype=torch.float64)
     out = NA[rank](q, k, v, block, stride=block)
     ref, _ = dense_attention(q, k, v, mask=block_mask(spatial, block))
-    assert rel_error(out, ref) < 1e-10
+    assert rel_error(out, ref) < F64
 
 
 def test_causal_full_window_is_causal_attention():
     q, k, v = qkv(2, (10,), 2, 4, dtype=torch.float64)
     out = gna.na1d(q, k, v, 10, is_causal=True)
     ref, _ = dense_attention(q, k, v, mask=torch.ones(10, 10, dtype=torch.bool).tril())
-    assert rel_error(out, ref) < 1e-10
+    assert rel_error(out, ref) < F64
 
 
 def test_additional_keys_join_the_softmax():
@@ -52,7 +53,7 @@ def test_additional_keys_join_the_softmax():
     out, lse = gna.na2d(q, k, v, (4, 5), additional_keys=ek, additional_values=ev,
                         return_lse=True)
     ref, ref_lse = dense_attention(q, k, v, extra_k=ek, extra_v=ev)
-    assert rel_error(out, ref) < 1e-10 and rel_error(lse, ref_lse) < 1e-10
+    assert rel_error(out, ref) < F64 and rel_error(lse, ref_lse) < F64
 
 
 def test_grouped_query_heads_equal_repeated_kv_heads():
@@ -131,7 +132,7 @@ def test_merge_attentions_recovers_attention_over_the_union():
     merged, merged_lse = gna.merge_attentions([main, extra], [main_lse, extra_lse])
     joint, joint_lse = gna.na2d(q, k, v, 3, additional_keys=ek, additional_values=ev,
                                 return_lse=True)
-    assert rel_error(merged, joint) < 1e-10 and rel_error(merged_lse, joint_lse) < 1e-10
+    assert rel_error(merged, joint) < F64 and rel_error(merged_lse, joint_lse) < F64
     lib_out, lib_lse = _merge_oracle([main, extra], [main_lse, extra_lse])
     assert rel_error(merged, lib_out) < 1e-12 and rel_error(merged_lse, lib_lse) < 1e-12
 
@@ -148,7 +149,7 @@ def test_gradients_vs_dense_oracle_on_full_window():
     r_out, r_lse = dense_attention(q, k, v, extra_k=ek, extra_v=ev)
     ref = torch.autograd.grad((r_out * w_out).sum() + (r_lse * w_lse).sum(), (q, k, v, ek, ev))
     for g, r in zip(grads, ref):
-        assert rel_error(g, r) < 1e-10
+        assert rel_error(g, r) < F64
 
 
 # ---- CUDA tensors against the CPU reference -------------------------------------------------
