@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Sets gna up on a fresh machine and runs the built-in example:
+#   installs the build dependencies (Debian packages) if they are missing, configures and builds
+#   the project (CUDA kernels too when nvcc is found), then runs gna-demo on a GPU if there is
+#   one, on the CPU otherwise.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v cmake >/dev/null || need+=(cmake)
+command -v ninja >/dev/null || need+=(ninja-build)
+command -v g++ >/dev/null || need+=(g++)
+[ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  $sudo_cmd apt-get install -y -qq "${need[@]}"
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j "$(nproc)"
+./build/bin/gna-demo
