@@ -4,12 +4,11 @@ pyproject.toml; not installed).
 Environment: GNA_CMAKE_ARGS (extra configure arguments, e.g. "-DGNA_CUDA=OFF"),
 GNA_BUILD_JOBS (parallel jobs), GNA_BUILD_DIR (the CMake build folder; default build/python).
 
-libgna reports bad arguments by C++ exceptions that it catches at its C ABI. Some toolchains link
-libstdc++ statically but leave the unwinder (libgcc_s) to the system, and a newer libstdc++ on an
-older unwinder crashes on the first throw inside a library loaded from Python. So the built
-library is probed in a child process (one invalid call must come back as an error, not a crash);
-if it crashes, it is relinked with the toolchain's own unwinder (-static-libgcc), and failing
-that, built with the system C++ compiler.
+libgna reports bad arguments by C++ exceptions that it catches at its C ABI. A toolchain that
+links libstdc++ statically into the shared library can crash on those throws once the library is
+loaded from Python (seen with a wrapper compiler that forces -static-libstdc++). So the built
+library is probed in a child process: invalid calls must come back as errors, not crash the
+process. If they crash, the library is rebuilt with the system C++ compiler.
 """
 import os
 import shlex
@@ -22,21 +21,39 @@ from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent.parent
 
-
-# One invalid call through the C ABI: prints the library's message, or crashes.
+# Invalid calls through the C ABI (rule validation, STA parameters, the simulator): each must
+# return an error with a message; a crash fails the probe.
 _PROBE = """
-import ctypes, sys
-lib = ctypes.CDLL(sys.argv[1])
-lib.gna_last_error.restype = ctypes.c_char_p
-extent, tile, window = (ctypes.c_int32 * 3)(8, 1, 1), (ctypes.c_int32 * 3)(3, 1, 1), (ctypes.c_int32 * 3)(3, 1, 1)
-params = ctypes.create_string_buffer(256)
-status = lib.gna_sta_params(1, extent, tile, window, params)
-sys.exit(0 if status == 1 and lib.gna_last_error() else 3)
+import ctypes, os, sys
+os.environ["GNA_LIBRARY"] = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from gna import _lib
+t = _lib.Tensor()
+t.data, t.dtype, t.rank = 64, _lib.DTYPE_F32, 4
+for i, n in enumerate((1, 8, 1, 4)):
+    t.shape[i] = n
+for i, s in enumerate((32, 4, 4, 1)):
+    t.strides[i] = s
+p = _lib.make_params([1], [1], [1], [False], 0.0)
+calls = [
+    lambda: _lib.lib.gna_validate(ctypes.byref(p), t, t, t, None, None),
+    lambda: _lib.lib.gna_sta_params(1, _lib.int_array([8]), _lib.int_array([3]),
+                                    _lib.int_array([3]), ctypes.byref(_lib.Params())),
+]
+if _lib.has_simulator:
+    c = _lib.SimConfig()
+    c.rank = 1
+    c.extent, c.window, c.stride, c.dilation = (_lib.int_array(x) for x in ([8], [16], [1], [1]))
+    c.q_tile, c.kv_tile = _lib.int_array([4]), _lib.int_array([4])
+    calls.append(lambda: _lib.lib.gna_simulate(ctypes.byref(c), ctypes.byref(_lib.SimResult())))
+ok = all(call() == _lib.STATUS_INVALID_ARGUMENT for call in calls)
+sys.exit(0 if ok else 3)
 """
 
 
 def _errors_come_back(library):
-    return subprocess.call([sys.executable, "-c", _PROBE, str(library)]) == 0
+    probe = [sys.executable, "-c", _PROBE, str(library), str(ROOT / "python")]
+    return subprocess.call(probe) == 0
 
 
 def _build(build_dir, extra, env=None):
@@ -60,23 +77,19 @@ def build_library():
     library = _build(build_dir, [])
     if _errors_come_back(library):
         return library
-    print("gna: libgna crashed on a C++ exception; relinking with -static-libgcc", flush=True)
-    library = _build(build_dir, ["-DCMAKE_SHARED_LINKER_FLAGS=-static-libgcc"])
-    if _errors_come_back(library):
-        return library
     system_cxx = shutil.which("c++", path="/usr/bin") or shutil.which("g++", path="/usr/bin")
     if system_cxx:
-        print(f"gna: still crashing; building with the system compiler {system_cxx}", flush=True)
+        print(f"gna: libgna crashed on a C++ exception; rebuilding with {system_cxx}", flush=True)
         env = dict(os.environ, CXX=system_cxx, CUDAHOSTCXX=system_cxx)
         env.pop("CC", None)
         fresh = build_dir.parent / (build_dir.name + "-system-cxx")
-        library = _build(fresh, ["-DCMAKE_SHARED_LINKER_FLAGS=", f"-DCMAKE_CXX_COMPILER={system_cxx}",
+        library = _build(fresh, [f"-DCMAKE_CXX_COMPILER={system_cxx}",
                                  f"-DCMAKE_CUDA_HOST_COMPILER={system_cxx}"], env)
         if _errors_come_back(library):
             return library
     raise RuntimeError("libgna crashes when it reports an error (a C++ exception inside a shared "
-                       "library): use a C++ toolchain whose libstdc++ and unwinder match, e.g. "
-                       "CXX=/usr/bin/g++")
+                       "library): build with a C++ toolchain that links libstdc++ dynamically, "
+                       "e.g. CXX=/usr/bin/g++")
 
 
 class BuildPyWithLibrary(build_py):
