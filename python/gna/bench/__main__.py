@@ -30,14 +30,20 @@ class Runner:
         self.rows = []
         self.masks = {}  # FlexAttention block masks by case (built once for both passes)
 
-    def record(self, case, pass_name, impl, fn, flops, backend=None, note=""):
+    def record(self, case, pass_name, impl, fn, flops, backend=None, note="", skip=None):
         row = dict(case=case.label, pass_=pass_name, impl=impl, backend=backend, note=note)
         try:
+            if skip:
+                raise RuntimeError(skip)
             t0 = time.time()
             fn()
             torch.cuda.synchronize()
             first_s = time.time() - t0
-            ms = bench_ms(fn, self.args.warmup_ms, self.args.rep_ms)
+            if first_s > self.args.slow_s:  # too slow to repeat: the single call is the time
+                ms = first_s * 1e3
+                row["note"] = (note + " single call").strip()
+            else:
+                ms = bench_ms(fn, self.args.warmup_ms, self.args.rep_ms)
             row.update(ms=ms, tflops=flops / ms / 1e9, first_call_s=first_s)
         except Exception as e:  # a peer or backend may not run this case: report, go on
             row.update(ms=None, tflops=None, error=f"{type(e).__name__}: {str(e)[:300]}")
@@ -109,17 +115,21 @@ class Runner:
                 chosen = chosen if chosen == fwd_name else f"{fwd_name}/{chosen}"
         except Exception as e:
             chosen = f"none ({type(e).__name__})"
+        skip = None
+        if "gpu_reference" in chosen and flops > self.args.reference_limit * 1e12:
+            skip = ("skipped: gpu_reference (the GPU test oracle) would take too long; "
+                    "--reference-limit raises the limit")
         if grad:
             e2e = gna_calls.end_to_end_forward_backward(case, q, k, v, d_out, backend)
         else:
             e2e = gna_calls.end_to_end_forward(case, q, k, v, backend)
-        self.record(case, pass_name, "gna end-to-end", e2e, flops, chosen)
+        self.record(case, pass_name, "gna end-to-end", e2e, flops, chosen, skip=skip)
         try:
             kernels = gna_calls.KernelCalls(case, q, k, v, backend)
             fn = kernels.forward_backward if grad else kernels.forward
         except Exception as e:  # noqa: BLE001
             fn = _raiser(e)
-        self.record(case, pass_name, "gna kernel-only", fn, flops, chosen)
+        self.record(case, pass_name, "gna kernel-only", fn, flops, chosen, skip=skip)
 
     def _flex_row(self, case, pass_name, q, k, v, flops, grad):
         order = "tiled " + "×".join(map(str, case.tile)) if case.tile else "row-major"
@@ -162,6 +172,10 @@ def parse(argv):
     p.add_argument("--no-dense", action="store_true", help="skip the dense SDPA peers")
     p.add_argument("--warmup-ms", type=float, default=25)
     p.add_argument("--rep-ms", type=float, default=200)
+    p.add_argument("--slow-s", type=float, default=5.0,
+                   help="a first call slower than this is reported as a single call")
+    p.add_argument("--reference-limit", type=float, default=0.05,
+                   help="TFLOP above which gna rows on the gpu_reference backend are skipped")
     p.add_argument("--out", default=".", help="folder for bench.json and bench.md")
     p.add_argument("--chart", default=None, help="write the chart to this .svg or .png file")
     p.add_argument("--list", action="store_true", help="list the cases and exit")
