@@ -27,8 +27,8 @@ def test_compile_fullgraph_forward_backward(device):
     ek = randn(2, 3, 2, 32, dtype=dtype, device=device, requires_grad=True)
     ev = randn(2, 3, 2, 32, dtype=dtype, device=device, requires_grad=True)
     if device == "cuda":
-        device_backend_or_skip(q, k, v, (3, 5), backward=True, stride=(1, 2), dilation=(2, 1),
-                               additional_keys=ek, additional_values=ev)
+        device_backend_or_skip(q, k, v, (3, 5), stride=(1, 2), dilation=(2, 1),
+                               is_causal=(False, True), additional_keys=ek, additional_values=ev)
 
     def f(q, k, v, ek, ev):
         out, lse = gna.na2d(q, k, v, (3, 5), stride=(1, 2), dilation=(2, 1), is_causal=(False, True),
