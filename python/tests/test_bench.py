@@ -1,0 +1,57 @@
+"""The benchmark's pieces that need no GPU: FlexAttention's mask read off gna's reference, the
+tiled token order, case selection and the reports."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gna.bench import cases, peers, report  # noqa: E402
+
+
+def test_axis_key_ranges_on_rules_with_known_windows():
+    first, last = peers.axis_key_ranges(12, 4, 4, 1, False)  # blocked: blocks of 4
+    assert first.tolist() == [0] * 4 + [4] * 4 + [8] * 4
+    assert last.tolist() == [3] * 4 + [7] * 4 + [11] * 4
+    first, last = peers.axis_key_ranges(9, 9, 1, 1, False)  # window = extent: everything
+    assert first.tolist() == [0] * 9 and last.tolist() == [8] * 9
+    first, last = peers.axis_key_ranges(6, 6, 1, 1, True)  # causal, full window
+    assert first.tolist() == [0] * 6 and last.tolist() == list(range(6))
+    first, last = peers.axis_key_ranges(20, 5, 1, 1, False)  # every query sees 5 keys
+    assert ((last - first) == 4).all()
+
+
+def test_tiled_token_order_matches_token_coords():
+    case = cases.Case("t", (4, 6, 8), 1, 1, (2, 2, 2), tile=(2, 3, 4))
+    n = case.tokens
+    coords = torch.stack(torch.meshgrid(*[torch.arange(e) for e in case.layout],
+                                        indexing="ij"), dim=-1)  # [4, 6, 8, 3]
+    x = coords.reshape(1, 4, 6, 8, 1, 3).double()
+    tiled = peers.to_tiled_tokens(x, case)  # [1, 1, N, 3]
+    got = torch.stack(peers.token_coords(torch.arange(n), case.layout, case.tile), dim=-1)
+    assert torch.equal(tiled[0, 0].long(), got)
+    row_major = cases.Case("r", (4, 6), 1, 1, (2, 2))
+    got = torch.stack(peers.token_coords(torch.arange(24), (4, 6), None), dim=-1)
+    assert got[7].tolist() == [1, 1] and row_major.tokens == 24
+
+
+def test_case_selection():
+    assert [c.window for c in cases.select(["flux4k"])] == [(80, 80), (80, 80)]
+    assert cases.select(["hunyuan:2"])[0].strides == (16, 8, 8)
+    assert len(cases.select([])) == len(cases.CASES)
+    with pytest.raises(ValueError, match="nope"):
+        cases.select(["nope"])
+
+
+def test_reports():
+    rows = [dict(case="c", pass_="fwd", impl="cuDNN SDPA dense", backend=None, ms=2.0,
+                 tflops=100.0, x_cudnn=1.0),
+            dict(case="c", pass_="fwd", impl="gna kernel-only", backend="hopper", ms=0.5,
+                 tflops=40.0, x_cudnn=4.0),
+            dict(case="c", pass_="fwd", impl="FlexAttention", backend=None, ms=None,
+                 tflops=None, error="RuntimeError: boom")]
+    for r in rows:
+        r["pass"] = r.pop("pass_")
+    table = report.markdown(rows)
+    assert "| c | fwd | cuDNN SDPA dense |  | 2.000 | 100.0 | 1.00 |" in table
+    assert "hopper" in table and "error: RuntimeError: boom" in table
+    svg = report.svg_chart(rows, "t")
+    assert svg.startswith("<svg") and "4.00×" in svg and "boom" not in svg
