@@ -333,6 +333,32 @@ struct Case {
     }
   }
 
+  // The same problem and reference results as `other`, with device tensors in `dtype` (inputs
+  // are exact in every dtype; the backward's O is re-rounded to `dtype`).
+  void copy_as(const Case& other, DType dtype) {
+    cfg = other.cfg;
+    const Buffer* from[] = {&other.q, &other.k, &other.v, &other.ak, &other.av, &other.o,
+                            &other.lse, &other.d_o, &other.dq, &other.dk, &other.dv,
+                            &other.dak, &other.dav};
+    Buffer* to[] = {&q, &k, &v, &ak, &av, &o, &lse, &d_o, &dq, &dk, &dv, &dak, &dav};
+    for (int i = 0; i < 13; ++i) {
+      if (from[i]->shape.empty()) continue;
+      to[i]->allocate(from[i]->shape, from[i] == &other.lse ? DType::f32 : dtype);
+      to[i]->host = from[i]->host;
+    }
+    for (Buffer* b : {&q, &k, &v, &ak, &av, &d_o, &lse})
+      if (!b->shape.empty()) b->upload();
+    o.host = other.ref_o;
+    o.upload();
+    ref_o = other.ref_o;
+    ref_lse = other.ref_lse;
+    ref_dq = other.ref_dq;
+    ref_dk = other.ref_dk;
+    ref_dv = other.ref_dv;
+    ref_dak = other.ref_dak;
+    ref_dav = other.ref_dav;
+  }
+
   AttentionTensors device_inputs(TensorRef* storage) const {
     storage[0] = q.device_ref();
     storage[1] = k.device_ref();
@@ -371,6 +397,8 @@ struct Case {
   std::string check_backward(const std::string& backend, const KernelOptions& kopt = {}) {
     TensorRef storage[5];
     AttentionTensors in = device_inputs(storage);
+    o.upload();  // the reference forward's O and LSE (the forward check overwrote them)
+    lse.upload();
     for (Buffer* b : {&dq, &dk, &dv, &dak, &dav})
       if (!b->shape.empty()) b->poison();
     AttentionGradients g{dq.device_ref(), dk.device_ref(), dv.device_ref()};

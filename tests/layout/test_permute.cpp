@@ -49,6 +49,15 @@ std::vector<int64_t> permuted_shape(const Plan& p) {
   return s;
 }
 
+// The CPU permutation wants a head dim: LSE-like tensors get a trailing dim of 1.
+TensorRef with_dim(TensorRef t, bool add) {
+  if (!add) return t;
+  t.shape[t.rank] = 1;
+  t.strides[t.rank] = 1;
+  ++t.rank;
+  return t;
+}
+
 void round_trip(int rank, DType dtype, int configs) {
   GNA_SKIP_WITHOUT_GPU();
   const uint64_t seed = test_seed();
@@ -70,7 +79,7 @@ void round_trip(int rank, DType dtype, int configs) {
     // CPU permutation of the same values (float32 host copies: values are exact in fp16).
     cpu_dst.shape = permuted_shape(p);
     cpu_dst.host.assign(cpu_dst.numel(), -7.f);
-    TensorRef hs = src.host_ref(), hd = cpu_dst.host_ref();
+    TensorRef hs = with_dim(src.host_ref(), p.dim == 0), hd = with_dim(cpu_dst.host_ref(), p.dim == 0);
     permute_tokens(p.plan, hs, hd);
     const std::vector<float> got = dst.download();
     ASSERT_EQ(got, cpu_dst.host) << "permute, rank " << rank << " config " << i << " seed " << seed;

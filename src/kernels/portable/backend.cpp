@@ -77,8 +77,8 @@ bool supports_problem(const Problem& p, const AttentionTensors& in, const Kernel
     const int rows_q = forward ? kForwardRowsQ : kBackwardRowsQ;
     const int rows_kv = forward ? kForwardRowsKV : kBackwardRowsKV;
     std::string reason;
-    if (!valid_tile(opt.q_tile, p.rank, rows_q, !forward, "query", &reason) ||
-        !valid_tile(opt.kv_tile, p.rank, rows_kv, true, "key/value", &reason))
+    if (!valid_tile(opt.q_tile, p.rank, rows_q, false, "query", &reason) ||
+        !valid_tile(opt.kv_tile, p.rank, rows_kv, forward, "key/value", &reason))
       return refuse(why, reason);
   }
   return true;
@@ -119,7 +119,11 @@ bool supports_forward(const ForwardCall& call, std::string* why) {
 }
 
 bool supports_backward(const BackwardCall& call, std::string* why) {
-  return refuse(why, "backward not available yet");
+  if (!supports_problem(call.problem, call.in, call.options, false, why)) return false;
+  if (!aligned_rows(call.d_out, "d_out", why)) return false;
+  if (call.problem.additional_kv > 0 && (!call.d_additional_k || !call.d_additional_v))
+    return refuse(why, "additional keys present but their gradients are not given");
+  return true;
 }
 
 TilePlan forward_tiles(const Problem& p, const KernelOptions& options) {
@@ -132,14 +136,32 @@ TilePlan backward_tiles(const Problem& p, const KernelOptions& options) {
 
 void forward(const ForwardCall& call) {
   const TilePlan plan = forward_tiles(call.problem, call.options);
-  if (call.problem.dtype == DType::f16)
-    launch_forward_f16(call, plan);
-  else
-    launch_forward_bf16(call, plan);
+  const Problem& p = call.problem;
+  const bool f16 = p.dtype == DType::f16;
+  bool launched = false;
+  switch (p.dim_qk) {
+    case 32: launched = f16 ? launch_forward_f16_d32(call, plan) : launch_forward_bf16_d32(call, plan); break;
+    case 64: launched = f16 ? launch_forward_f16_d64(call, plan) : launch_forward_bf16_d64(call, plan); break;
+    case 128: launched = f16 ? launch_forward_f16_d128(call, plan) : launch_forward_bf16_d128(call, plan); break;
+  }
+  if (!launched)
+    fail(ErrorKind::unsupported, "portable: head dims ", p.dim_qk, "/", p.dim_v, " not supported (",
+         supported_head_dims(), ")");
 }
 
 void backward(const BackwardCall& call) {
-  fail(ErrorKind::unsupported, "portable: backward not available yet");
+  const TilePlan plan = backward_tiles(call.problem, call.options);
+  const Problem& p = call.problem;
+  const bool f16 = p.dtype == DType::f16;
+  bool launched = false;
+  switch (p.dim_qk) {
+    case 32: launched = f16 ? launch_backward_f16_d32(call, plan) : launch_backward_bf16_d32(call, plan); break;
+    case 64: launched = f16 ? launch_backward_f16_d64(call, plan) : launch_backward_bf16_d64(call, plan); break;
+    case 128: launched = f16 ? launch_backward_f16_d128(call, plan) : launch_backward_bf16_d128(call, plan); break;
+  }
+  if (!launched)
+    fail(ErrorKind::unsupported, "portable: head dims ", p.dim_qk, "/", p.dim_v, " not supported (",
+         supported_head_dims(), ")");
 }
 
 GNA_REGISTER_BACKEND(make_backend);

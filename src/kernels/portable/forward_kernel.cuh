@@ -46,7 +46,9 @@ struct ForwardSmem {
   static constexpr int kV = kK + 2 * KTile::kBytes;
   static constexpr int kQRows = kV + 2 * VTile::kBytes;
   static constexpr int kKVRows = kQRows + 4 * kForwardRowsQ;
-  static constexpr int kBytes = kKVRows + 4 * kForwardRowsKV;
+  static constexpr int kKDelta = kKVRows + 4 * kForwardRowsKV;
+  static constexpr int kVDelta = kKDelta + 8 * kForwardRowsKV;
+  static constexpr int kBytes = kVDelta + 8 * kForwardRowsKV;
 };
 
 // The KV tiles one Q tile visits: the per-axis box, then the additional-KV tiles.
@@ -85,6 +87,26 @@ struct ForwardCta {
 
   __device__ uint32_t* q_rows() const { return reinterpret_cast<uint32_t*>(smem + Smem::kQRows); }
   __device__ uint32_t* kv_rows() const { return reinterpret_cast<uint32_t*>(smem + Smem::kKVRows); }
+  // Element offset of each KV tile row from the tile's first token (K and V strides).
+  __device__ int64_t* k_delta() const { return reinterpret_cast<int64_t*>(smem + Smem::kKDelta); }
+  __device__ int64_t* v_delta() const { return reinterpret_cast<int64_t*>(smem + Smem::kVDelta); }
+
+  __device__ void build_kv_deltas() {
+    const Problem& p = P.p;
+    for (int r = threadIdx.x; r < BN; r += blockDim.x) {
+      const uint32_t packed = kv_rows()[r];
+      int64_t dk = 0, dv = 0;
+      if (!(packed & kPaddingRow)) {
+        GNA_FOR_AXES(a, p.rank) {
+          const int64_t step = int64_t(row_offset(packed, a)) * p.axes[a].dilation;
+          dk += step * P.k.stride_axis[a];
+          dv += step * P.v.stride_axis[a];
+        }
+      }
+      k_delta()[r] = dk;
+      v_delta()[r] = dv;
+    }
+  }
 
   __device__ PairClass classify(int i, int* kt) const {
     const Problem& p = P.p;
@@ -101,9 +123,12 @@ struct ForwardCta {
   }
 
   // First tile index >= i that is not empty (walk.total if none).
-  __device__ int next_tile(int i) const {
+  __device__ int next_tile(int i, PairClass* cls) const {
     int kt[kMaxRank];
-    while (i < walk.total && classify(i, kt) == PairClass::empty) ++i;
+    for (; i < walk.total; ++i) {
+      *cls = classify(i, kt);
+      if (*cls != PairClass::empty) break;
+    }
     return i;
   }
 
@@ -129,37 +154,49 @@ struct ForwardCta {
     const Problem& p = P.p;
     const uint32_t k_base = smem_address(smem + Smem::kK + s * KTile::kBytes);
     const uint32_t v_base = smem_address(smem + Smem::kV + s * VTile::kBytes);
-    const bool additional = i >= walk.spatial;
-    int kt_base[kMaxRank];
-    if (!additional) {
-      int kt[kMaxRank];
-      walk.tile_coordinates(i, p.rank, kt);
-      GNA_FOR_AXES(a, p.rank) kt_base[a] = kt[a] * P.tile_kv[a];
-    }
-    const int add_first = (i - walk.spatial) * BN;
     constexpr int kChunksK = D / 8, kChunksV = DV / 8;
-    for (int c = threadIdx.x; c < BN * (kChunksK + kChunksV); c += blockDim.x) {
-      const bool is_k = c < BN * kChunksK;
-      const int cc = is_k ? c : c - BN * kChunksK;
-      const int chunks = is_k ? kChunksK : kChunksV;
-      const int row = cc / chunks, ch = cc % chunks;
-      const T* src = is_k ? P.k.data : P.v.data;
-      bool valid;
-      if (additional) {
+    if (i >= walk.spatial) {
+      const int add_first = (i - walk.spatial) * BN;
+      for (int c = threadIdx.x; c < BN * (kChunksK + kChunksV); c += blockDim.x) {
+        const bool is_k = c < BN * kChunksK;
+        const int cc = is_k ? c : c - BN * kChunksK;
+        const int chunks = is_k ? kChunksK : kChunksV;
+        const int row = cc / chunks, ch = cc % chunks;
         const int j = add_first + row;
-        valid = j < walk.additional;
+        const bool valid = j < walk.additional;
+        const T* src = is_k ? P.k.data : P.v.data;
         if (valid) src = (is_k ? P.add_k : P.add_v).at(b, &j, 1, hk) + ch * 8;
-      } else {
-        int jg[kMaxRank], x[kMaxRank];
-        valid = geo.coordinates(kv_rows()[row], kt_base, jg);
-        if (valid) {
-          GNA_FOR_AXES(a, p.rank) x[a] = coordinate_of(p.axes[a], geo.group[a], jg[a]);
-          src = (is_k ? P.k : P.v).at(b, x, p.rank, hk) + ch * 8;
-        }
+        const uint32_t dst = is_k ? k_base + KTile::offset(row, ch * 8)
+                                  : v_base + VTile::offset(row, ch * 8);
+        cp_async_16(dst, src, valid);
       }
-      const uint32_t dst = is_k ? k_base + KTile::offset(row, ch * 8)
-                                : v_base + VTile::offset(row, ch * 8);
-      cp_async_16(dst, src, valid);
+      return;
+    }
+    // Spatial tile: first token's offset once, then per-row deltas from the shared table.
+    int kt[kMaxRank], kt_base[kMaxRank];
+    walk.tile_coordinates(i, p.rank, kt);
+    int64_t k_first = b * P.k.stride_batch + hk * P.k.stride_head;
+    int64_t v_first = b * P.v.stride_batch + hk * P.v.stride_head;
+    GNA_FOR_AXES(a, p.rank) {
+      kt_base[a] = kt[a] * P.tile_kv[a];
+      const int64_t x = coordinate_of(p.axes[a], geo.group[a], kt_base[a]);
+      k_first += x * P.k.stride_axis[a];
+      v_first += x * P.v.stride_axis[a];
+    }
+#pragma unroll
+    for (int part = 0; part < 2; ++part) {
+      const int chunks = part == 0 ? kChunksK : kChunksV;
+      const T* first = part == 0 ? P.k.data + k_first : P.v.data + v_first;
+      const int64_t* delta = part == 0 ? k_delta() : v_delta();
+      const uint32_t base = part == 0 ? k_base : v_base;
+      for (int c = threadIdx.x; c < BN * chunks; c += blockDim.x) {
+        const int row = c / chunks, ch = c % chunks;
+        int jg[kMaxRank];
+        const bool valid = geo.coordinates(kv_rows()[row], kt_base, jg);
+        const T* src = valid ? first + delta[row] + ch * 8 : P.k.data;
+        const uint32_t dst = base + (part == 0 ? KTile::offset(row, ch * 8) : VTile::offset(row, ch * 8));
+        cp_async_16(dst, src, valid);
+      }
     }
   }
 };
@@ -317,8 +354,11 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 1)
   for (int r = threadIdx.x; r < kForwardRowsKV; r += blockDim.x)
     cta.kv_rows()[r] = pack_row(P.tile_kv, p.rank, r, kv_volume);
   __syncthreads();
+  cta.build_kv_deltas();
+  __syncthreads();
 
-  int i = cta.next_tile(0);
+  PairClass cls = PairClass::empty, next_cls = PairClass::empty;
+  int i = cta.next_tile(0, &cls);
   cta.load_q();
   if (i < cta.walk.total) cta.load_kv(i, 0);
   cp_async_commit();
@@ -343,7 +383,7 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 1)
   int stage = 0;
   bool q_loaded = false;
   while (i < cta.walk.total) {
-    const int next = cta.next_tile(i + 1);
+    const int next = cta.next_tile(i + 1, &next_cls);
     if (next < cta.walk.total) cta.load_kv(next, stage ^ 1);
     cp_async_commit();
     cp_async_wait<1>();
@@ -357,7 +397,7 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 1)
       q_loaded = true;
     }
     int kt[kMaxRank], kt_base[kMaxRank];
-    const PairClass cls = cta.classify(i, kt);
+
     const uint32_t k_smem = smem_address(smem + Smem::kK + stage * Smem::KTile::kBytes);
     const uint32_t v_smem = smem_address(smem + Smem::kV + stage * Smem::VTile::kBytes);
     if (i >= cta.walk.spatial) {
@@ -369,12 +409,14 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 1)
     } else if (cls == PairClass::full) {
       w.template tile<0>(cta, k_smem, v_smem, P.scale_log2, kt_base, 0);
     } else {
+      cta.walk.tile_coordinates(i, p.rank, kt);
       GNA_FOR_AXES(a, p.rank) kt_base[a] = kt[a] * P.tile_kv[a];
       w.template tile<1>(cta, k_smem, v_smem, P.scale_log2, kt_base, 0);
     }
     __syncthreads();  // stage is overwritten by the load issued in the next iteration
     stage ^= 1;
     i = next;
+    cls = next_cls;
   }
   cp_async_wait<0>();
 

@@ -46,7 +46,5 @@ void launch_forward(const ForwardCall& call, const TilePlan& plan) {
   GNA_CUDA_CHECK_LAUNCH();
 }
 
-// Calls f.template operator()<D, DV>() for the compiled head-dim pairs.
-#define GNA_PORTABLE_HEAD_DIMS(X) X(32, 32) X(64, 64) X(128, 128) X(64, 128) X(128, 64)
 
 }  // namespace gna::portable

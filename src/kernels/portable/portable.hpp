@@ -24,10 +24,17 @@ TilePlan backward_tiles(const Problem& p, const KernelOptions& options);
 void forward(const ForwardCall& call);
 void backward(const BackwardCall& call);
 
-// Per (dtype, head dims) launchers, defined in the instantiation files.
-void launch_forward_f16(const ForwardCall& call, const TilePlan& plan);
-void launch_forward_bf16(const ForwardCall& call, const TilePlan& plan);
-void launch_backward_f16(const BackwardCall& call, const TilePlan& plan);
-void launch_backward_bf16(const BackwardCall& call, const TilePlan& plan);
+// Per (dtype, dim_qk) launchers, defined in the instantiation files; false when dim_v has no
+// kernel.
+#define GNA_PORTABLE_DECLARE(dt, d)                                              \
+  bool launch_forward_##dt##_d##d(const ForwardCall& call, const TilePlan& plan); \
+  bool launch_backward_##dt##_d##d(const BackwardCall& call, const TilePlan& plan);
+GNA_PORTABLE_DECLARE(f16, 32)
+GNA_PORTABLE_DECLARE(f16, 64)
+GNA_PORTABLE_DECLARE(f16, 128)
+GNA_PORTABLE_DECLARE(bf16, 32)
+GNA_PORTABLE_DECLARE(bf16, 64)
+GNA_PORTABLE_DECLARE(bf16, 128)
+#undef GNA_PORTABLE_DECLARE
 
 }  // namespace gna::portable

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# One-call GPU check: configure and build (Release, Ninja, -j16), run every GPU test
+# (ctest -L gpu), compute-sanitizer memcheck and racecheck on a subset of the portable,
+# reference and layout tests, then gna-kernel-bench. Full logs go to $OUT (or ./gpu-check-out);
+# a short summary table is printed last.
+#
+# Environment: OUT (log folder), BUILD (build folder, default build-gpu), JOBS (default 16),
+# GNA_TEST_SEED (fixed seed for the random sweeps), GNA_SANITIZE_CONFIGS (configurations per
+# rank under compute-sanitizer, default 4), SKIP_BENCH=1, SKIP_SANITIZER=1.
+# GoogleTest: the system one, else built from $GTEST_SOURCE (default .carry/googletest).
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-check-out}
+BUILD=${BUILD:-build-gpu}
+JOBS=${JOBS:-16}
+mkdir -p "$OUT"
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+t0=$(date +%s)
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
+nvcc --version | tail -1
+
+gtest_args=()
+if [ ! -f /usr/include/gtest/gtest.h ] && [ -z "${GTest_ROOT:-}" ]; then
+  src=${GTEST_SOURCE:-.carry/googletest}
+  if [ -d "$src" ]; then
+    cmake -S "$src" -B /tmp/gtest-build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_INSTALL_PREFIX=/tmp/gtest -DBUILD_GMOCK=OFF >"$OUT/gtest.log" 2>&1 &&
+      cmake --build /tmp/gtest-build -j "$JOBS" >>"$OUT/gtest.log" 2>&1 &&
+      cmake --install /tmp/gtest-build >>"$OUT/gtest.log" 2>&1 || { echo "GoogleTest build failed"; tail "$OUT/gtest.log"; }
+    gtest_args=(-DGTest_ROOT=/tmp/gtest)
+  fi
+fi
+
+if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGNA_CUDA=ON "${gtest_args[@]}" \
+    >"$OUT/configure.log" 2>&1; then
+  tail -30 "$OUT/configure.log"; echo "configure failed"; exit 1
+fi
+if ! cmake --build "$BUILD" -j "$JOBS" >"$OUT/build.log" 2>&1; then
+  grep -E "error|FAILED" "$OUT/build.log" | head -40; echo "build failed"; exit 1
+fi
+note "build: ok ($(( $(date +%s) - t0 )) s)"
+
+# Every engineer's GPU tests.
+t1=$(date +%s)
+(cd "$BUILD" && ctest -L gpu --output-on-failure -j 4 --timeout 900) >"$OUT/ctest_gpu.log" 2>&1
+ctest_rc=$?
+grep -E "tests passed|tests failed|Failed|\*\*\*" "$OUT/ctest_gpu.log" | tail -20
+note "ctest -L gpu: $(grep -E 'tests passed' "$OUT/ctest_gpu.log" | tail -1) (rc $ctest_rc, $(( $(date +%s) - t1 )) s)"
+grep -hE "^\[  (FAILED|SKIPPED) \]" "$OUT/ctest_gpu.log" | sort -u | head -20
+
+# Sanitizers on a subset: each test binary with GNA_TEST_CONFIGS small.
+if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
+  n=${GNA_SANITIZE_CONFIGS:-4}
+  for tool in memcheck racecheck; do
+    for bin in test_portable test_gpu_reference test_layout_kernels; do
+      [ -x "$BUILD/bin/$bin" ] || continue
+      log="$OUT/sanitize_${tool}_${bin}.log"
+      GNA_TEST_CONFIGS=$n timeout 600 compute-sanitizer --tool "$tool" --error-exitcode 3 \
+        "$BUILD/bin/$bin" --gtest_brief=1 >"$log" 2>&1
+      rc=$?
+      errs=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
+      tests=$(grep -E "^\[  PASSED  \]" "$log" | tail -1)
+      note "compute-sanitizer $tool $bin (GNA_TEST_CONFIGS=$n): rc $rc; $errs; $tests"
+    done
+  done
+fi
+
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  "$BUILD/bin/gna-kernel-bench" --json "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -40 >/dev/null
+fi
+
+echo
+echo "==================== gpu_check summary ($(cat "$OUT/device.txt"), $(( $(date +%s) - t0 )) s)"
+for s in "${summary[@]}"; do echo "- $s"; done
+[ -f "$OUT/bench.log" ] && sed -n '/^gna-kernel-bench on/,$p' "$OUT/bench.log"
+exit $ctest_rc

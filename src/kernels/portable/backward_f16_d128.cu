@@ -1,0 +1,13 @@
+// Portable fused backward, f16, dim_qk 128 (one file per dim keeps each compile short).
+#include "kernels/portable/backward_launch.cuh"
+
+namespace gna::portable {
+
+bool launch_backward_f16_d128(const BackwardCall& call, const TilePlan& plan) {
+  const int dv = call.problem.dim_v;
+  if (dv == 128) { launch_backward<__half, 128, 128>(call, plan); return true; }
+  if (dv == 64) { launch_backward<__half, 128, 64>(call, plan); return true; }
+  return false;
+}
+
+}  // namespace gna::portable

@@ -1,0 +1,475 @@
+// Portable fused backward (mma.sync, sm_80+), KV-stationary: one CTA of 4 warps per (KV tile of
+// up to 64 tokens, batch, KV head, dilation group) keeps K and V in shared memory and walks the
+// Q tiles (64 tokens) of every query head of its GQA group whose queries attend it (the inverse
+// rule's box; empty pairs skipped, full pairs unmasked). Per pair, warp w owns keys 16w..16w+15:
+//   S^T = K Q^T, P^T = exp(S^T - LSE), dP^T = V dO^T, dS^T = P^T (dP^T - delta)
+//   dV += P^T dO, dK += dS^T Q (registers), dQ += dS K (fp32 atomics into a buffer).
+// CTAs of additional KV tiles walk every Q tile of every dilation group.
+// Zero-filled padding rows contribute nothing (their Q, dO, K or V are zero) and are never
+// stored, so only pairs that are partial by the rule need the per-element mask.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "gna/core/tiling.hpp"
+#include "kernels/common/element.cuh"
+#include "kernels/common/token_tensor.cuh"
+#include "kernels/portable/mma.cuh"
+#include "kernels/portable/tile_rows.cuh"
+
+namespace gna::portable {
+
+constexpr int kBackwardRows = 64;  // Q tile and KV tile rows
+constexpr int kBackwardWarps = 4;
+
+template <typename T>
+struct BackwardParams {
+  Problem p;
+  int tile_q[kMaxRank];
+  int tile_kv[kMaxRank];
+  int kv_tiles[kMaxRank];  // KV tiles along each axis in the longest dilation group
+  int kv_tiles_total;      // product: CTAs with blockIdx.x beyond it take additional tiles
+  int q_tiles[kMaxRank];   // Q tiles along each axis in the longest dilation group
+  int q_volume, kv_volume;
+  int groups;
+  float scale;       // softmax scale
+  float scale_log2;  // scale * log2(e)
+  cuda::TokenTensor<const T> q, k, v, d_o, add_k, add_v;
+  cuda::TokenTensor<const float> lse;
+  cuda::TokenTensor<T> dk, dv, d_add_k, d_add_v;
+  const float* delta;  // [B, tokens, Hq] rowsum(dO * O)
+  float* dq_accum;     // [B, tokens, Hq, Dqk] fp32, unscaled
+};
+
+template <int D, int DV>
+struct BackwardSmem {
+  static constexpr int R = kBackwardRows;
+  using QTile = SmemTile<R, D>;
+  using OTile = SmemTile<R, DV>;   // dO
+  using KTile = SmemTile<R, D>;
+  using VTile = SmemTile<R, DV>;
+  using STile = SmemTile<R, R>;    // dS^T [key][query]
+  static constexpr int kK = 0;
+  static constexpr int kV = kK + KTile::kBytes;
+  static constexpr int kQ = kV + VTile::kBytes;                 // 2 stages
+  static constexpr int kO = kQ + 2 * QTile::kBytes;              // 2 stages
+  static constexpr int kS = kO + 2 * OTile::kBytes;
+  static constexpr int kLse = kS + STile::kBytes;                // 2 stages x R floats
+  static constexpr int kDelta = kLse + 2 * 4 * R;                // 2 stages x R floats
+  static constexpr int kQRows = kDelta + 2 * 4 * R;              // packed row offsets
+  static constexpr int kKVRows = kQRows + 4 * R;
+  static constexpr int kQDelta = kKVRows + 4 * R;                // element deltas per Q row
+  static constexpr int kODelta = kQDelta + 8 * R;
+  static constexpr int kLseDelta = kODelta + 8 * R;
+  static constexpr int kLinDelta = kLseDelta + 8 * R;            // linear token delta
+  static constexpr int kBytes = kLinDelta + 8 * R;
+};
+
+template <typename T, int D, int DV>
+__global__ void __launch_bounds__(kBackwardWarps * 32, 2)
+    fused_backward_kernel(const __grid_constant__ BackwardParams<T> P) {
+  extern __shared__ __align__(128) char smem[];
+  using Smem = BackwardSmem<D, DV>;
+  constexpr int R = kBackwardRows;
+  const Problem& p = P.p;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g4 = lane / 4, t4 = lane % 4;
+
+  uint32_t* q_rows = reinterpret_cast<uint32_t*>(smem + Smem::kQRows);
+  uint32_t* kv_rows = reinterpret_cast<uint32_t*>(smem + Smem::kKVRows);
+  int64_t* q_delta = reinterpret_cast<int64_t*>(smem + Smem::kQDelta);
+  int64_t* o_delta = reinterpret_cast<int64_t*>(smem + Smem::kODelta);
+  int64_t* lse_delta = reinterpret_cast<int64_t*>(smem + Smem::kLseDelta);
+  int64_t* lin_delta = reinterpret_cast<int64_t*>(smem + Smem::kLinDelta);
+
+  const int b = blockIdx.y / p.heads_kv, hk = blockIdx.y % p.heads_kv;
+  const int heads_per_kv = p.heads_q / p.heads_kv;
+  const bool additional = static_cast<int>(blockIdx.x) >= P.kv_tiles_total;
+  if (additional && blockIdx.z != 0) return;  // additional tiles: group 0's CTAs take them
+  const int add_first = (blockIdx.x - P.kv_tiles_total) * R;
+
+  // Own group geometry and KV tile (spatial CTAs).
+  GroupGeometry kv_geo;
+  kv_geo.rank = p.rank;
+  int kt[kMaxRank] = {0, 0, 0}, kt_base[kMaxRank] = {0, 0, 0};
+  {
+    int group = blockIdx.z, tile = blockIdx.x;
+    GNA_FOR_AXES_REVERSE(a, p.rank) {
+      kv_geo.group[a] = group % p.axes[a].dilation;
+      group /= p.axes[a].dilation;
+      kv_geo.n[a] = group_length(p.axes[a], kv_geo.group[a]);
+      kt[a] = tile % P.kv_tiles[a];
+      tile /= P.kv_tiles[a];
+      kt_base[a] = kt[a] * P.tile_kv[a];
+    }
+    if (!additional) {
+      GNA_FOR_AXES(a, p.rank) if (kt[a] >= tiles_along(kv_geo.n[a], P.tile_kv[a])) return;
+    }
+  }
+
+  // Row tables.
+  for (int r = tid; r < R; r += blockDim.x) {
+    const uint32_t qp = pack_row(P.tile_q, p.rank, r, P.q_volume);
+    q_rows[r] = qp;
+    kv_rows[r] = pack_row(P.tile_kv, p.rank, r, P.kv_volume);
+    int64_t dq = 0, dob = 0, dl = 0, lin = 0;
+    if (!(qp & kPaddingRow)) {
+      int64_t lin_stride = 1;
+      GNA_FOR_AXES_REVERSE(a, p.rank) {
+        const int64_t step = int64_t(row_offset(qp, a)) * p.axes[a].dilation;
+        dq += step * P.q.stride_axis[a];
+        dob += step * P.d_o.stride_axis[a];
+        dl += step * P.lse.stride_axis[a];
+        lin += step * lin_stride;
+        lin_stride *= p.axes[a].extent;
+      }
+    }
+    q_delta[r] = dq;
+    o_delta[r] = dob;
+    lse_delta[r] = dl;
+    lin_delta[r] = lin;
+  }
+  __syncthreads();
+
+  // K and V of this CTA (once).
+  {
+    const uint32_t k_s = smem_address(smem + Smem::kK), v_s = smem_address(smem + Smem::kV);
+    constexpr int CK = D / 8, CV = DV / 8;
+    for (int c = tid; c < R * (CK + CV); c += blockDim.x) {
+      const bool is_k = c < R * CK;
+      const int cc = is_k ? c : c - R * CK;
+      const int chunks = is_k ? CK : CV;
+      const int row = cc / chunks, ch = cc % chunks;
+      const T* src = P.k.data;
+      bool valid;
+      if (additional) {
+        const int j = add_first + row;
+        valid = j < p.additional_kv;
+        if (valid) src = (is_k ? P.add_k : P.add_v).at(b, &j, 1, hk) + ch * 8;
+      } else {
+        int jg[kMaxRank], x[kMaxRank];
+        valid = kv_geo.coordinates(kv_rows[row], kt_base, jg);
+        if (valid) {
+          GNA_FOR_AXES(a, p.rank) x[a] = coordinate_of(p.axes[a], kv_geo.group[a], jg[a]);
+          src = (is_k ? P.k : P.v).at(b, x, p.rank, hk) + ch * 8;
+        }
+      }
+      cp_async_16((is_k ? k_s + Smem::KTile::offset(row, ch * 8) : v_s + Smem::VTile::offset(row, ch * 8)),
+                  src, valid);
+    }
+  }
+
+  // Query windows (inverse rule) of this thread's two key rows, for partial pairs.
+  Range qwin[2][kMaxRank];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    int jg[kMaxRank];
+    const uint32_t packed = kv_rows[warp * 16 + g4 + 8 * r];
+    kv_geo.coordinates(packed, kt_base, jg);
+    GNA_FOR_AXES(a, p.rank) {
+      const int j = (packed & kPaddingRow) ? 0 : min_i(jg[a], kv_geo.n[a] - 1);
+      qwin[r][a] = query_window(p.axes[a], kv_geo.n[a], j);
+    }
+  }
+
+  // The walk: (dilation group, query head, Q tile in the box) flattened.
+  Range box[kMaxRank];
+  int box_count = 1;
+  GNA_FOR_AXES(a, p.rank) {
+    box[a] = additional ? Range{0, P.q_tiles[a]}
+                        : q_tiles_for_kv_tile(p.axes[a], kv_geo.n[a], kt[a], P.tile_q[a], P.tile_kv[a]);
+    box_count *= box[a].size();
+  }
+  const int walk_groups = additional ? P.groups : 1;
+  const int total = walk_groups * heads_per_kv * box_count;
+
+  struct Item {
+    GroupGeometry geo;
+    int h;
+    int q_base[kMaxRank];
+    PairClass cls;
+  };
+  auto decode = [&](int i, Item& it) {
+    const int idx = i % box_count;
+    const int hi = (i / box_count) % heads_per_kv;
+    int group = additional ? i / box_count / heads_per_kv : blockIdx.z;
+    it.h = hk * heads_per_kv + hi;
+    it.geo.rank = p.rank;
+    int rest = idx;
+    it.cls = additional ? PairClass::full : PairClass::full;
+    GNA_FOR_AXES_REVERSE(a, p.rank) {
+      it.geo.group[a] = group % p.axes[a].dilation;
+      group /= p.axes[a].dilation;
+      it.geo.n[a] = group_length(p.axes[a], it.geo.group[a]);
+      const int size = box[a].size();
+      const int qt = box[a].begin + rest % size;
+      rest /= size;
+      it.q_base[a] = qt * P.tile_q[a];
+      if (qt >= tiles_along(it.geo.n[a], P.tile_q[a])) {
+        it.cls = PairClass::empty;
+      } else if (!additional) {
+        it.cls = combine(it.cls, classify_axis_tiles(p.axes[a], it.geo.n[a], qt, kt[a],
+                                                     P.tile_q[a], P.tile_kv[a]));
+      }
+    }
+  };
+  auto next_item = [&](int i, Item& it) {
+    for (; i < total; ++i) {
+      decode(i, it);
+      if (it.cls != PairClass::empty) break;
+    }
+    return i;
+  };
+  // Q, dO, LSE, delta of an item into stage s.
+  auto load_item = [&](const Item& it, int s) {
+    int64_t q_first = b * P.q.stride_batch + it.h * P.q.stride_head;
+    int64_t o_first = b * P.d_o.stride_batch + it.h * P.d_o.stride_head;
+    int64_t l_first = b * P.lse.stride_batch + it.h * P.lse.stride_head;
+    int64_t lin_first = 0;
+    GNA_FOR_AXES(a, p.rank) {
+      const int64_t x = coordinate_of(p.axes[a], it.geo.group[a], it.q_base[a]);
+      q_first += x * P.q.stride_axis[a];
+      o_first += x * P.d_o.stride_axis[a];
+      l_first += x * P.lse.stride_axis[a];
+      lin_first = lin_first * p.axes[a].extent + x;
+    }
+    const int64_t tokens = p.tokens();
+    const uint32_t q_s = smem_address(smem + Smem::kQ + s * Smem::QTile::kBytes);
+    const uint32_t o_s = smem_address(smem + Smem::kO + s * Smem::OTile::kBytes);
+    constexpr int CK = D / 8, CV = DV / 8;
+    for (int c = tid; c < R * (CK + CV); c += blockDim.x) {
+      const bool is_q = c < R * CK;
+      const int cc = is_q ? c : c - R * CK;
+      const int chunks = is_q ? CK : CV;
+      const int row = cc / chunks, ch = cc % chunks;
+      int ig[kMaxRank];
+      const bool valid = it.geo.coordinates(q_rows[row], it.q_base, ig);
+      const T* src = is_q ? P.q.data + q_first + q_delta[row] + ch * 8
+                          : P.d_o.data + o_first + o_delta[row] + ch * 8;
+      cp_async_16(is_q ? q_s + Smem::QTile::offset(row, ch * 8) : o_s + Smem::OTile::offset(row, ch * 8),
+                  valid ? src : P.q.data, valid);
+    }
+    for (int r = tid; r < R; r += blockDim.x) {
+      int ig[kMaxRank];
+      const bool valid = it.geo.coordinates(q_rows[r], it.q_base, ig);
+      const float* lsrc = P.lse.data + l_first + lse_delta[r];
+      const float* dsrc = P.delta + (b * tokens + lin_first + lin_delta[r]) * p.heads_q + it.h;
+      cp_async_4(smem_address(smem + Smem::kLse + (s * R + r) * 4), valid ? lsrc : P.lse.data, valid);
+      cp_async_4(smem_address(smem + Smem::kDelta + (s * R + r) * 4), valid ? dsrc : P.delta, valid);
+    }
+  };
+
+  float dk[D / 8][4], dv[DV / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = 0.f;
+#pragma unroll
+  for (int i = 0; i < DV / 8; ++i) dv[i][0] = dv[i][1] = dv[i][2] = dv[i][3] = 0.f;
+
+  Item cur, nxt;
+  int i = next_item(0, cur);
+  if (i < total) load_item(cur, 0);
+  cp_async_commit();
+  const uint32_t k_s = smem_address(smem + Smem::kK), v_s = smem_address(smem + Smem::kV);
+  const uint32_t s_s = smem_address(smem + Smem::kS);
+  int stage = 0;
+  while (i < total) {
+    const int next = next_item(i + 1, nxt);
+    if (next < total) load_item(nxt, stage ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const uint32_t q_s = smem_address(smem + Smem::kQ + stage * Smem::QTile::kBytes);
+    const uint32_t o_s = smem_address(smem + Smem::kO + stage * Smem::OTile::kBytes);
+    const float* lse_s = reinterpret_cast<const float*>(smem + Smem::kLse) + stage * R;
+    const float* delta_s = reinterpret_cast<const float*>(smem + Smem::kDelta) + stage * R;
+
+    // S^T = K Q^T and dP^T = V dO^T (16 keys x 64 queries per warp).
+    float s[8][4], dp[8][4];
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nb][e] = dp[nb][e] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t a[4];
+      ldmatrix_x4(a, k_s + Smem::KTile::offset(warp * 16 + lane % 16, ks * 16 + (lane / 16) * 8));
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t bq[4];
+        ldmatrix_x4(bq, q_s + Smem::QTile::offset(np * 16 + (lane % 8) + (lane / 16) * 8,
+                                                  ks * 16 + ((lane / 8) % 2) * 8));
+        Mma<T>::run(s[2 * np], a, bq[0], bq[1]);
+        Mma<T>::run(s[2 * np + 1], a, bq[2], bq[3]);
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < DV / 16; ++ks) {
+      uint32_t a[4];
+      ldmatrix_x4(a, v_s + Smem::VTile::offset(warp * 16 + lane % 16, ks * 16 + (lane / 16) * 8));
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t bo[4];
+        ldmatrix_x4(bo, o_s + Smem::OTile::offset(np * 16 + (lane % 8) + (lane / 16) * 8,
+                                                  ks * 16 + ((lane / 8) % 2) * 8));
+        Mma<T>::run(dp[2 * np], a, bo[0], bo[1]);
+        Mma<T>::run(dp[2 * np + 1], a, bo[2], bo[3]);
+      }
+    }
+    // P^T and dS^T (masked for partial pairs).
+    const bool masked = cur.cls == PairClass::partial;
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = nb * 8 + 2 * t4 + e;
+        const float lse2 = lse_s[col] * 1.4426950408889634f;
+        const float delta = delta_s[col];
+        bool attend[2] = {true, true};
+        if (masked) {
+          int ig[kMaxRank];
+          const bool qvalid = cur.geo.coordinates(q_rows[col], cur.q_base, ig);
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            bool ok = qvalid;
+            GNA_FOR_AXES(a, p.rank) ok = ok && qwin[r][a].contains(ig[a]);
+            attend[r] = ok;
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float prob = attend[r] ? exp2f(s[nb][2 * r + e] * P.scale_log2 - lse2) : 0.f;
+          s[nb][2 * r + e] = prob;
+          dp[nb][2 * r + e] = prob * (dp[nb][2 * r + e] - delta);
+        }
+      }
+    }
+    // dV += P^T dO, dK += dS^T Q (k = 64 queries).
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t pa[4], sa[4];
+      pa[0] = Mma<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+      pa[1] = Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+      pa[2] = Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[3] = Mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      sa[0] = Mma<T>::pack(dp[2 * kk][0], dp[2 * kk][1]);
+      sa[1] = Mma<T>::pack(dp[2 * kk][2], dp[2 * kk][3]);
+      sa[2] = Mma<T>::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+      sa[3] = Mma<T>::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+      // dS^T to shared memory for dQ: rows keys, cols queries.
+      const int key0 = warp * 16 + g4;
+      const int q0 = kk * 16 + 2 * t4;
+      *reinterpret_cast<uint32_t*>(smem + Smem::kS + Smem::STile::offset(key0, q0) + (q0 % 8) * 2) = sa[0];
+      *reinterpret_cast<uint32_t*>(smem + Smem::kS + Smem::STile::offset(key0 + 8, q0) + (q0 % 8) * 2) = sa[1];
+      *reinterpret_cast<uint32_t*>(smem + Smem::kS + Smem::STile::offset(key0, q0 + 8) + (q0 % 8) * 2) = sa[2];
+      *reinterpret_cast<uint32_t*>(smem + Smem::kS + Smem::STile::offset(key0 + 8, q0 + 8) + (q0 % 8) * 2) = sa[3];
+#pragma unroll
+      for (int dpair = 0; dpair < DV / 16; ++dpair) {
+        uint32_t bo[4];
+        ldmatrix_x4_trans(bo, o_s + Smem::OTile::offset(kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8,
+                                                        dpair * 16 + (lane / 16) * 8));
+        Mma<T>::run(dv[2 * dpair], pa, bo[0], bo[1]);
+        Mma<T>::run(dv[2 * dpair + 1], pa, bo[2], bo[3]);
+      }
+#pragma unroll
+      for (int dpair = 0; dpair < D / 16; ++dpair) {
+        uint32_t bq[4];
+        ldmatrix_x4_trans(bq, q_s + Smem::QTile::offset(kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8,
+                                                        dpair * 16 + (lane / 16) * 8));
+        Mma<T>::run(dk[2 * dpair], sa, bq[0], bq[1]);
+        Mma<T>::run(dk[2 * dpair + 1], sa, bq[2], bq[3]);
+      }
+    }
+    __syncthreads();  // dS^T complete
+
+    // dQ (this warp's 16 queries x D) = dS K, in column chunks of 64, added atomically.
+    {
+      int ig[2][kMaxRank];
+      bool qvalid[2];
+      int64_t qrow_off[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = warp * 16 + g4 + 8 * r;
+        qvalid[r] = cur.geo.coordinates(q_rows[row], cur.q_base, ig[r]);
+        int64_t lin = 0;
+        GNA_FOR_AXES(a, p.rank) lin = lin * p.axes[a].extent + coordinate_of(p.axes[a], cur.geo.group[a], ig[r][a]);
+        qrow_off[r] = ((int64_t(b) * p.tokens() + lin) * p.heads_q + cur.h) * D;
+      }
+      constexpr int kChunk = D < 64 ? D : 64;
+#pragma unroll
+      for (int c0 = 0; c0 < D; c0 += kChunk) {
+        float acc[kChunk / 8][4];
+#pragma unroll
+        for (int nb = 0; nb < kChunk / 8; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          uint32_t a[4];
+          const int mi = lane / 8;
+          ldmatrix_x4_trans(a, s_s + Smem::STile::offset(kk * 16 + (lane % 8) + (mi >= 2 ? 8 : 0),
+                                                         warp * 16 + (mi % 2) * 8));
+#pragma unroll
+          for (int dpair = 0; dpair < kChunk / 16; ++dpair) {
+            uint32_t bk[4];
+            ldmatrix_x4_trans(bk, k_s + Smem::KTile::offset(kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8,
+                                                            c0 + dpair * 16 + (lane / 16) * 8));
+            Mma<T>::run(acc[2 * dpair], a, bk[0], bk[1]);
+            Mma<T>::run(acc[2 * dpair + 1], a, bk[2], bk[3]);
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          if (!qvalid[r]) continue;
+          float* dst = P.dq_accum + qrow_off[r] + c0 + 2 * t4;
+#pragma unroll
+          for (int nb = 0; nb < kChunk / 8; ++nb) {
+            atomicAdd(dst + nb * 8, acc[nb][2 * r]);
+            atomicAdd(dst + nb * 8 + 1, acc[nb][2 * r + 1]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // dS^T and this stage are reused
+    stage ^= 1;
+    i = next;
+    cur = nxt;
+  }
+  cp_async_wait<0>();
+
+  // dK = scale * dS^T Q, dV: this thread's two key rows.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = warp * 16 + g4 + 8 * r;
+    T* kdst;
+    T* vdst;
+    if (additional) {
+      const int j = add_first + row;
+      if (j >= p.additional_kv) continue;
+      kdst = P.d_add_k.at(b, &j, 1, hk);
+      vdst = P.d_add_v.at(b, &j, 1, hk);
+    } else {
+      int jg[kMaxRank], x[kMaxRank];
+      if (!kv_geo.coordinates(kv_rows[row], kt_base, jg)) continue;
+      GNA_FOR_AXES(a, p.rank) x[a] = coordinate_of(p.axes[a], kv_geo.group[a], jg[a]);
+      kdst = P.dk.at(b, x, p.rank, hk);
+      vdst = P.dv.at(b, x, p.rank, hk);
+    }
+    using T2 = typename std::conditional<std::is_same<T, __half>::value, __half2, __nv_bfloat162>::type;
+#pragma unroll
+    for (int nb = 0; nb < D / 8; ++nb) {
+      T2 v2;
+      v2.x = cuda::from_float<T>(dk[nb][2 * r] * P.scale);
+      v2.y = cuda::from_float<T>(dk[nb][2 * r + 1] * P.scale);
+      *reinterpret_cast<T2*>(kdst + nb * 8 + 2 * t4) = v2;
+    }
+#pragma unroll
+    for (int nb = 0; nb < DV / 8; ++nb) {
+      T2 v2;
+      v2.x = cuda::from_float<T>(dv[nb][2 * r]);
+      v2.y = cuda::from_float<T>(dv[nb][2 * r + 1]);
+      *reinterpret_cast<T2*>(vdst + nb * 8 + 2 * t4) = v2;
+    }
+  }
+}
+
+}  // namespace gna::portable

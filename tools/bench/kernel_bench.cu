@@ -1,0 +1,260 @@
+// gna-kernel-bench: times forward and backward of the registered device backends and the token
+// permutation kernels with CUDA events (median of repetitions after warm-up, inputs random),
+// prints a table and writes JSON. Effective TFLOP/s count attended pairs only:
+// forward 4 * B * H * N * keys_per_query * D, backward 2.5x that.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "api/backend.hpp"
+#include "gna/gna.hpp"
+#include "kernels/layout/permute.hpp"
+
+namespace {
+
+using namespace gna;
+
+#define CHECK(call)                                                                   \
+  do {                                                                                \
+    cudaError_t e = (call);                                                           \
+    if (e != cudaSuccess) {                                                           \
+      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e));          \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+__global__ void fill_random(uint16_t* p, int64_t n, uint32_t seed, bool bf16) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    const float v = (h & 0xffff) / 32768.f - 1.f;  // [-1, 1)
+    if (bf16) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      p[i] = static_cast<uint16_t>(bits >> 16);
+    } else {
+      p[i] = __half_as_ushort(__float2half(v));
+    }
+  }
+}
+
+struct Case {
+  std::string name;
+  int rank;
+  int extent[3], window[3], stride[3];
+  int heads, dim;
+  bool backward;
+};
+
+struct Tensor {
+  void* ptr = nullptr;
+  TensorRef ref;
+  Tensor(std::vector<int64_t> shape, DType t, uint32_t seed) {
+    ref.dtype = t;
+    ref.device = 0;
+    ref.rank = static_cast<int>(shape.size());
+    int64_t s = 1;
+    for (int i = ref.rank - 1; i >= 0; --i) {
+      ref.shape[i] = shape[i];
+      ref.strides[i] = s;
+      s *= shape[i];
+    }
+    CHECK(cudaMalloc(&ptr, s * dtype_size(t)));
+    ref.data = ptr;
+    if (t == DType::f32) {
+      CHECK(cudaMemset(ptr, 0, s * 4));
+    } else {
+      fill_random<<<1024, 256>>>(static_cast<uint16_t*>(ptr), s, seed, t == DType::bf16);
+      CHECK(cudaGetLastError());
+    }
+  }
+  ~Tensor() { cudaFree(ptr); }
+  int64_t bytes() const { return ref.numel() * dtype_size(ref.dtype); }
+};
+
+template <typename F>
+double median_ms(F&& f, int warmup, int reps) {
+  for (int i = 0; i < warmup; ++i) f();
+  CHECK(cudaDeviceSynchronize());
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    CHECK(cudaEventRecord(a));
+    f();
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Row {
+  std::string what, backend, pass;
+  double ms, value;
+  std::string unit;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= s.size()) {
+    size_t e = s.find(',', b);
+    if (e == std::string::npos) e = s.size();
+    if (e > b) out.push_back(s.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path, only, backends_arg;
+  int reps = 10, warmup = 2;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--json") json_path = next();
+    else if (a == "--cases") only = next();
+    else if (a == "--backends") backends_arg = next();
+    else if (a == "--reps") reps = std::atoi(next().c_str());
+    else if (a == "--warmup") warmup = std::atoi(next().c_str());
+    else if (a == "--quick") quick = true;
+    else {
+      std::printf(
+          "usage: gna-kernel-bench [--cases a,b] [--backends portable,...] [--reps N] [--warmup N]\n"
+          "                        [--quick] [--json file]\n");
+      return a == "--help" ? 0 : 2;
+    }
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("gna-kernel-bench: no CUDA device\n");
+    return 0;
+  }
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+
+  std::vector<std::string> backends;
+  if (!backends_arg.empty()) {
+    backends = split(backends_arg);
+  } else {
+    for (const Backend& b : registered_backends())
+      if (b.device && b.name != "gpu_reference") backends.push_back(b.name);
+  }
+
+  // bf16, d128, batch 1 (SPEC section 4 shapes; the dense case is sized to time quickly).
+  std::vector<Case> cases = {
+      {"dense 128x128", 2, {128, 128, 1}, {128, 128, 1}, {1, 1, 1}, 16, 128, true},
+      {"hunyuan 18x24x24 s16x8x8", 3, {30, 48, 80}, {18, 24, 24}, {16, 8, 8}, 24, 128, true},
+      {"flux4k 80x80 s16x16", 2, {256, 256, 1}, {80, 80, 1}, {16, 16, 1}, 24, 128, true},
+      {"hunyuan 18x24x24 NA", 3, {30, 48, 80}, {18, 24, 24}, {1, 1, 1}, 24, 128, false},
+      {"flux4k 80x80 NA", 2, {256, 256, 1}, {80, 80, 1}, {1, 1, 1}, 24, 128, false},
+  };
+  if (quick) reps = std::min(reps, 3);
+  const std::vector<std::string> wanted = split(only);
+  std::vector<Row> rows;
+
+  for (const Case& c : cases) {
+    if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), c.name) == wanted.end()) continue;
+    AttentionParams params;
+    params.rank = c.rank;
+    std::vector<int64_t> shape{1};
+    for (int a = 0; a < c.rank; ++a) {
+      params.window[a] = c.window[a];
+      params.stride[a] = c.stride[a];
+      shape.push_back(c.extent[a]);
+    }
+    shape.push_back(c.heads);
+    shape.push_back(c.dim);
+    std::vector<int64_t> lse_shape(shape.begin(), shape.end() - 1);
+    const DType t = DType::bf16;
+    Tensor q(shape, t, 1), k(shape, t, 2), v(shape, t, 3), o(shape, t, 4), d_o(shape, t, 5);
+    Tensor dq(shape, t, 6), dk(shape, t, 7), dv(shape, t, 8), lse(lse_shape, DType::f32, 9);
+    AttentionTensors in{q.ref, k.ref, v.ref};
+    const Problem p = make_problem(params, in);
+    const double flops = 4.0 * p.heads_q * double(p.tokens()) * mean_keys_per_query(p) * c.dim;
+    for (const std::string& be : backends) {
+      CallOptions opt;
+      opt.backend = be;
+      try {
+        TensorRef out = o.ref, l = lse.ref;
+        const double ms = median_ms([&] { attention_forward(params, in, out, &l, opt); }, warmup, reps);
+        CHECK(cudaDeviceSynchronize());
+        rows.push_back({c.name, be, "forward", ms, flops / ms / 1e9, "TFLOP/s"});
+      } catch (const Error& e) {
+        std::printf("# %s forward on %s: %s\n", c.name.c_str(), be.c_str(), e.what());
+      }
+      if (!c.backward) continue;
+      try {
+        AttentionGradients g{dq.ref, dk.ref, dv.ref};
+        const double ms = median_ms(
+            [&] { attention_backward(params, in, o.ref, lse.ref, d_o.ref, g, opt); }, warmup, reps);
+        CHECK(cudaDeviceSynchronize());
+        rows.push_back({c.name, be, "backward", ms, 2.5 * flops / ms / 1e9, "TFLOP/s"});
+      } catch (const Error& e) {
+        std::printf("# %s backward on %s: %s\n", c.name.c_str(), be.c_str(), e.what());
+      }
+    }
+  }
+
+  // Token permutation of a hunyuan-sized tensor (tile 2x8x8) against a device copy.
+  if (wanted.empty() || std::find(wanted.begin(), wanted.end(), "permute") != wanted.end()) {
+    PermutationPlan plan;
+    plan.rank = 3;
+    const int ext[3] = {30, 48, 80}, tile[3] = {2, 8, 8};
+    for (int a = 0; a < 3; ++a) {
+      plan.extent[a] = ext[a];
+      plan.tile[a] = tile[a];
+    }
+    Tensor src({1, 30, 48, 80, 24, 128}, DType::bf16, 11);
+    Tensor perm({1, plan.tokens_per_group(), 24, 128}, DType::bf16, 12);
+    Tensor back({1, 30, 48, 80, 24, 128}, DType::bf16, 13);
+    const double bytes = 2.0 * src.bytes();  // read + write
+    const double copy = median_ms(
+        [&] { CHECK(cudaMemcpyAsync(back.ptr, src.ptr, src.bytes(), cudaMemcpyDeviceToDevice)); },
+        warmup, reps);
+    rows.push_back({"copy 530 MB", "cudaMemcpy", "copy", copy, bytes / copy / 1e9, "TB/s"});
+    const double pm = median_ms([&] { cuda::permute_tokens(plan, src.ref, perm.ref); }, warmup, reps);
+    rows.push_back({"permute 30x48x80 tile 2x8x8", "layout", "permute", pm, bytes / pm / 1e9, "TB/s"});
+    const double up = median_ms([&] { cuda::unpermute_tokens(plan, perm.ref, back.ref); }, warmup, reps);
+    rows.push_back({"unpermute 30x48x80 tile 2x8x8", "layout", "unpermute", up, bytes / up / 1e9, "TB/s"});
+  }
+
+  if (!json_path.empty()) {
+    FILE* f = std::fopen(json_path.c_str(), "w");
+    if (f) {
+      std::fprintf(f, "{\"device\": \"%s\", \"dtype\": \"bf16\", \"results\": [\n", prop.name);
+      for (size_t i = 0; i < rows.size(); ++i)
+        std::fprintf(f, "  {\"case\": \"%s\", \"backend\": \"%s\", \"pass\": \"%s\", \"ms\": %.4f, \"%s\": %.2f}%s\n",
+                     rows[i].what.c_str(), rows[i].backend.c_str(), rows[i].pass.c_str(), rows[i].ms,
+                     rows[i].unit.c_str(), rows[i].value, i + 1 < rows.size() ? "," : "");
+      std::fprintf(f, "]}\n");
+      std::fclose(f);
+    }
+  }
+  std::printf("\ngna-kernel-bench on %s (bf16, d128, batch 1; median of %d after %d warm-up)\n",
+              prop.name, reps, warmup);
+  std::printf("| case | backend | pass | ms | effective |\n|---|---|---|---|---|\n");
+  for (const Row& r : rows)
+    std::printf("| %s | %s | %s | %.3f | %.1f %s |\n", r.what.c_str(), r.backend.c_str(),
+                r.pass.c_str(), r.ms, r.value, r.unit.c_str());
+  return 0;
+}
