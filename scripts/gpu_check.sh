@@ -34,10 +34,10 @@ if [ ! -f /usr/include/gtest/gtest.h ] && [ -z "${GTest_ROOT:-}" ]; then
 fi
 
 if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGNA_CUDA=ON "${gtest_args[@]}" \
-    >"$OUT/configure.log" 2>&1; then
-  tail -30 "$OUT/configure.log"; echo "configure failed"; exit 1
+    >"$OUT/build.log" 2>&1; then
+  tail -30 "$OUT/build.log"; echo "configure failed"; exit 1
 fi
-if ! cmake --build "$BUILD" -j "$JOBS" >"$OUT/build.log" 2>&1; then
+if ! cmake --build "$BUILD" -j "$JOBS" >>"$OUT/build.log" 2>&1; then
   grep -E "error|FAILED" "$OUT/build.log" | head -40; echo "build failed"; exit 1
 fi
 note "build: ok ($(( $(date +%s) - t0 )) s)"
@@ -56,15 +56,17 @@ if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
   for tool in memcheck racecheck; do
     for bin in test_portable test_gpu_reference test_layout_kernels; do
       [ -x "$BUILD/bin/$bin" ] || continue
-      log="$OUT/sanitize_${tool}_${bin}.log"
+      log="$OUT/sanitize_one.tmp"
       GNA_TEST_CONFIGS=$n timeout 600 compute-sanitizer --tool "$tool" --error-exitcode 3 \
         "$BUILD/bin/$bin" --gtest_brief=1 >"$log" 2>&1
       rc=$?
+      { echo "#### $tool $bin (rc $rc)"; cat "$log"; } >>"$OUT/sanitize.log"
       errs=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
       tests=$(grep -E "^\[  PASSED  \]" "$log" | tail -1)
       note "compute-sanitizer $tool $bin (GNA_TEST_CONFIGS=$n): rc $rc; $errs; $tests"
     done
   done
+  rm -f "$OUT/sanitize_one.tmp"
 fi
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then

@@ -32,6 +32,21 @@ TEST(GpuReference, Rank3F32) { sweep(3, DType::f32, configs_per_rank(40)); }
 TEST(GpuReference, Rank2F16) { sweep(2, DType::f16, configs_per_rank(20)); }
 TEST(GpuReference, Rank3Bf16) { sweep(3, DType::bf16, configs_per_rank(20)); }
 
+// The comparison itself can fail: a wrong reference value or an unwritten output is reported.
+TEST(GpuReference, CheckDetectsWrongResults) {
+  GNA_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(test_seed());
+  const Config c = random_config(rng, 2, ConfigLimits{});
+  Case cs;
+  cs.build(c, DType::f32, rng, true);
+  EXPECT_EQ(cs.check_forward("gpu_reference"), "");
+  cs.ref_o[cs.ref_o.size() / 2] += 0.5f;
+  EXPECT_NE(cs.check_forward("gpu_reference"), "");
+  cs.ref_dk[0] += 0.5f;
+  EXPECT_NE(cs.check_backward("gpu_reference").find("dk error"), std::string::npos);
+  EXPECT_EQ(normalized_error({NAN, 1.f}, {0.f, 1.f}), INFINITY);
+}
+
 TEST(GpuReference, RefusesHostTensors) {
   const Backend* backend = nullptr;
   for (const auto& b : registered_backends())

@@ -26,12 +26,24 @@ struct LayoutArgs {
   int threads_per_unit = 1;  // power of two
 };
 
+// Copies a run with `lanes` threads; each thread keeps up to 4 vectors in flight (all loads of a
+// batch issued before its stores).
 template <typename Vec>
-__device__ __forceinline__ void copy_run(const char* from, char* to, int run_bytes, int lane,
-                                         int lanes) {
+__device__ __forceinline__ void copy_run(const char* __restrict__ from, char* __restrict__ to,
+                                         int run_bytes, int lane, int lanes) {
   const int n = run_bytes / static_cast<int>(sizeof(Vec));
-  for (int c = lane; c < n; c += lanes)
-    reinterpret_cast<Vec*>(to)[c] = reinterpret_cast<const Vec*>(from)[c];
+  const Vec* src = reinterpret_cast<const Vec*>(from);
+  Vec* dst = reinterpret_cast<Vec*>(to);
+  constexpr int kBatch = 4;
+  int c = lane;
+  for (; c + (kBatch - 1) * lanes < n; c += kBatch * lanes) {
+    Vec v[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) v[i] = src[c + i * lanes];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) dst[c + i * lanes] = v[i];
+  }
+  for (; c < n; c += lanes) dst[c] = src[c];
 }
 
 template <typename Vec>
@@ -174,9 +186,11 @@ void launch(LayoutArgs args, int64_t units, cudaStream_t stream) {
   if (units == 0 || args.run_bytes == 0) return;
   const int vec = vector_bytes(args, args.src, args.dst);
   const int chunks = args.run_bytes / vec;
+  // At most one warp per run: the index arithmetic of a unit is paid once per warp and
+  // amortized over the whole run.
   constexpr int kThreads = 256;
   int lanes = 1;
-  while (lanes < chunks && lanes < kThreads) lanes *= 2;
+  while (lanes < chunks && lanes < 32) lanes *= 2;
   args.threads_per_unit = lanes;
   const int64_t blocks = (units * lanes + kThreads - 1) / kThreads;
   const unsigned grid = static_cast<unsigned>(blocks);

@@ -64,7 +64,8 @@ struct BackwardSmem {
   static constexpr int kODelta = kQDelta + 8 * R;
   static constexpr int kLseDelta = kODelta + 8 * R;
   static constexpr int kLinDelta = kLseDelta + 8 * R;            // linear token delta
-  static constexpr int kBytes = kLinDelta + 8 * R;
+  static constexpr int kQWin = kLinDelta + 8 * R;               // query window per key row, axis
+  static constexpr int kBytes = kQWin + 8 * kMaxRank * R;
 };
 
 template <typename T, int D, int DV>
@@ -161,16 +162,15 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
     }
   }
 
-  // Query windows (inverse rule) of this thread's two key rows, for partial pairs.
-  Range qwin[2][kMaxRank];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
+  // Query windows (inverse rule) of each key row, for partial pairs.
+  Range* qwin = reinterpret_cast<Range*>(smem + Smem::kQWin);
+  for (int r = tid; r < R; r += blockDim.x) {
     int jg[kMaxRank];
-    const uint32_t packed = kv_rows[warp * 16 + g4 + 8 * r];
+    const uint32_t packed = kv_rows[r];
     kv_geo.coordinates(packed, kt_base, jg);
     GNA_FOR_AXES(a, p.rank) {
       const int j = (packed & kPaddingRow) ? 0 : min_i(jg[a], kv_geo.n[a] - 1);
-      qwin[r][a] = query_window(p.axes[a], kv_geo.n[a], j);
+      qwin[r * kMaxRank + a] = query_window(p.axes[a], kv_geo.n[a], j);
     }
   }
 
@@ -267,16 +267,32 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
 #pragma unroll
   for (int i = 0; i < DV / 8; ++i) dv[i][0] = dv[i][1] = dv[i][2] = dv[i][3] = 0.f;
 
-  Item cur, nxt;
+  Item cur;
   int i = next_item(0, cur);
   if (i < total) load_item(cur, 0);
   cp_async_commit();
   const uint32_t k_s = smem_address(smem + Smem::kK), v_s = smem_address(smem + Smem::kV);
   const uint32_t s_s = smem_address(smem + Smem::kS);
+  // ldmatrix address patterns (see SmemTile::Cursor).
+  const int lane_a = lane % 16, c_a = lane / 16;                          // A operands
+  const int lane_b = (lane % 8) + (lane / 16) * 8, c_b = (lane / 8) % 2;  // B, row-major n x k
+  const int lane_t = (lane % 8) + ((lane / 8) % 2) * 8, c_t = lane / 16;  // B via .trans
+  const auto c_kA = Smem::KTile::cursor(lane_a, c_a);
+  const auto c_vA = Smem::VTile::cursor(lane_a, c_a);
+  const auto c_qB = Smem::QTile::cursor(lane_b, c_b);
+  const auto c_oB = Smem::OTile::cursor(lane_b, c_b);
+  const auto c_qT = Smem::QTile::cursor(lane_t, c_t);
+  const auto c_oT = Smem::OTile::cursor(lane_t, c_t);
+  const auto c_kT = Smem::KTile::cursor(lane_t, c_t);
+  const auto c_sT = Smem::STile::cursor(lane_b, c_b);
   int stage = 0;
   while (i < total) {
-    const int next = next_item(i + 1, nxt);
-    if (next < total) load_item(nxt, stage ^ 1);
+    int next;
+    {
+      Item nxt;
+      next = next_item(i + 1, nxt);
+      if (next < total) load_item(nxt, stage ^ 1);
+    }
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -285,100 +301,101 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
     const float* lse_s = reinterpret_cast<const float*>(smem + Smem::kLse) + stage * R;
     const float* delta_s = reinterpret_cast<const float*>(smem + Smem::kDelta) + stage * R;
 
-    // S^T = K Q^T and dP^T = V dO^T (16 keys x 64 queries per warp).
-    float s[8][4], dp[8][4];
-#pragma unroll
-    for (int nb = 0; nb < 8; ++nb)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[nb][e] = dp[nb][e] = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      uint32_t a[4];
-      ldmatrix_x4(a, k_s + Smem::KTile::offset(warp * 16 + lane % 16, ks * 16 + (lane / 16) * 8));
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t bq[4];
-        ldmatrix_x4(bq, q_s + Smem::QTile::offset(np * 16 + (lane % 8) + (lane / 16) * 8,
-                                                  ks * 16 + ((lane / 8) % 2) * 8));
-        Mma<T>::run(s[2 * np], a, bq[0], bq[1]);
-        Mma<T>::run(s[2 * np + 1], a, bq[2], bq[3]);
-      }
-    }
-#pragma unroll
-    for (int ks = 0; ks < DV / 16; ++ks) {
-      uint32_t a[4];
-      ldmatrix_x4(a, v_s + Smem::VTile::offset(warp * 16 + lane % 16, ks * 16 + (lane / 16) * 8));
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t bo[4];
-        ldmatrix_x4(bo, o_s + Smem::OTile::offset(np * 16 + (lane % 8) + (lane / 16) * 8,
-                                                  ks * 16 + ((lane / 8) % 2) * 8));
-        Mma<T>::run(dp[2 * np], a, bo[0], bo[1]);
-        Mma<T>::run(dp[2 * np + 1], a, bo[2], bo[3]);
-      }
-    }
-    // P^T and dS^T (masked for partial pairs).
+    // In two halves of 32 queries (fewer live registers): S^T = K Q^T and dP^T = V dO^T
+    // (16 keys x 32 queries per warp), P^T, dS^T, then dV += P^T dO and dK += dS^T Q.
     const bool masked = cur.cls == PairClass::partial;
+#pragma unroll 1
+    for (int half = 0; half < 2; ++half) {
+      float s[4][4], dp[4][4];
 #pragma unroll
-    for (int nb = 0; nb < 8; ++nb) {
+      for (int nb = 0; nb < 4; ++nb)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = nb * 8 + 2 * t4 + e;
-        const float lse2 = lse_s[col] * 1.4426950408889634f;
-        const float delta = delta_s[col];
-        bool attend[2] = {true, true};
-        if (masked) {
-          int ig[kMaxRank];
-          const bool qvalid = cur.geo.coordinates(q_rows[col], cur.q_base, ig);
+        for (int e = 0; e < 4; ++e) s[nb][e] = dp[nb][e] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        uint32_t a[4];
+        ldmatrix_x4(a, k_s + c_kA.at(warp, ks));
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {
+          uint32_t bq[4];
+          ldmatrix_x4(bq, q_s + c_qB.at(half * 2 + np, ks));
+          Mma<T>::run(s[2 * np], a, bq[0], bq[1]);
+          Mma<T>::run(s[2 * np + 1], a, bq[2], bq[3]);
+        }
+      }
+#pragma unroll
+      for (int ks = 0; ks < DV / 16; ++ks) {
+        uint32_t a[4];
+        ldmatrix_x4(a, v_s + c_vA.at(warp, ks));
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {
+          uint32_t bo[4];
+          ldmatrix_x4(bo, o_s + c_oB.at(half * 2 + np, ks));
+          Mma<T>::run(dp[2 * np], a, bo[0], bo[1]);
+          Mma<T>::run(dp[2 * np + 1], a, bo[2], bo[3]);
+        }
+      }
+      // P^T and dS^T (masked for partial pairs).
+#pragma unroll
+      for (int nb = 0; nb < 4; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = half * 32 + nb * 8 + 2 * t4 + e;
+          const float lse2 = lse_s[col] * 1.4426950408889634f;
+          const float delta = delta_s[col];
+          bool attend[2] = {true, true};
+          if (masked) {
+            int ig[kMaxRank];
+            const bool qvalid = cur.geo.coordinates(q_rows[col], cur.q_base, ig);
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              bool ok = qvalid;
+              const Range* w = qwin + (warp * 16 + g4 + 8 * r) * kMaxRank;
+              GNA_FOR_AXES(a, p.rank) ok = ok && w[a].contains(ig[a]);
+              attend[r] = ok;
+            }
+          }
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            bool ok = qvalid;
-            GNA_FOR_AXES(a, p.rank) ok = ok && qwin[r][a].contains(ig[a]);
-            attend[r] = ok;
+            const float prob = attend[r] ? fast_exp2(s[nb][2 * r + e] * P.scale_log2 - lse2) : 0.f;
+            s[nb][2 * r + e] = prob;
+            dp[nb][2 * r + e] = prob * (dp[nb][2 * r + e] - delta);
           }
         }
+      }
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const float prob = attend[r] ? exp2f(s[nb][2 * r + e] * P.scale_log2 - lse2) : 0.f;
-          s[nb][2 * r + e] = prob;
-          dp[nb][2 * r + e] = prob * (dp[nb][2 * r + e] - delta);
+      for (int kh = 0; kh < 2; ++kh) {
+        const int kk = half * 2 + kh;  // 16-query step within the Q tile
+        uint32_t pa[4], sa[4];
+        pa[0] = Mma<T>::pack(s[2 * kh][0], s[2 * kh][1]);
+        pa[1] = Mma<T>::pack(s[2 * kh][2], s[2 * kh][3]);
+        pa[2] = Mma<T>::pack(s[2 * kh + 1][0], s[2 * kh + 1][1]);
+        pa[3] = Mma<T>::pack(s[2 * kh + 1][2], s[2 * kh + 1][3]);
+        sa[0] = Mma<T>::pack(dp[2 * kh][0], dp[2 * kh][1]);
+        sa[1] = Mma<T>::pack(dp[2 * kh][2], dp[2 * kh][3]);
+        sa[2] = Mma<T>::pack(dp[2 * kh + 1][0], dp[2 * kh + 1][1]);
+        sa[3] = Mma<T>::pack(dp[2 * kh + 1][2], dp[2 * kh + 1][3]);
+        // dS^T to shared memory for dQ: rows keys, cols queries.
+        const int key0 = warp * 16 + g4;
+        const int q0 = kk * 16 + 2 * t4;
+        *reinterpret_cast<uint32_t*>(smem + Smem::kS + Smem::STile::offset(key0, q0) + (q0 % 8) * 2) = sa[0];
+        *reinterpret_cast<uint32_t*>(smem + Smem::kS + Smem::STile::offset(key0 + 8, q0) + (q0 % 8) * 2) = sa[1];
+        *reinterpret_cast<uint32_t*>(smem + Smem::kS + Smem::STile::offset(key0, q0 + 8) + (q0 % 8) * 2) = sa[2];
+        *reinterpret_cast<uint32_t*>(smem + Smem::kS + Smem::STile::offset(key0 + 8, q0 + 8) + (q0 % 8) * 2) = sa[3];
+#pragma unroll
+        for (int dpair = 0; dpair < DV / 16; ++dpair) {
+          uint32_t bo[4];
+          ldmatrix_x4_trans(bo, o_s + c_oT.at(kk, dpair));
+          Mma<T>::run(dv[2 * dpair], pa, bo[0], bo[1]);
+          Mma<T>::run(dv[2 * dpair + 1], pa, bo[2], bo[3]);
         }
-      }
-    }
-    // dV += P^T dO, dK += dS^T Q (k = 64 queries).
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      uint32_t pa[4], sa[4];
-      pa[0] = Mma<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-      pa[1] = Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-      pa[2] = Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pa[3] = Mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      sa[0] = Mma<T>::pack(dp[2 * kk][0], dp[2 * kk][1]);
-      sa[1] = Mma<T>::pack(dp[2 * kk][2], dp[2 * kk][3]);
-      sa[2] = Mma<T>::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
-      sa[3] = Mma<T>::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
-      // dS^T to shared memory for dQ: rows keys, cols queries.
-      const int key0 = warp * 16 + g4;
-      const int q0 = kk * 16 + 2 * t4;
-      *reinterpret_cast<uint32_t*>(smem + Smem::kS + Smem::STile::offset(key0, q0) + (q0 % 8) * 2) = sa[0];
-      *reinterpret_cast<uint32_t*>(smem + Smem::kS + Smem::STile::offset(key0 + 8, q0) + (q0 % 8) * 2) = sa[1];
-      *reinterpret_cast<uint32_t*>(smem + Smem::kS + Smem::STile::offset(key0, q0 + 8) + (q0 % 8) * 2) = sa[2];
-      *reinterpret_cast<uint32_t*>(smem + Smem::kS + Smem::STile::offset(key0 + 8, q0 + 8) + (q0 % 8) * 2) = sa[3];
-#pragma unroll
-      for (int dpair = 0; dpair < DV / 16; ++dpair) {
-        uint32_t bo[4];
-        ldmatrix_x4_trans(bo, o_s + Smem::OTile::offset(kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8,
-                                                        dpair * 16 + (lane / 16) * 8));
-        Mma<T>::run(dv[2 * dpair], pa, bo[0], bo[1]);
-        Mma<T>::run(dv[2 * dpair + 1], pa, bo[2], bo[3]);
-      }
-#pragma unroll
-      for (int dpair = 0; dpair < D / 16; ++dpair) {
-        uint32_t bq[4];
-        ldmatrix_x4_trans(bq, q_s + Smem::QTile::offset(kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8,
-                                                        dpair * 16 + (lane / 16) * 8));
-        Mma<T>::run(dk[2 * dpair], sa, bq[0], bq[1]);
-        Mma<T>::run(dk[2 * dpair + 1], sa, bq[2], bq[3]);
+        for (int dpair = 0; dpair < D / 16; ++dpair) {
+          uint32_t bq[4];
+          ldmatrix_x4_trans(bq, q_s + c_qT.at(kk, dpair));
+          Mma<T>::run(dk[2 * dpair], sa, bq[0], bq[1]);
+          Mma<T>::run(dk[2 * dpair + 1], sa, bq[2], bq[3]);
+        }
       }
     }
     __syncthreads();  // dS^T complete
@@ -405,14 +422,11 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           uint32_t a[4];
-          const int mi = lane / 8;
-          ldmatrix_x4_trans(a, s_s + Smem::STile::offset(kk * 16 + (lane % 8) + (mi >= 2 ? 8 : 0),
-                                                         warp * 16 + (mi % 2) * 8));
+          ldmatrix_x4_trans(a, s_s + c_sT.at(kk, warp));
 #pragma unroll
           for (int dpair = 0; dpair < kChunk / 16; ++dpair) {
             uint32_t bk[4];
-            ldmatrix_x4_trans(bk, k_s + Smem::KTile::offset(kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8,
-                                                            c0 + dpair * 16 + (lane / 16) * 8));
+            ldmatrix_x4_trans(bk, k_s + c_kT.at(kk, c0 / 16 + dpair));
             Mma<T>::run(acc[2 * dpair], a, bk[0], bk[1]);
             Mma<T>::run(acc[2 * dpair + 1], a, bk[2], bk[3]);
           }
@@ -432,7 +446,7 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
     __syncthreads();  // dS^T and this stage are reused
     stage ^= 1;
     i = next;
-    cur = nxt;
+    if (i < total) decode(i, cur);
   }
   cp_async_wait<0>();
 

@@ -149,8 +149,9 @@ struct ForwardCta {
     }
   }
 
-  // Loads K and V of tile i into stage s.
-  __device__ void load_kv(int i, int s) {
+  // Loads K and V of tile i (of class cls) into stage s.
+  __device__ void load_kv(int i, int s, PairClass cls) {
+    const bool full = cls == PairClass::full;
     const Problem& p = P.p;
     const uint32_t k_base = smem_address(smem + Smem::kK + s * KTile::kBytes);
     const uint32_t v_base = smem_address(smem + Smem::kV + s * VTile::kBytes);
@@ -183,20 +184,27 @@ struct ForwardCta {
       k_first += x * P.k.stride_axis[a];
       v_first += x * P.v.stride_axis[a];
     }
+    load_rows<KTile, kChunksK>(P.k.data + k_first, k_delta(), k_base, full, kt_base);
+    load_rows<VTile, kChunksV>(P.v.data + v_first, v_delta(), v_base, full, kt_base);
+  }
+
+  // One K or V tile: each thread copies fixed 16-byte chunks of fixed rows; rows of a full
+  // pair are all real keys, so only partial pairs check their rows against the group.
+  template <typename Tile, int CHUNKS>
+  __device__ __forceinline__ void load_rows(const T* first, const int64_t* delta, uint32_t base,
+                                            bool full, const int* kt_base) {
+    constexpr int kThreads = kForwardWarps * 32;
 #pragma unroll
-    for (int part = 0; part < 2; ++part) {
-      const int chunks = part == 0 ? kChunksK : kChunksV;
-      const T* first = part == 0 ? P.k.data + k_first : P.v.data + v_first;
-      const int64_t* delta = part == 0 ? k_delta() : v_delta();
-      const uint32_t base = part == 0 ? k_base : v_base;
-      for (int c = threadIdx.x; c < BN * chunks; c += blockDim.x) {
-        const int row = c / chunks, ch = c % chunks;
+    for (int it = 0; it < BN * CHUNKS / kThreads; ++it) {
+      const int c = threadIdx.x + it * kThreads;
+      const int row = c / CHUNKS, ch = c % CHUNKS;
+      bool valid = true;
+      if (!full) {
         int jg[kMaxRank];
-        const bool valid = geo.coordinates(kv_rows()[row], kt_base, jg);
-        const T* src = valid ? first + delta[row] + ch * 8 : P.k.data;
-        const uint32_t dst = base + (part == 0 ? KTile::offset(row, ch * 8) : VTile::offset(row, ch * 8));
-        cp_async_16(dst, src, valid);
+        valid = geo.coordinates(kv_rows()[row], kt_base, jg);
       }
+      const T* src = valid ? first + delta[row] + ch * 8 : P.k.data;
+      cp_async_16(base + Tile::offset(row, ch * 8), src, valid);
     }
   }
 };
@@ -226,6 +234,8 @@ struct ForwardWarp {
     using KTile = SmemTile<BN, D>;
     using VTile = SmemTile<BN, DV>;
     const int lane = threadIdx.x % 32;
+    const typename KTile::Cursor kc = KTile::cursor((lane % 8) + (lane / 16) * 8, (lane / 8) % 2);
+    const typename VTile::Cursor vc = VTile::cursor((lane % 8) + ((lane / 8) % 2) * 8, lane / 16);
     float s[kNB][4];
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
@@ -235,9 +245,7 @@ struct ForwardWarp {
 #pragma unroll
       for (int np = 0; np < kNB / 2; ++np) {
         uint32_t b[4];
-        const int row = np * 16 + (lane % 8) + (lane / 16) * 8;
-        const int col = ks * 16 + ((lane / 8) % 2) * 8;
-        ldmatrix_x4(b, k_smem + KTile::offset(row, col));
+        ldmatrix_x4(b, k_smem + kc.at(np, ks));
         Mma<T>::run(s[2 * np], qf[ks], b[0], b[1]);
         Mma<T>::run(s[2 * np + 1], qf[ks], b[2], b[3]);
       }
@@ -276,13 +284,13 @@ struct ForwardWarp {
       mx = quad_max(mx) * scale_log2;
       const float m_new = fmaxf(m[r], mx);
       const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      const float correction = exp2f(m[r] - m_use);
+      const float correction = fast_exp2(m[r] - m_use);
       m[r] = m_new;
       float sum = 0.f;
 #pragma unroll
       for (int nb = 0; nb < kNB; ++nb) {
-        s[nb][2 * r] = exp2f(s[nb][2 * r] * scale_log2 - m_use);
-        s[nb][2 * r + 1] = exp2f(s[nb][2 * r + 1] * scale_log2 - m_use);
+        s[nb][2 * r] = fast_exp2(s[nb][2 * r] * scale_log2 - m_use);
+        s[nb][2 * r + 1] = fast_exp2(s[nb][2 * r + 1] * scale_log2 - m_use);
         sum += s[nb][2 * r] + s[nb][2 * r + 1];
       }
       l[r] = l[r] * correction + sum;
@@ -303,9 +311,7 @@ struct ForwardWarp {
 #pragma unroll
       for (int dp = 0; dp < DV / 16; ++dp) {
         uint32_t b[4];
-        const int row = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
-        const int col = dp * 16 + (lane / 16) * 8;
-        ldmatrix_x4_trans(b, v_smem + VTile::offset(row, col));
+        ldmatrix_x4_trans(b, v_smem + vc.at(kk, dp));
         Mma<T>::run(acc[2 * dp], a, b[0], b[1]);
         Mma<T>::run(acc[2 * dp + 1], a, b[2], b[3]);
       }
@@ -360,7 +366,7 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 1)
   PairClass cls = PairClass::empty, next_cls = PairClass::empty;
   int i = cta.next_tile(0, &cls);
   cta.load_q();
-  if (i < cta.walk.total) cta.load_kv(i, 0);
+  if (i < cta.walk.total) cta.load_kv(i, 0, cls);
   cp_async_commit();
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -384,7 +390,7 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 1)
   bool q_loaded = false;
   while (i < cta.walk.total) {
     const int next = cta.next_tile(i + 1, &next_cls);
-    if (next < cta.walk.total) cta.load_kv(next, stage ^ 1);
+    if (next < cta.walk.total) cta.load_kv(next, stage ^ 1, next_cls);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();

@@ -98,7 +98,34 @@ struct SmemTile {
   __device__ __forceinline__ static uint32_t offset(int row, int col) {
     return static_cast<uint32_t>((row * kChunks + chunk(row, col / 8)) * 16);
   }
+
+  // ldmatrix addresses of one lane for a fixed access pattern: rows R0 + row_lane (R0 a
+  // multiple of 16) and columns 16 j + 8 c. The swizzle of such rows depends on row_lane only,
+  // so the per-j chunk offsets are four registers and every address is base + constants.
+  struct Cursor {
+    uint32_t base;    // row_lane's row
+    uint32_t off[4];  // chunk byte offsets of j % 4
+    __device__ __forceinline__ uint32_t at(int row_block16, int j) const {
+      return base + static_cast<uint32_t>(row_block16 * 16 * kChunks * 16 + (j / 4) * 128) + off[j % 4];
+    }
+  };
+  __device__ __forceinline__ static Cursor cursor(int row_lane, int c) {
+    Cursor cur;
+    const int x = (row_lane / kRowsPerPhase) % kPhases;
+    cur.base = static_cast<uint32_t>(row_lane * kChunks * 16);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      cur.off[j] = static_cast<uint32_t>((((2 * j) ^ (x & 6)) + (c ^ (x & 1))) * 16);
+    return cur;
+  }
 };
+
+// 2^x with the hardware approximation (flushes denormal results to zero, exact at -inf -> 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
 
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
