@@ -19,8 +19,9 @@ namespace gna::hopper {
 
 constexpr int kStages = 2;
 constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
-constexpr int kProducerRegs = 40;
-constexpr int kConsumerRegs = 232;
+constexpr int kProducerRegs = 56;
+constexpr int kConsumerRegs = 224;
+constexpr int kClassTable = 256;  // per-axis class entries kept in shared memory
 
 // Shared-memory image of a [128 tokens x D] tile: D split into boxes of at most 64 elements
 // (128 bytes, the widest swizzled TMA box), each box 128 rows of kRowBytes, swizzled.
@@ -43,6 +44,7 @@ struct SharedStorage {
   uint64_t q_full;
   uint64_t k_full[kStages], k_empty[kStages];
   uint64_t v_full[kStages], v_empty[kStages];
+  uint8_t axis_class[kAxes][kClassTable];  // PairClass per KV tile of each axis range
 };
 
 template <int D>
@@ -81,20 +83,31 @@ __device__ __forceinline__ KvWalk make_walk(const FwdParams& p, const int (&qt)[
   return w;
 }
 
-// KV tile coordinates of the t-th spatial tile of the walk and its class (combined over axes).
-__device__ __forceinline__ PairClass walk_tile(const FwdParams& p, const KvWalk& w,
-                                               const int (&qt)[kAxes], int t, int (&kt)[kAxes]) {
-  int rest = t;
-  kt[2] = w.begin[2] + rest % w.size[2];
-  rest /= w.size[2];
-  kt[1] = w.begin[1] + rest % w.size[1];
-  kt[0] = w.begin[0] + rest / w.size[1];
-  PairClass c = PairClass::full;
-#pragma unroll
-  for (int a = 0; a < kAxes; ++a)
-    c = combine(c, classify_axis_tiles(p.axes[a], p.axes[a].extent, qt[a], kt[a], p.q_tile[a],
-                                       p.kv_tile[a]));
-  return c;
+// Position in the walk: index t (spatial tiles first, then additional ones) and the KV tile
+// offsets inside the per-axis ranges. The walk never meets an empty pair: every tile of an
+// axis range intersects the union of the Q tile's windows on that axis, and because the rule is
+// an AND over axes with Q and KV tiles being products of per-axis sets, a pair is empty only if
+// one of its axes is.
+struct KvCursor {
+  int t;
+  int idx[kAxes];
+};
+
+__device__ __forceinline__ void cursor_begin(KvCursor& c) {
+  c.t = 0;
+  c.idx[0] = c.idx[1] = c.idx[2] = 0;
+}
+
+__device__ __forceinline__ void cursor_step(const KvWalk& w, KvCursor& c) {
+  ++c.t;
+  if (c.t >= w.spatial) return;
+  if (++c.idx[2] == w.size[2]) {
+    c.idx[2] = 0;
+    if (++c.idx[1] == w.size[1]) {
+      c.idx[1] = 0;
+      ++c.idx[0];
+    }
+  }
 }
 
 // Local coordinates of token r of a tile (row-major over axes 0, 1, 2; sizes are powers of two).
@@ -122,19 +135,19 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, SharedStorage<
 
   const KvWalk w = make_walk(p, qt);
   int it = 0;
-  for (int t = 0; t < w.spatial + w.additional; ++t) {
+  KvCursor cur;
+  cursor_begin(cur);
+  for (; cur.t < w.spatial + w.additional; cursor_step(w, cur)) {
     int c2, c3, c4;
     const CUtensorMap *mk, *mv;
-    if (t < w.spatial) {
-      int kt[kAxes];
-      if (walk_tile(p, w, qt, t, kt) == PairClass::empty) continue;
-      c2 = kt[2] * p.kv_tile[2];
-      c3 = kt[1] * p.kv_tile[1];
-      c4 = x_base + kt[0] * p.kv_tile[0];
+    if (cur.t < w.spatial) {
+      c2 = (w.begin[2] + cur.idx[2]) * p.kv_tile[2];
+      c3 = (w.begin[1] + cur.idx[1]) * p.kv_tile[1];
+      c4 = x_base + (w.begin[0] + cur.idx[0]) * p.kv_tile[0];
       mk = tm_k;
       mv = tm_v;
     } else {
-      c2 = (t - w.spatial) * kTileTokens;
+      c2 = (cur.t - w.spatial) * kTileTokens;
       c3 = p.batch_offset + batch;
       c4 = 0;
       mk = tm_ak;
@@ -213,27 +226,51 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
   const uint32_t q_base = smem_addr(s.q) + consumer * 64 * L::kRowBytes;
 
   const KvWalk w = make_walk(p, qt);
-  int it = 0;
-  for (int t = 0; t < w.spatial + w.additional; ++t) {
-    int kt[kAxes] = {0, 0, 0};
-    bool partial = false;
-    int key_limit = kTileTokens;  // additional-KV tail
-    if (t < w.spatial) {
-      const PairClass c = walk_tile(p, w, qt, t, kt);
-      if (c == PairClass::empty) continue;
-      partial = c == PairClass::partial;
-    } else {
-      key_limit = min_i(kTileTokens, p.additional_kv - (t - w.spatial) * kTileTokens);
-    }
-    const int stage = it % kStages;
-    const uint32_t phase = (it / kStages) & 1;
-    ++it;
+  const int total = w.spatial + w.additional;
 
-    // S = Q K^T
-    float sacc[kS];
-    mbar_wait(&s.k_full[stage], phase);
+  // Per-axis pair classes of this Q tile's KV ranges, computed once into shared memory (or on
+  // the fly for ranges longer than the table).
+  const bool class_table = w.size[0] <= kClassTable && w.size[1] <= kClassTable &&
+                           w.size[2] <= kClassTable;
+  if (class_table) {
+    const int tid = threadIdx.x - 128;
+#pragma unroll
+    for (int a = 0; a < kAxes; ++a)
+      for (int i = tid; i < w.size[a]; i += 256)
+        s.axis_class[a][i] = static_cast<uint8_t>(
+            classify_axis_tiles(p.axes[a], p.axes[a].extent, qt[a], w.begin[a] + i,
+                                p.q_tile[a], p.kv_tile[a]));
+  }
+  named_barrier_sync(5, 256);
+  struct TileInfo {
+    int kt[kAxes];
+    bool partial;
+    int key_limit;
+  };
+  auto tile_info = [&](const KvCursor& c) {
+    TileInfo ti;
+    ti.key_limit = kTileTokens;
+    ti.partial = false;
+    if (c.t < w.spatial) {
+      PairClass cls = PairClass::full;
+#pragma unroll
+      for (int a = 0; a < kAxes; ++a) {
+        ti.kt[a] = w.begin[a] + c.idx[a];
+        cls = combine(cls, class_table ? static_cast<PairClass>(s.axis_class[a][c.idx[a]])
+                                       : classify_axis_tiles(p.axes[a], p.axes[a].extent, qt[a],
+                                                             ti.kt[a], p.q_tile[a],
+                                                             p.kv_tile[a]));
+      }
+      ti.partial = cls == PairClass::partial;
+    } else {
+      ti.kt[0] = ti.kt[1] = ti.kt[2] = 0;
+      ti.key_limit = min_i(kTileTokens, p.additional_kv - (c.t - w.spatial) * kTileTokens);
+    }
+    return ti;
+  };
+
+  auto issue_qk = [&](float (&sacc)[kS], int stage) {
     const uint32_t k_base = smem_addr(s.k[stage]);
-    wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const int box = kk * 16 / L::kBoxCols;
@@ -245,10 +282,19 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
       WgmmaSS<kTileTokens, Tag>::run(sacc, da, db, kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(sacc);
-    if (lane == 0) mbar_arrive(&s.k_empty[stage]);
-
+  };
+  auto issue_pv = [&](const uint32_t (&pa)[kTileTokens / 4], int stage) {
+    const uint32_t v_base = smem_addr(s.v[stage]);
+#pragma unroll
+    for (int k = 0; k < kTileTokens / 16; ++k) {
+      const uint64_t db = make_smem_desc(v_base + k * 16 * L::kRowBytes, L::kBoxBytes,
+                                         8 * L::kRowBytes, L::kSwizzleMode);
+      WgmmaRS<D, Tag>::run(o, &pa[k * 4], db);
+    }
+    wgmma_commit();
+  };
+  // Masks S (partial pairs: the per-axis rule; additional-KV tail: keys beyond the count).
+  auto apply_mask = [&](float (&sacc)[kS], const int (&kt)[kAxes], bool partial, int key_limit) {
     if (partial) {
       int lo[2][kAxes];
 #pragma unroll
@@ -281,9 +327,9 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
             sacc[j * 4 + 2 + e] = -INFINITY;
           }
     }
-
-    // Online softmax (exp2 domain, scale folded in).
-    float correction[2];
+  };
+  // Online softmax in the exp2 domain (scale folded in): S becomes P (fp32, unnormalised).
+  auto softmax = [&](float (&sacc)[kS], float (&correction)[2]) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       float mx = -INFINITY;
@@ -307,6 +353,8 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
         }
       row_sum[i] = row_sum[i] * correction[i] + sum;
     }
+  };
+  auto rescale_o = [&](const float (&correction)[2]) {
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       o[j * 4 + 0] *= correction[0];
@@ -314,7 +362,8 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
       o[j * 4 + 2] *= correction[1];
       o[j * 4 + 3] *= correction[1];
     }
-    uint32_t pa[kTileTokens / 4];
+  };
+  auto pack_p = [&](const float (&sacc)[kS], uint32_t (&pa)[kTileTokens / 4]) {
 #pragma unroll
     for (int k = 0; k < kTileTokens / 16; ++k) {
       pa[k * 4 + 0] = pack2<Tag>(sacc[8 * k + 0], sacc[8 * k + 1]);
@@ -322,21 +371,69 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
       pa[k * 4 + 2] = pack2<Tag>(sacc[8 * k + 4], sacc[8 * k + 5]);
       pa[k * 4 + 3] = pack2<Tag>(sacc[8 * k + 6], sacc[8 * k + 7]);
     }
+  };
 
-    // O += P V (V is N-major: the transposed B operand).
-    mbar_wait(&s.v_full[stage], phase);
-    const uint32_t v_base = smem_addr(s.v[stage]);
+  // Software pipeline inside the warpgroup: S(n) = Q K(n)^T is issued together with
+  // O += P(n-1) V(n-1); the softmax of S(n) runs while P(n-1) V(n-1) is on the tensor cores.
+  // Ping-pong: the two consumer warpgroups take turns issuing their GEMMs (named barriers
+  // 3 and 4), so one warpgroup's softmax runs while the other's GEMMs hold the tensor cores.
+  const int my_turn = 3 + consumer, other_turn = 3 + (consumer ^ 1);
+  KvCursor cur;
+  cursor_begin(cur);
+  uint32_t pa[kTileTokens / 4];
+  float sacc[kS];
+  float correction[2];
+  if (total > 0) {
+    if (consumer == 1) named_barrier_arrive(3, 256);  // the first consumer goes first
+    mbar_wait(&s.k_full[0], 0);
+    named_barrier_sync(my_turn, 256);
     wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < kTileTokens / 16; ++k) {
-      const uint64_t db = make_smem_desc(v_base + k * 16 * L::kRowBytes, L::kBoxBytes,
-                                         8 * L::kRowBytes, L::kSwizzleMode);
-      WgmmaRS<D, Tag>::run(o, &pa[k * 4], db);
+    issue_qk(sacc, 0);
+    named_barrier_arrive(other_turn, 256);
+    TileInfo ti = tile_info(cur);
+    cursor_step(w, cur);
+    wgmma_wait<0>();
+    fence_regs(sacc);
+    if (lane == 0) mbar_arrive(&s.k_empty[0]);
+    apply_mask(sacc, ti.kt, ti.partial, ti.key_limit);
+    softmax(sacc, correction);
+    pack_p(sacc, pa);
+    int it = 1;
+    for (; cur.t < total; ++it) {
+      const int stage = it % kStages;
+      const uint32_t phase = (it / kStages) & 1;
+      const int prev_stage = (it - 1) % kStages;
+      const uint32_t prev_phase = ((it - 1) / kStages) & 1;
+      mbar_wait(&s.k_full[stage], phase);
+      mbar_wait(&s.v_full[prev_stage], prev_phase);
+      named_barrier_sync(my_turn, 256);
+      wgmma_fence();
+      issue_qk(sacc, stage);
+      issue_pv(pa, prev_stage);
+      named_barrier_arrive(other_turn, 256);
+      ti = tile_info(cur);  // overlaps the GEMMs just issued
+      cursor_step(w, cur);
+      wgmma_wait<1>();
+      fence_regs(sacc);
+      if (lane == 0) mbar_arrive(&s.k_empty[stage]);
+      apply_mask(sacc, ti.kt, ti.partial, ti.key_limit);
+      softmax(sacc, correction);
+      wgmma_wait<0>();
+      fence_regs(o);
+      if (lane == 0) mbar_arrive(&s.v_empty[prev_stage]);
+      rescale_o(correction);
+      pack_p(sacc, pa);
     }
-    wgmma_commit();
+    const int last = (it - 1) % kStages;
+    mbar_wait(&s.v_full[last], ((it - 1) / kStages) & 1);
+    named_barrier_sync(my_turn, 256);
+    wgmma_fence();
+    issue_pv(pa, last);
+    named_barrier_arrive(other_turn, 256);
     wgmma_wait<0>();
     fence_regs(o);
-    if (lane == 0) mbar_arrive(&s.v_empty[stage]);
+    if (lane == 0) mbar_arrive(&s.v_empty[last]);
+    if (consumer == 0) named_barrier_sync(my_turn, 256);  // the second consumer's last pass
   }
 
   // Epilogue: normalise, stage this warpgroup's rows in its own rows of the Q tile, store.

@@ -88,7 +88,7 @@ TileChoice evaluate(const Problem& p, const TileShape& q, const TileShape& kv) {
   TileChoice c;
   c.q = q;
   c.kv = kv;
-  double visited = 1, full = 1, mx = 1, dense = 1;
+  double visited = 1, full = 1, mx = 1, dense = 1, q_tiles = 1;
   for (int a = 0; a < p.rank; ++a) {
     AxisRule rule = p.axes[a];
     const int n = group_length(rule, 0);
@@ -99,11 +99,13 @@ TileChoice evaluate(const Problem& p, const TileShape& q, const TileShape& kv) {
     full *= st.full;
     mx *= st.max_visited;
     dense *= st.kv_tiles;
+    q_tiles *= st.q_tiles;
   }
   c.visited_pairs = visited;
   c.full_pairs = full;
   c.max_kv_per_q = mx;
   c.dense_kv_tiles = dense;
+  c.q_tiles = q_tiles;
   return c;
 }
 
@@ -144,10 +146,12 @@ Signature signature_of(const Problem& p) {
 }  // namespace
 
 TileChoice choose_tiles(const Problem& p, const KernelOptions& options) {
+  // A tile is forced when any of the problem's axes asks for more than one token (zeros or
+  // ones everywhere mean "choose").
   bool forced_q = false, forced_kv = false;
   for (int a = 0; a < p.rank; ++a) {
-    forced_q = forced_q || options.q_tile.size[a] != 0;
-    forced_kv = forced_kv || options.kv_tile.size[a] != 0;
+    forced_q = forced_q || options.q_tile.size[a] > 1;
+    forced_kv = forced_kv || options.kv_tile.size[a] > 1;
   }
   if (forced_q) check_tile(options.q_tile, p.rank, "Q");
   if (forced_kv) check_tile(options.kv_tile, p.rank, "KV");

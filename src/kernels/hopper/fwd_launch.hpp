@@ -16,6 +16,7 @@ struct TileChoice {
   double full_pairs = 0;      // of which fully dense
   double max_kv_per_q = 0;    // KV tiles of the worst Q tile
   double dense_kv_tiles = 0;  // KV tiles of dense attention over the same tiling
+  double q_tiles = 0;         // Q tiles of one image and head
 };
 TileChoice choose_tiles(const Problem& p, const KernelOptions& options);
 

@@ -1,0 +1,171 @@
+// Times the Hopper forward kernel on the SPEC section 4 cases (or one case given on the command
+// line) and prints one JSON object per case: median milliseconds over the repetitions, effective
+// TFLOP/s (attended pairs only, 4 * B * H * N * keys_per_query * D), the tiles used and the
+// tile-wise bound of those tiles (dense KV tiles / KV tiles of the worst Q tile).
+//   hopper_bench [--case NAME] [--reps N] [--list]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "api/backend.hpp"
+#include "gna/attention_params.hpp"
+#include "kernels/hopper/fwd_launch.hpp"
+
+namespace {
+
+struct Case {
+  const char* name;
+  int rank;
+  int extent[3];
+  int window[3];
+  int stride[3];
+  int batch, heads, dim;
+};
+
+// window == extent on every axis is dense attention.
+const Case kCases[] = {
+    {"hunyuan_dense", 3, {30, 48, 80}, {30, 48, 80}, {1, 1, 1}, 1, 24, 128},
+    {"hunyuan_18x24x24_s16x8x8", 3, {30, 48, 80}, {18, 24, 24}, {16, 8, 8}, 1, 24, 128},
+    {"hunyuan_18x24x24_s1", 3, {30, 48, 80}, {18, 24, 24}, {1, 1, 1}, 1, 24, 128},
+    {"hunyuan_30x40x40_s1", 3, {30, 48, 80}, {30, 40, 40}, {1, 1, 1}, 1, 24, 128},
+    {"flux4k_80x80_s16", 2, {256, 256, 1}, {80, 80, 1}, {16, 16, 1}, 1, 24, 128},
+    {"flux4k_80x80_s1", 2, {256, 256, 1}, {80, 80, 1}, {1, 1, 1}, 1, 24, 128},
+    {"hunyuan_dense_d64", 3, {30, 48, 80}, {30, 48, 80}, {1, 1, 1}, 1, 24, 64},
+    {"nat_56x56_7x7_b128_d32", 2, {56, 56, 1}, {7, 7, 1}, {1, 1, 1}, 128, 2, 32},
+};
+
+#define CHECK(x)                                                                        \
+  do {                                                                                  \
+    cudaError_t e_ = (x);                                                               \
+    if (e_ != cudaSuccess) {                                                            \
+      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                     \
+      std::exit(1);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+__global__ void fill(uint16_t* x, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    const float u = (h & 0xFFFF) / 65536.f * 2.f - 1.f;
+    __nv_bfloat16 b = __float2bfloat16(u);
+    x[i] = *reinterpret_cast<uint16_t*>(&b);
+  }
+}
+
+void run_case(const Case& c, int reps_hint) {
+  using namespace gna;
+  const gna::Backend* be = nullptr;
+  for (const auto& b : registered_backends())
+    if (b.name == "hopper") be = &b;
+  if (!be) {
+    std::fprintf(stderr, "no hopper backend\n");
+    std::exit(1);
+  }
+  int64_t tokens = 1;
+  for (int a = 0; a < c.rank; ++a) tokens *= c.extent[a];
+  const size_t n = static_cast<size_t>(c.batch) * tokens * c.heads * c.dim;
+  uint16_t *q, *k, *v, *o;
+  CHECK(cudaMalloc(&q, n * 2));
+  CHECK(cudaMalloc(&k, n * 2));
+  CHECK(cudaMalloc(&v, n * 2));
+  CHECK(cudaMalloc(&o, n * 2));
+  fill<<<1024, 256>>>(q, n, 1);
+  fill<<<1024, 256>>>(k, n, 2);
+  fill<<<1024, 256>>>(v, n, 3);
+  AttentionParams params;
+  params.rank = c.rank;
+  for (int a = 0; a < c.rank; ++a) {
+    params.window[a] = c.window[a];
+    params.stride[a] = c.stride[a];
+  }
+  auto shape = [&](void* data) {
+    if (c.rank == 2)
+      return contiguous_tensor(data, DType::bf16, {c.batch, c.extent[0], c.extent[1], c.heads, c.dim}, 0);
+    if (c.rank == 3)
+      return contiguous_tensor(data, DType::bf16,
+                               {c.batch, c.extent[0], c.extent[1], c.extent[2], c.heads, c.dim}, 0);
+    return contiguous_tensor(data, DType::bf16, {c.batch, c.extent[0], c.heads, c.dim}, 0);
+  };
+  AttentionTensors ts;
+  ts.q = shape(q);
+  ts.k = shape(k);
+  ts.v = shape(v);
+  ForwardCall call;
+  call.problem = make_problem(params, ts);
+  call.in = ts;
+  call.out = shape(o);
+  std::string why;
+  if (!be->supports_forward(call, &why)) {
+    std::printf("{\"case\": \"%s\", \"error\": \"%s\"}\n", c.name, why.c_str());
+    return;
+  }
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  // Warm-up (also times one run to size the repetitions).
+  be->forward(call);
+  CHECK(cudaEventRecord(e0));
+  be->forward(call);
+  CHECK(cudaEventRecord(e1));
+  CHECK(cudaEventSynchronize(e1));
+  float first = 0;
+  CHECK(cudaEventElapsedTime(&first, e0, e1));
+  int reps = reps_hint > 0 ? reps_hint : std::max(5, std::min(200, static_cast<int>(2000.f / first)));
+  std::vector<float> times;
+  for (int i = 0; i < reps; ++i) {
+    CHECK(cudaEventRecord(e0));
+    be->forward(call);
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    times.push_back(ms);
+  }
+  CHECK(cudaGetLastError());
+  std::sort(times.begin(), times.end());
+  const double ms = times[times.size() / 2];
+  const double kpq = mean_keys_per_query(call.problem);
+  const double flops = 4.0 * c.batch * c.heads * static_cast<double>(tokens) * kpq * c.dim;
+  const hopper::TileChoice t = hopper::choose_tiles(call.problem, call.options);
+  std::printf(
+      "{\"case\": \"%s\", \"ms\": %.4f, \"min_ms\": %.4f, \"reps\": %d, \"tflops\": %.1f, "
+      "\"keys_per_query\": %.1f, \"flop_bound\": %.3f, \"q_tile\": [%d, %d, %d], "
+      "\"kv_tile\": [%d, %d, %d], \"dense_kv_tiles\": %.0f, \"max_kv_tiles\": %.0f, "
+      "\"mean_kv_tiles\": %.2f, \"full_fraction\": %.3f, \"tile_bound\": %.3f}\n",
+      c.name, ms, times.front(), reps, flops / ms / 1e9, kpq, tokens / kpq, t.q.size[0],
+      t.q.size[1], t.q.size[2], t.kv.size[0], t.kv.size[1], t.kv.size[2], t.dense_kv_tiles,
+      t.max_kv_per_q, t.visited_pairs / t.q_tiles,
+      t.full_pairs / std::max(1.0, t.visited_pairs), t.dense_kv_tiles / t.max_kv_per_q);
+  std::fflush(stdout);
+  cudaFree(q);
+  cudaFree(k);
+  cudaFree(v);
+  cudaFree(o);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* only = nullptr;
+  int reps = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--case") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--list")) {
+      for (const Case& c : kCases) std::printf("%s\n", c.name);
+      return 0;
+    }
+  }
+  for (const Case& c : kCases)
+    if (!only || !std::strcmp(only, c.name)) run_case(c, reps);
+  return 0;
+}
