@@ -1,6 +1,8 @@
 // The portable fused kernels against the CPU reference: >= 500 random configurations per rank
 // (GNA_TEST_CONFIGS overrides), each in fp16 and bf16, forward (O, LSE) and backward (dQ, dK,
 // dV and the additional keys' gradients); larger problems against the GPU reference.
+#include <cstdio>
+
 #include "api/backend.hpp"
 #include "gpu_harness.hpp"
 #include "kernels/portable/portable.hpp"
@@ -26,8 +28,8 @@ void sweep(int rank, int configs) {
   std::mt19937_64 rng(seed + 17 * rank);
   const bool backward = portable_backward_available();
   ConfigLimits lim;
-  int failures = 0;
-  for (int i = 0; i < configs && failures < 5; ++i) {
+  int failures = 0, checked = 0;
+  for (int i = 0; i < configs && failures < 5; ++i, ++checked) {
     const Config c = random_config(rng, rank, lim);
     Case f16;
     f16.build(c, DType::f16, rng, backward);
@@ -43,6 +45,8 @@ void sweep(int rank, int configs) {
       }
     }
   }
+  std::printf("rank %d: %d random configurations x {f16, bf16}, forward%s, seed %llu\n", rank,
+              checked, backward ? " and backward" : "", static_cast<unsigned long long>(seed));
 }
 
 TEST(Portable, Rank1) { sweep(1, configs_per_rank(500)); }

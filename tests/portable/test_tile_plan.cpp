@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "gna/attention_params.hpp"
+#include "kernels/portable/portable.hpp"
 #include "kernels/portable/tile_plan.hpp"
 
 namespace gna::portable {
@@ -23,38 +24,38 @@ Problem make(int rank, std::initializer_list<int> extent, std::initializer_list<
 
 TEST(TilePlan, ShapesHaveTheKernelsRowCounts) {
   const Problem p = make(3, {30, 48, 80}, {18, 24, 24}, {1, 1, 1});
-  const TilePlan t = choose_tiles(p, 128, 64);
-  EXPECT_EQ(t.q.volume(3), 128);
+  const TilePlan t = choose_tiles(p, 64, 64);
+  EXPECT_EQ(t.q.volume(3), 64);
   EXPECT_EQ(t.kv.volume(3), 64);
 }
 
 // SPEC's perfectly block-sparse cases come out with no partial pair.
 TEST(TilePlan, FluxStride16IsPerfectlyBlockSparse) {
   const Problem p = make(2, {256, 256}, {80, 80}, {16, 16});
-  const TilePlan t = choose_tiles(p, 128, 64);
+  const TilePlan t = choose_tiles(p, 64, 64);
   EXPECT_EQ(t.partial_pairs, 0) << t.q.size[0] << "x" << t.q.size[1] << " / " << t.kv.size[0]
                                 << "x" << t.kv.size[1];
 }
 
 TEST(TilePlan, HunyuanStride16x8x8IsPerfectlyBlockSparse) {
   const Problem p = make(3, {30, 48, 80}, {18, 24, 24}, {16, 8, 8});
-  const TilePlan t = choose_tiles(p, 128, 64);
+  const TilePlan t = choose_tiles(p, 64, 64);
   EXPECT_EQ(t.partial_pairs, 0);
   // Every Q tile visits the window's tiles only: 18*24*24 keys in 64-token tiles.
-  const double q_tiles = 30.0 * 48 * 80 / 128;
+  const double q_tiles = 30.0 * 48 * 80 / 64;
   EXPECT_DOUBLE_EQ(t.visited_pairs / q_tiles, 18.0 * 24 * 24 / 64);
 }
 
 TEST(TilePlan, DenseLayoutVisitsEveryTileWithoutMasks) {
   const Problem p = make(2, {64, 64}, {64, 64}, {1, 1});
-  const TilePlan t = choose_tiles(p, 128, 64);
+  const TilePlan t = choose_tiles(p, 64, 64);
   EXPECT_EQ(t.partial_pairs, 0);
-  EXPECT_DOUBLE_EQ(t.visited_pairs, (64.0 * 64 / 128) * (64.0 * 64 / 64));
+  EXPECT_DOUBLE_EQ(t.visited_pairs, (64.0 * 64 / 64) * (64.0 * 64 / 64));
 }
 
 TEST(TilePlan, ScoreMatchesChoice) {
   const Problem p = make(2, {100, 37}, {13, 9}, {3, 1});
-  const TilePlan t = choose_tiles(p, 128, 64);
+  const TilePlan t = choose_tiles(p, 64, 64);
   const TilePlan s = score_tiles(p, t.q, t.kv);
   EXPECT_EQ(s.visited_pairs, t.visited_pairs);
   EXPECT_EQ(s.partial_pairs, t.partial_pairs);
@@ -70,6 +71,21 @@ TEST(TilePlan, ForcedTileValidation) {
   t.size[0] = 0;
   EXPECT_FALSE(valid_tile(t, 2, 64, false, "key/value", &why));
   EXPECT_NE(why.find("axis 0: size 0"), std::string::npos) << why;
+}
+
+// Dispatch-side checks that need no GPU: what the kernels are compiled for, and the refusal of
+// host tensors naming the reason.
+TEST(PortableSupport, HeadDimsAndHostTensors) {
+  EXPECT_TRUE(head_dims_supported(128, 128));
+  EXPECT_TRUE(head_dims_supported(64, 128));
+  EXPECT_FALSE(head_dims_supported(96, 96));
+  EXPECT_NE(std::string(supported_head_dims()).find("128/128"), std::string::npos);
+  ForwardCall call;
+  call.problem.dtype = DType::bf16;
+  call.in.q.device = -1;
+  std::string why;
+  EXPECT_FALSE(supports_forward(call, &why));
+  EXPECT_EQ(why.rfind("portable: tensors are in host memory", 0), 0u) << why;
 }
 
 }  // namespace

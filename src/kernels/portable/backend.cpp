@@ -10,7 +10,7 @@
 namespace gna::portable {
 namespace {
 
-constexpr int kForwardRowsQ = 128, kForwardRowsKV = 64;
+constexpr int kForwardRowsQ = 64, kForwardRowsKV = 64;
 constexpr int kBackwardRowsQ = 64, kBackwardRowsKV = 64;
 
 bool refuse(std::string* why, const std::string& reason) {

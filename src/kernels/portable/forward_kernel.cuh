@@ -1,5 +1,6 @@
-// Portable fused forward (mma.sync, sm_80+): one CTA of 8 warps per (multi-dimensional Q tile of
-// up to 128 tokens, batch, head, dilation group). It visits only the box of KV tiles (64 tokens
+// Portable fused forward (mma.sync, sm_80+): one CTA of 4 warps per (multi-dimensional Q tile of
+// up to 64 tokens, batch, head, dilation group); two CTAs share an SM so that one computes while
+// the other waits at its barriers. It visits only the box of KV tiles (64 tokens
 // each) that its queries need, skips empty pairs, runs fully dense pairs without mask code and
 // masks partial ones per element, then the additional KV tokens in the same online softmax.
 // K/V tiles are double-buffered with cp.async; each warp owns 16 query rows.
@@ -18,7 +19,7 @@
 
 namespace gna::portable {
 
-constexpr int kForwardRowsQ = 128;
+constexpr int kForwardRowsQ = 64;
 constexpr int kForwardRowsKV = 64;
 constexpr int kForwardWarps = kForwardRowsQ / 16;
 
@@ -320,7 +321,7 @@ struct ForwardWarp {
 };
 
 template <typename T, int D, int DV>
-__global__ void __launch_bounds__(kForwardWarps * 32, 1)
+__global__ void __launch_bounds__(kForwardWarps * 32, 2)
     fused_forward_kernel(const __grid_constant__ ForwardParams<T> P) {
   extern __shared__ __align__(128) char smem[];
   using Cta = ForwardCta<T, D, DV>;
