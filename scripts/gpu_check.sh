@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # One-call GPU check: configure and build (Release, Ninja, -j16), run every GPU test
 # (ctest -L gpu), compute-sanitizer memcheck and racecheck on a subset of the portable,
-# reference and layout tests, then gna-kernel-bench. Full logs go to $OUT (or ./gpu-check-out);
+# reference and layout tests, then gna-kernel-bench. Full logs go to $OUT (default
+# $BUILD/gpu-check-out);
 # a short summary table is printed last.
 #
 # Environment: OUT (log folder), BUILD (build folder, default build-gpu), JOBS (default 16),
+# BENCH_ARGS (extra gna-kernel-bench arguments),
 # GNA_TEST_SEED (fixed seed for the random sweeps), GNA_SANITIZE_CONFIGS (configurations per
 # rank under compute-sanitizer, default 4), SKIP_BENCH=1, SKIP_SANITIZER=1.
 # GoogleTest: the system one, else built from $GTEST_SOURCE (default .carry/googletest).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/gpu-check-out}
 BUILD=${BUILD:-build-gpu}
+OUT=${OUT:-$PWD/$BUILD/gpu-check-out}
 JOBS=${JOBS:-16}
 mkdir -p "$OUT"
 summary=()
