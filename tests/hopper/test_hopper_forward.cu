@@ -80,6 +80,7 @@ struct Config {
   bool bf16 = true;
   bool packed_qkv = false;  // Q, K, V as views of one [B, tokens, 3, H, D] buffer
   TileShape q_tile, kv_tile;  // zeros: default choice
+  bool autotune = false;
 
   std::string describe() const {
     char buf[512];
@@ -89,10 +90,11 @@ struct Config {
                          params.window[a], params.dilation[a], params.stride[a],
                          params.causal[a] ? " causal" : "");
     n += std::snprintf(buf + n, sizeof buf - n,
-                       " B%d Hq%d Hkv%d D%d add%d %s%s scale %g qtile %dx%dx%d kvtile %dx%dx%d",
+                       " B%d Hq%d Hkv%d D%d add%d %s%s scale %g qtile %dx%dx%d kvtile %dx%dx%d%s",
                        batch, heads_q, heads_kv, dim, additional, bf16 ? "bf16" : "fp16",
                        packed_qkv ? " packed" : "", params.scale, q_tile.size[0], q_tile.size[1],
-                       q_tile.size[2], kv_tile.size[0], kv_tile.size[1], kv_tile.size[2]);
+                       q_tile.size[2], kv_tile.size[0], kv_tile.size[1], kv_tile.size[2],
+                       autotune ? " autotune" : "");
     return buf;
   }
 };
@@ -131,6 +133,8 @@ Config random_config(std::mt19937_64& rng, int rank) {
   c.additional = uni(0, 4) == 0 ? uni(1, 300) : 0;
   c.packed_qkv = uni(0, 3) == 0;
   c.params.scale = uni(0, 3) == 0 ? 0.5f / std::sqrt(static_cast<float>(c.dim)) : 0.f;
+  for (int a = 0; a < 3; ++a) c.q_tile.size[a] = c.kv_tile.size[a] = 0;
+  c.autotune = uni(0, 9) == 0;
   if (uni(0, 2) == 0) {  // force random tile shapes (powers of two, 128 tokens)
     for (TileShape* t : {&c.q_tile, &c.kv_tile}) {
       int left = 7;
@@ -266,6 +270,7 @@ std::string run_config(const Config& c, uint64_t seed) {
   call.lse = &lse_t;
   call.options.q_tile = c.q_tile;
   call.options.kv_tile = c.kv_tile;
+  call.options.autotune = c.autotune;
   std::string why;
   if (!be->supports_forward(call, &why)) {
     cleanup();

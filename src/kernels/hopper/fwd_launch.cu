@@ -145,7 +145,7 @@ Signature signature_of(const Problem& p) {
 
 }  // namespace
 
-TileChoice choose_tiles(const Problem& p, const KernelOptions& options) {
+std::vector<TileChoice> ranked_tiles(const Problem& p, const KernelOptions& options) {
   // A tile is forced when any of the problem's axes asks for more than one token (zeros or
   // ones everywhere mean "choose").
   bool forced_q = false, forced_kv = false;
@@ -155,39 +155,46 @@ TileChoice choose_tiles(const Problem& p, const KernelOptions& options) {
   }
   if (forced_q) check_tile(options.q_tile, p.rank, "Q");
   if (forced_kv) check_tile(options.kv_tile, p.rank, "KV");
-  if (forced_q && forced_kv) return evaluate(p, options.q_tile, options.kv_tile);
+  auto same = [&](const TileShape& a, const TileShape& b) {
+    for (int i = 0; i < p.rank; ++i)
+      if (a.size[i] != b.size[i]) return false;
+    return true;
+  };
 
   static std::mutex mu;
-  static std::map<std::tuple<Signature, bool, bool, std::vector<int>>, TileChoice> cache;
-  std::vector<int> forced;
+  static std::map<std::tuple<Signature, std::vector<int>>, std::vector<TileChoice>> cache;
+  std::vector<int> forced{forced_q ? 1 : 0, forced_kv ? 1 : 0};
   for (int a = 0; a < p.rank; ++a) {
-    forced.push_back(options.q_tile.size[a]);
-    forced.push_back(options.kv_tile.size[a]);
+    forced.push_back(forced_q ? options.q_tile.size[a] : 0);
+    forced.push_back(forced_kv ? options.kv_tile.size[a] : 0);
   }
-  const auto key = std::make_tuple(signature_of(p), forced_q, forced_kv, forced);
+  const auto key = std::make_tuple(signature_of(p), forced);
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
   const std::vector<TileShape> shapes = tile_shapes(p.rank);
-  TileChoice best;
-  double best_cost = INFINITY;
+  std::vector<std::pair<double, TileChoice>> scored;
   for (const TileShape& q : shapes) {
-    if (forced_q && std::memcmp(&q, &options.q_tile, sizeof q) != 0) continue;
+    if (forced_q && !same(q, options.q_tile)) continue;
     for (const TileShape& kv : shapes) {
-      if (forced_kv && std::memcmp(&kv, &options.kv_tile, sizeof kv) != 0) continue;
+      if (forced_kv && !same(kv, options.kv_tile)) continue;
       const TileChoice c = evaluate(p, q, kv);
-      const double cost = choice_cost(c);
-      if (cost < best_cost) {
-        best_cost = cost;
-        best = c;
-      }
+      scored.emplace_back(choice_cost(c), c);
     }
   }
+  std::stable_sort(scored.begin(), scored.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<TileChoice> ranked;
+  for (const auto& sc : scored) ranked.push_back(sc.second);
   std::lock_guard<std::mutex> lock(mu);
-  cache.emplace(key, best);
-  return best;
+  cache.emplace(key, ranked);
+  return ranked;
+}
+
+TileChoice choose_tiles(const Problem& p, const KernelOptions& options) {
+  return ranked_tiles(p, options).front();
 }
 
 bool supports(const ForwardCall& call, std::string* why) {
@@ -257,13 +264,14 @@ void encode(CUtensorMap* map, const MapDims& d, void* base, DType dtype, int hea
 
 }  // namespace
 
-void forward(const ForwardCall& call) {
+namespace {
+
+void run_with_tiles(const ForwardCall& call, const TileChoice& tiles) {
   const Problem& p = call.problem;
   const int r = p.rank;
   const int off = kAxes - r;  // kernel axis = problem axis + off
   const int D = p.dim_qk;
   const int es = dtype_size(p.dtype);
-  const TileChoice tiles = choose_tiles(p, call.options);
   const TensorRef& q = call.in.q;
   const TensorRef& k = call.in.k;
   const TensorRef& v = call.in.v;
@@ -407,6 +415,68 @@ void forward(const ForwardCall& call) {
         launch_d128(bf16, maps, fp, grid, call.stream);
     }
   }
+}
+
+// Opt-in autotune: the cost model's best candidates are timed once on the call's own tensors
+// (warm-up, then the median of three launches) and the fastest is kept for the process, per
+// problem signature (rule, heads, batch, head dim, dtype, additional keys, forced tiles).
+constexpr int kAutotuneCandidates = 4;
+
+TileChoice autotuned_tiles(const ForwardCall& call) {
+  const Problem& p = call.problem;
+  static std::mutex mu;
+  static std::map<std::vector<int>, TileChoice> cache;
+  std::vector<int> key = signature_of(p);
+  key.insert(key.end(), {p.heads_q, p.heads_kv, p.batch, p.dim_qk, static_cast<int>(p.dtype),
+                         p.additional_kv});
+  for (int a = 0; a < p.rank; ++a)
+    key.insert(key.end(), {call.options.q_tile.size[a], call.options.kv_tile.size[a]});
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  const std::vector<TileChoice> ranked = ranked_tiles(p, call.options);
+  const int n = std::min<int>(kAutotuneCandidates, static_cast<int>(ranked.size()));
+  cudaStream_t stream = static_cast<cudaStream_t>(call.stream);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  TileChoice best = ranked.front();
+  float best_ms = INFINITY;
+  for (int c = 0; c < n; ++c) {
+    run_with_tiles(call, ranked[c]);  // warm-up
+    float times[3];
+    for (float& t : times) {
+      cudaEventRecord(start, stream);
+      run_with_tiles(call, ranked[c]);
+      cudaEventRecord(stop, stream);
+      cudaEventSynchronize(stop);
+      cudaEventElapsedTime(&t, start, stop);
+    }
+    std::sort(times, times + 3);
+    if (times[1] < best_ms) {
+      best_ms = times[1];
+      best = ranked[c];
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::lock_guard<std::mutex> lock(mu);
+  cache.emplace(key, best);
+  return best;
+}
+
+}  // namespace
+
+void forward(const ForwardCall& call) {
+  if (call.options.autotune) {
+    // The winner is already in the output after tuning; run once more so that every call ends
+    // with exactly one launch of the chosen configuration on the stream.
+    run_with_tiles(call, autotuned_tiles(call));
+    return;
+  }
+  run_with_tiles(call, choose_tiles(call.problem, call.options));
 }
 
 namespace {

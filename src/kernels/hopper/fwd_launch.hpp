@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "api/backend.hpp"
 #include "kernels/hopper/fwd_params.hpp"
@@ -19,8 +20,12 @@ struct TileChoice {
   double q_tiles = 0;         // Q tiles of one image and head
 };
 TileChoice choose_tiles(const Problem& p, const KernelOptions& options);
+// All candidates (power-of-two shapes of 128 tokens) ranked by the cost model, best first.
+std::vector<TileChoice> ranked_tiles(const Problem& p, const KernelOptions& options);
 
 // Whether the kernel can run the call (device, dtype, head dims, strides, alignment).
+// forward() uses choose_tiles, or with options.autotune the fastest of the best few candidates
+// timed once per problem signature (cached for the process).
 bool supports(const ForwardCall& call, std::string* why);
 void forward(const ForwardCall& call);
 
