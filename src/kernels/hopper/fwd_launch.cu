@@ -268,6 +268,7 @@ namespace {
 
 void run_with_tiles(const ForwardCall& call, const TileChoice& tiles) {
   const Problem& p = call.problem;
+  if (p.batch == 0 || p.heads_q == 0 || p.tokens() == 0) return;  // nothing to compute
   const int r = p.rank;
   const int off = kAxes - r;  // kernel axis = problem axis + off
   const int D = p.dim_qk;
