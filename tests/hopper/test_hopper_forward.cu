@@ -1,5 +1,6 @@
 // Randomized correctness sweep of the Hopper forward kernel against a float32 GPU loop over the
-// core's rule. Fresh random inputs each run, outputs poisoned with NaN before each launch.
+// core's rule (every 8th configuration also against the library's gpu_reference backend, whose
+// outputs are rounded to the input dtype, with twice the tolerance). Fresh random inputs each run, outputs poisoned with NaN before each launch.
 // Configurations per rank: GNA_HOPPER_SWEEP (default 24); seed: GNA_HOPPER_SEED (default: time).
 // Tolerances (|out - ref| <= atol + rtol * |ref| per element, and LSE abs error):
 //   bf16: atol 2e-2, rtol 2e-2, LSE 2e-2;  fp16: atol 4e-3, rtol 4e-3, LSE 4e-3.
@@ -34,11 +35,12 @@ bool have_sm90() {
   return major == 9 && minor == 0;
 }
 
-const Backend* hopper_backend() {
+const Backend* backend_named(const char* name) {
   for (const Backend& b : registered_backends())
-    if (b.name == "hopper") return &b;
+    if (b.name == name) return &b;
   return nullptr;
 }
+const Backend* hopper_backend() { return backend_named("hopper"); }
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -153,7 +155,7 @@ struct Failure {
 };
 
 // Runs one configuration; returns an empty string when it passes.
-std::string run_config(const Config& c, uint64_t seed) {
+std::string run_config(const Config& c, uint64_t seed, bool cross_check) {
   const Backend* be = hopper_backend();
   if (!be) return "no hopper backend registered";
   const int r = c.rank;
@@ -235,6 +237,9 @@ std::string run_config(const Config& c, uint64_t seed) {
   float* ref_o = static_cast<float*>(alloc(no * 4));
   float* ref_l = static_cast<float*>(alloc(nl * 4));
   float* out_f = static_cast<float*>(alloc(no * 4));
+  void* out2 = cross_check ? alloc(no * 2) : out;  // gpu_reference backend output
+  float* lse2 = cross_check ? static_cast<float*>(alloc(nl * 4)) : lse;
+  float* out2_f = cross_check ? static_cast<float*>(alloc(no * 4)) : out_f;
   for (void* p : allocs)
     if (!p) {
       cleanup();
@@ -312,6 +317,36 @@ std::string run_config(const Config& c, uint64_t seed) {
   }
   rt.o = ref_o;
   rt.lse = ref_l;
+  std::vector<float> hx, hxl;  // gpu_reference backend output and LSE
+  if (cross_check) {
+    const Backend* ref_be = backend_named("gpu_reference");
+    if (!ref_be) {
+      cleanup();
+      return "no gpu_reference backend registered";
+    }
+    cudaMemset(out2, 0xFF, no * 2);
+    cudaMemset(lse2, 0xFF, nl * 4);
+    ForwardCall rc = call;
+    rc.out.data = out2;
+    TensorRef lse2_t = lse_t;
+    lse2_t.data = lse2;
+    rc.lse = &lse2_t;
+    try {
+      ref_be->forward(rc);
+    } catch (const Error& e) {
+      cleanup();
+      return std::string("gpu_reference threw: ") + e.what();
+    }
+    to_float<<<256, 256>>>(static_cast<uint16_t*>(out2), out2_f, no, bf16);
+    if (cudaDeviceSynchronize() != cudaSuccess) {
+      cleanup();
+      return "gpu_reference failed";
+    }
+    hx.resize(no);
+    hxl.resize(nl);
+    cudaMemcpy(hx.data(), out2_f, no * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(hxl.data(), lse2, nl * 4, cudaMemcpyDeviceToHost);
+  }
   hopper_test::reference_forward<<<static_cast<int>((nl + 127) / 128), 128>>>(p, rt, bf16);
   to_float<<<256, 256>>>(static_cast<uint16_t*>(out), out_f, no, bf16);
   err = cudaDeviceSynchronize();
@@ -337,6 +372,12 @@ std::string run_config(const Config& c, uint64_t seed) {
     const bool ok = std::isfinite(hl[i]) && std::fabs(hl[i] - hrl[i]) <= tol;
     if (!ok && bad_lse++ == 0) first_lse = i;
   }
+  int64_t bad_cross = 0;
+  for (size_t i = 0; i < hx.size(); ++i)
+    bad_cross += !(std::isfinite(hx[i]) && std::fabs(ho[i] - hx[i]) <= 2 * tol + 2 * tol * std::fabs(hx[i]));
+  for (size_t i = 0; i < hxl.size(); ++i)
+    bad_cross += !(std::isfinite(hxl[i]) && std::fabs(hl[i] - hxl[i]) <= 2 * tol);
+  if (bad_cross > 0) return std::to_string(bad_cross) + " elements differ from the gpu_reference backend";
   if (bad == 0 && bad_lse == 0) return "";
   char buf[256];
   std::snprintf(buf, sizeof buf,
@@ -355,18 +396,22 @@ void sweep(int rank) {
       "GNA_HOPPER_SEED",
       static_cast<int>(std::chrono::steady_clock::now().time_since_epoch().count() & 0x7fffffff)));
   std::mt19937_64 rng(seed * 31 + rank);
-  int failures = 0, unsupported = 0;
+  int failures = 0, unsupported = 0, cross_checked = 0;
   for (int i = 0; i < count; ++i) {
     const Config c = random_config(rng, rank);
-    const std::string res = run_config(c, rng());
+    const bool cross = i % 8 == 0;
+    cross_checked += cross;
+    const std::string res = run_config(c, rng(), cross);
     if (res.rfind("unsupported", 0) == 0) ++unsupported;  // every generated case is supported
     if (!res.empty()) {
       ++failures;
       if (failures <= 10) ADD_FAILURE() << c.describe() << ": " << res;
     }
   }
-  std::printf("hopper sweep rank %d: %d configurations, %d failures, %d unsupported (seed %llu)\n",
-              rank, count, failures, unsupported, static_cast<unsigned long long>(seed));
+  std::printf(
+      "hopper sweep rank %d: %d configurations (%d also against gpu_reference), %d failures, "
+      "%d unsupported (seed %llu)\n",
+      rank, count, cross_checked, failures, unsupported, static_cast<unsigned long long>(seed));
   EXPECT_EQ(failures, 0);
 }
 
