@@ -4,37 +4,17 @@
 #include <cstring>
 #include <string>
 
+#include "api/c_status.hpp"
+
 #include "gna/gna.hpp"
 
 namespace {
 
 thread_local std::string last_error;
 
-gna_status status_of(gna::ErrorKind kind) {
-  switch (kind) {
-    case gna::ErrorKind::invalid_argument: return GNA_STATUS_INVALID_ARGUMENT;
-    case gna::ErrorKind::unsupported: return GNA_STATUS_UNSUPPORTED;
-    case gna::ErrorKind::runtime: return GNA_STATUS_RUNTIME_ERROR;
-  }
-  return GNA_STATUS_RUNTIME_ERROR;
-}
-
 template <typename F>
 gna_status guarded(F f) {
-  try {
-    last_error.clear();
-    f();
-    return GNA_STATUS_OK;
-  } catch (const gna::Error& e) {
-    last_error = e.what();
-    return status_of(e.kind());
-  } catch (const std::exception& e) {
-    last_error = e.what();
-    return GNA_STATUS_RUNTIME_ERROR;
-  } catch (...) {
-    last_error = "unknown error";
-    return GNA_STATUS_RUNTIME_ERROR;
-  }
+  return gna::c_abi::guarded(last_error, f);
 }
 
 gna::TensorRef to_ref(const gna_tensor* t, const char* name) {

@@ -5,6 +5,7 @@
 #include <exception>
 #include <string>
 
+#include "api/c_status.hpp"
 #include "gna/core/error.hpp"
 #include "gna/sim/simulator.hpp"
 #include "gna/sim/sweep.hpp"
@@ -13,31 +14,9 @@ namespace {
 
 thread_local std::string sim_last_error;
 
-gna_status status_of(gna::ErrorKind kind) {
-  switch (kind) {
-    case gna::ErrorKind::invalid_argument: return GNA_STATUS_INVALID_ARGUMENT;
-    case gna::ErrorKind::unsupported: return GNA_STATUS_UNSUPPORTED;
-    case gna::ErrorKind::runtime: return GNA_STATUS_RUNTIME_ERROR;
-  }
-  return GNA_STATUS_RUNTIME_ERROR;
-}
-
 template <typename F>
 gna_status guarded(F f) {
-  try {
-    sim_last_error.clear();
-    f();
-    return GNA_STATUS_OK;
-  } catch (const gna::Error& e) {
-    sim_last_error = e.what();
-    return status_of(e.kind());
-  } catch (const std::exception& e) {
-    sim_last_error = e.what();
-    return GNA_STATUS_RUNTIME_ERROR;
-  } catch (...) {
-    sim_last_error = "unknown error";
-    return GNA_STATUS_RUNTIME_ERROR;
-  }
+  return gna::c_abi::guarded(sim_last_error, f);
 }
 
 gna::sim::Config to_config(const gna_sim_config* c) {
