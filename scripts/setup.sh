@@ -15,8 +15,9 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   sudo_cmd=""
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
-  $sudo_cmd apt-get update -qq
-  $sudo_cmd apt-get install -y -qq "${need[@]}"
+  # Without a package index (an offline machine) the build goes on with what is there.
+  { $sudo_cmd apt-get update -qq && $sudo_cmd apt-get install -y -qq "${need[@]}"; } ||
+    echo "could not install ${need[*]}: continuing (tests are skipped without GoogleTest)"
 fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
