@@ -6,16 +6,26 @@
 # Environment: GNA_HOPPER_SWEEP (configurations per rank, default 500),
 #              HOPPER_CHECK_STEPS (default "test sass bench"; also "profile" after "sass",
 #              "sanitize"),
-#              OUT (log folder, default /tmp/hopper_check).
+#              OUT (log folder, default /tmp/hopper_check),
+#              BENCH_ARGS (extra hopper_bench.py arguments, e.g. "--reps 10").
+# GoogleTest: the system one, else built from .carry/googletest when present.
 set -uo pipefail
 BUILD=${1:-build-hopper}
 OUT=${OUT:-/tmp/hopper_check}
 mkdir -p "$OUT"
 if [ ! -x "$BUILD/bin/test_hopper_forward" ] || [ ! -x "$BUILD/bin/hopper_bench" ]; then
-  cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >"$OUT/configure.log" 2>&1 || {
+  gtest_args=()
+  if [ ! -f /usr/include/gtest/gtest.h ] && [ -d .carry/googletest ]; then
+    { cmake -S .carry/googletest -B /tmp/gtest-build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_INSTALL_PREFIX=/tmp/gtest -DBUILD_GMOCK=OFF &&
+      cmake --build /tmp/gtest-build -j16 && cmake --install /tmp/gtest-build; } >"$OUT/gtest.log" 2>&1
+    gtest_args=(-DGTest_ROOT=/tmp/gtest)
+  fi
+  cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "${gtest_args[@]}" >"$OUT/configure.log" 2>&1 || {
     tail -20 "$OUT/configure.log"; exit 1; }
   cmake --build "$BUILD" --target test_hopper_forward hopper_bench -j16 >"$OUT/build.log" 2>&1 || {
     grep -E "error|FAILED" "$OUT/build.log" | head -20; exit 1; }
+  grep -iE "spill|C75[0-9][0-9]" "$OUT/build.log" | head -5
 fi
 export LD_LIBRARY_PATH="$BUILD/lib:${LD_LIBRARY_PATH:-}"
 export GNA_HOPPER_SWEEP=${GNA_HOPPER_SWEEP:-500}
@@ -50,7 +60,7 @@ for step in ${HOPPER_CHECK_STEPS:-test sass bench}; do
       ;;
     bench)
       PYTHONUNBUFFERED=1 python3 tools/hopper_bench/hopper_bench.py --bench "$BUILD/bin/hopper_bench" \
-        --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.md"
+        --json "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.md"
       ;;
   esac
 done

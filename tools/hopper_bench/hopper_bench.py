@@ -61,12 +61,15 @@ def main():
     ap.add_argument("--bench", required=True)
     ap.add_argument("--json")
     ap.add_argument("--cases", nargs="*")
+    ap.add_argument("--reps", type=int, default=0,
+                    help="repetitions of our kernel per case (0: about 2 s worth, 5 to 200)")
     args = ap.parse_args()
     cases = args.cases or list(DENSE)
     ours = {}
     for c in cases:
         try:
-            out = subprocess.run([args.bench, "--case", c], capture_output=True, text=True, timeout=120)
+            out = subprocess.run([args.bench, "--case", c, "--reps", str(args.reps)],
+                                 capture_output=True, text=True, timeout=120)
         except subprocess.TimeoutExpired:
             print(f"{c}: timed out", file=sys.stderr)
             continue
