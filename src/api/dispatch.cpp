@@ -36,9 +36,10 @@ const Backend& choose(const Call& call, bool device, const std::string& wanted, 
   fail(ErrorKind::unsupported, "no backend can run this call: ", refusals.str());
 }
 
-ForwardCall make_forward_call(const AttentionParams& params, const AttentionTensors& in,
-                              const CallOptions& options) {
-  ForwardCall call;
+// Validates once and fills what forward and backward calls share.
+template <typename Call>
+Call make_call(const AttentionParams& params, const AttentionTensors& in, const CallOptions& options) {
+  Call call;
   call.problem = make_problem(params, in);
   call.in = in;
   call.stream = options.stream;
@@ -53,16 +54,6 @@ const Backend& forward_backend(const ForwardCall& call, const std::string& wante
                 [](const Backend& b) { return b.supports_forward; });
 }
 
-BackwardCall make_backward_call(const AttentionParams& params, const AttentionTensors& in,
-                                const CallOptions& options) {
-  BackwardCall call;
-  call.problem = make_problem(params, in);
-  call.in = in;
-  call.stream = options.stream;
-  call.options = options.kernel;
-  return call;
-}
-
 const Backend& backward_backend(const BackwardCall& call, const std::string& wanted) {
   return choose(call, !call.in.q.on_host(), wanted,
                 [](const Backend& b) { return b.supports_backward; });
@@ -72,7 +63,7 @@ const Backend& backward_backend(const BackwardCall& call, const std::string& wan
 
 void attention_forward(const AttentionParams& params, const AttentionTensors& in, TensorRef& out,
                        TensorRef* lse, const CallOptions& options) {
-  ForwardCall call = make_forward_call(params, in, options);
+  ForwardCall call = make_call<ForwardCall>(params, in, options);
   const Problem& p = call.problem;
   int64_t shape[kMaxTensorRank];
   int n = output_shape(p, shape);
@@ -89,7 +80,7 @@ void attention_forward(const AttentionParams& params, const AttentionTensors& in
 void attention_backward(const AttentionParams& params, const AttentionTensors& in,
                         const TensorRef& out, const TensorRef& lse, const TensorRef& d_out,
                         AttentionGradients& grads, const CallOptions& options) {
-  BackwardCall call = make_backward_call(params, in, options);
+  BackwardCall call = make_call<BackwardCall>(params, in, options);
   const Problem& p = call.problem;
   const int dev = in.q.device;
   int64_t shape[kMaxTensorRank];
@@ -125,12 +116,12 @@ void attention_backward(const AttentionParams& params, const AttentionTensors& i
 
 std::string select_forward_backend(const AttentionParams& params, const AttentionTensors& in,
                                    const CallOptions& options) {
-  return forward_backend(make_forward_call(params, in, options), options.backend).name;
+  return forward_backend(make_call<ForwardCall>(params, in, options), options.backend).name;
 }
 
 std::string select_backward_backend(const AttentionParams& params, const AttentionTensors& in,
                                     const CallOptions& options) {
-  return backward_backend(make_backward_call(params, in, options), options.backend).name;
+  return backward_backend(make_call<BackwardCall>(params, in, options), options.backend).name;
 }
 
 std::vector<std::string> backend_names() {

@@ -45,9 +45,9 @@ struct BackwardPass {
     delta.assign(int64_t{p.batch} * tokens * p.heads_q, Acc(0));
     parallel_for(static_cast<int64_t>(delta.size()), opt.threads, [&](int64_t begin, int64_t end) {
       for (int64_t idx = begin; idx < end; ++idx) {
-        const int h = static_cast<int>(idx % p.heads_q);
-        const int64_t token = (idx / p.heads_q) % tokens;
-        const int64_t b = idx / (int64_t{p.heads_q} * tokens);
+        const Row row = split_row(idx, tokens, p.heads_q);
+        const int64_t b = row.b, token = row.token;
+        const int h = row.h;
         int x[kMaxRank];
         token_coordinates(p, token, x);
         delta[idx] = dot(typed<T>(d_out) + token_offset(d_out, r, b, x, h),
@@ -71,9 +71,9 @@ struct BackwardPass {
       std::vector<int> keys[kMaxRank];
       std::vector<Acc> acc(p.dim_qk);
       for (int64_t idx = begin; idx < end; ++idx) {
-        const int h = static_cast<int>(idx % p.heads_q);
-        const int64_t token = (idx / p.heads_q) % tokens;
-        const int64_t b = idx / (int64_t{p.heads_q} * tokens);
+        const Row row = split_row(idx, tokens, p.heads_q);
+        const int64_t b = row.b, token = row.token;
+        const int h = row.h;
         const int hk = h / group;
         int x[kMaxRank];
         token_coordinates(p, token, x);
@@ -127,9 +127,9 @@ struct BackwardPass {
     parallel_for(total, opt.threads, [&](int64_t begin, int64_t end) {
       std::vector<int> queries[kMaxRank];
       for (int64_t idx = begin; idx < end; ++idx) {
-        const int hk = static_cast<int>(idx % p.heads_kv);
-        const int64_t token = (idx / p.heads_kv) % tokens;
-        const int64_t b = idx / (int64_t{p.heads_kv} * tokens);
+        const Row row = split_row(idx, tokens, p.heads_kv);
+        const int64_t b = row.b, token = row.token;
+        const int hk = row.h;
         int y[kMaxRank];
         token_coordinates(p, token, y);
         attending_queries_per_axis(p, y, queries);

@@ -27,9 +27,9 @@ void forward_impl(const Problem& p, const AttentionTensors& in, TensorRef& out, 
     std::vector<const T*> k_rows, v_rows;
     std::vector<Acc> scores, acc(p.dim_v);
     for (int64_t idx = begin; idx < end; ++idx) {
-      const int h = static_cast<int>(idx % p.heads_q);
-      const int64_t token = (idx / p.heads_q) % tokens;
-      const int64_t b = idx / (int64_t{p.heads_q} * tokens);
+      const Row row = split_row(idx, tokens, p.heads_q);
+      const int64_t b = row.b, token = row.token;
+      const int h = row.h;
       const int hk = h / group;
       int x[kMaxRank];
       token_coordinates(p, token, x);

@@ -9,6 +9,16 @@
 
 namespace gna::reference {
 
+// A flat row index over [batch, tokens, heads] (heads fastest), as the passes enumerate rows.
+struct Row {
+  int64_t b;
+  int64_t token;
+  int h;
+};
+inline Row split_row(int64_t idx, int64_t tokens, int heads) {
+  return Row{idx / (int64_t{heads} * tokens), (idx / heads) % tokens, static_cast<int>(idx % heads)};
+}
+
 // Coordinates of a flat token index (row-major over the problem's axes).
 inline void token_coordinates(const Problem& p, int64_t token, int* x) {
   for (int a = p.rank - 1; a >= 0; --a) {
