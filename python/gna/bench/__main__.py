@@ -168,6 +168,18 @@ def _raiser(error):
     return fail
 
 
+def _write(args, meta, rows):
+    table = report.markdown(rows)
+    report.write_json(os.path.join(args.out, "bench.json"), meta, rows)
+    with open(os.path.join(args.out, "bench.md"), "w") as f:
+        f.write(f"{meta['device']}, torch {meta['torch']}, CUDA {meta['cuda']}, cuDNN "
+                f"{meta['cudnn']}; `{meta['command']}`\n\n" + table)
+    if args.chart:
+        report.write_chart(args.chart, rows, f"gna vs peers on {meta['device']} "
+                                             "(× cuDNN SDPA dense, higher is better)")
+    return table
+
+
 def parse(argv):
     p = argparse.ArgumentParser(prog="gna-bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -219,17 +231,10 @@ def main(argv=None):
     print(f"{meta['device']}, torch {meta['torch']}, CUDA {meta['cuda']}, cuDNN {meta['cudnn']}, "
           f"gna backends {' '.join(meta['gna_backends'])}", flush=True)
     runner = Runner(args)
+    os.makedirs(args.out, exist_ok=True)
     for case in selected:
         runner.run_case(case)
-    os.makedirs(args.out, exist_ok=True)
-    table = report.markdown(runner.rows)
-    report.write_json(os.path.join(args.out, "bench.json"), meta, runner.rows)
-    with open(os.path.join(args.out, "bench.md"), "w") as f:
-        f.write(f"{meta['device']}, torch {meta['torch']}, CUDA {meta['cuda']}, cuDNN "
-                f"{meta['cudnn']}; `{meta['command']}`\n\n" + table)
-    if args.chart:
-        report.write_chart(args.chart, runner.rows, f"gna vs peers on {meta['device']} "
-                                                    "(× cuDNN SDPA dense, higher is better)")
+        table = _write(args, meta, runner.rows)  # after every case: a cut-off run keeps its rows
     print()
     print(table, flush=True)
     return 0
