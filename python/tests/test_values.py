@@ -114,6 +114,7 @@ def _merge_oracle(outputs, lses):
     """libgna's host merge (float64) through the C ABI."""
     from gna import _lib
     from gna._tensors import view
+    outputs, lses = [o.contiguous() for o in outputs], [l.contiguous() for l in lses]
     out, lse = torch.empty_like(outputs[0]), torch.empty_like(lses[0])
     arr_o = (_lib.Tensor * len(outputs))(*[view(o, "o") for o in outputs])
     arr_l = (_lib.Tensor * len(lses))(*[view(l, "l") for l in lses])
