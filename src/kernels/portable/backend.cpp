@@ -120,10 +120,8 @@ bool supports_forward(const ForwardCall& call, std::string* why) {
 
 bool supports_backward(const BackwardCall& call, std::string* why) {
   if (!supports_problem(call.problem, call.in, call.options, false, why)) return false;
-  if (!aligned_rows(call.d_out, "d_out", why)) return false;
-  if (call.problem.additional_kv > 0 && (!call.d_additional_k || !call.d_additional_v))
-    return refuse(why, "additional keys present but their gradients are not given");
-  return true;
+  // Gradient buffers are checked by dispatch before any backend runs (selection has none).
+  return aligned_rows(call.d_out, "d_out", why);
 }
 
 TilePlan forward_tiles(const Problem& p, const KernelOptions& options) {
