@@ -29,32 +29,30 @@ struct AxisRanges {
   }
 };
 
-// Keys attended by the query at full coordinates x.
-__device__ inline AxisRanges keys_of_query(const Problem& p, const int* x) {
-  AxisRanges k;
-  k.rank = p.rank;
+// Per-axis ranges around full coordinates x, each axis's range given by window(rule, n, ig) in
+// group coordinates (the core's key_window or query_window).
+template <typename Window>
+__device__ inline AxisRanges ranges_around(const Problem& p, const int* x, Window window) {
+  AxisRanges out;
+  out.rank = p.rank;
   for (int a = 0; a < p.rank; ++a) {
     const AxisRule& rule = p.axes[a];
     const int g = dilation_group(rule, x[a]);
-    k.group[a] = g;
-    k.dilation[a] = rule.dilation;
-    k.r[a] = key_window(rule, group_length(rule, g), index_in_group(rule, x[a]));
+    out.group[a] = g;
+    out.dilation[a] = rule.dilation;
+    out.r[a] = window(rule, group_length(rule, g), index_in_group(rule, x[a]));
   }
-  return k;
+  return out;
+}
+
+// Keys attended by the query at full coordinates x.
+__device__ inline AxisRanges keys_of_query(const Problem& p, const int* x) {
+  return ranges_around(p, x, [](const AxisRule& r, int n, int ig) { return key_window(r, n, ig); });
 }
 
 // Queries attending the key at full coordinates x (inverse rule).
 __device__ inline AxisRanges queries_of_key(const Problem& p, const int* x) {
-  AxisRanges q;
-  q.rank = p.rank;
-  for (int a = 0; a < p.rank; ++a) {
-    const AxisRule& rule = p.axes[a];
-    const int g = dilation_group(rule, x[a]);
-    q.group[a] = g;
-    q.dilation[a] = rule.dilation;
-    q.r[a] = query_window(rule, group_length(rule, g), index_in_group(rule, x[a]));
-  }
-  return q;
+  return ranges_around(p, x, [](const AxisRule& r, int n, int jg) { return query_window(r, n, jg); });
 }
 
 // Row-major token index -> full coordinates.
