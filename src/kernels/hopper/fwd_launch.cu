@@ -1,4 +1,4 @@
-// Host side of the Hopper forward kernel: backend registration, support checks, tile choice
+// Host side of the Hopper forward kernel: support checks, tile choice
 // with the core's tiling math, tensor maps over the heads-last tensors (no token permutation),
 // and one launch per dilation-group combination (and per batch index where batches cannot be
 // folded into the outermost axis of a tensor map).
@@ -479,25 +479,5 @@ void forward(const ForwardCall& call) {
   }
   run_with_tiles(call, choose_tiles(call.problem, call.options));
 }
-
-namespace {
-
-Backend make_hopper_backend() {
-  Backend b;
-  b.name = "hopper";
-  b.priority = 100;
-  b.device = true;
-  b.supports_forward = [](const ForwardCall& c, std::string* why) { return supports(c, why); };
-  b.forward = [](const ForwardCall& c) { forward(c); };
-  b.supports_backward = [](const BackwardCall&, std::string* why) {
-    if (why) *why = "hopper: backward not implemented";
-    return false;
-  };
-  return b;
-}
-
-}  // namespace
-
-GNA_REGISTER_BACKEND(make_hopper_backend);
 
 }  // namespace gna::hopper

@@ -1,0 +1,28 @@
+// Registration of the Hopper (sm_90a) backend: the forward kernel (fwd_launch) and, when it
+// supports the call, the backward kernel.
+#include <string>
+
+#include "kernels/hopper/fwd_launch.hpp"
+
+namespace gna::hopper {
+namespace {
+
+Backend make_hopper_backend() {
+  Backend b;
+  b.name = "hopper";
+  b.priority = 100;
+  b.device = true;
+  b.supports_forward = [](const ForwardCall& c, std::string* why) { return supports(c, why); };
+  b.forward = [](const ForwardCall& c) { forward(c); };
+  b.supports_backward = [](const BackwardCall&, std::string* why) {
+    if (why) *why = "hopper: backward not implemented";
+    return false;
+  };
+  return b;
+}
+
+}  // namespace
+
+GNA_REGISTER_BACKEND(make_hopper_backend);
+
+}  // namespace gna::hopper
