@@ -15,35 +15,10 @@
 #include "gna/core/error.hpp"
 #include "kernels/hopper/fwd_kernel.cuh"
 #include "kernels/hopper/fwd_launch.hpp"
+#include "kernels/hopper/tma_host.hpp"
 
 namespace gna::hopper {
 namespace {
-
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeTiled encode_tiled() {
-  static EncodeTiled fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      p = nullptr;
-    return reinterpret_cast<EncodeTiled>(p);
-  }();
-  return fn;
-}
-
-bool is_sm90(int device) {
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
-    return false;
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  return major == 9 && minor == 0;
-}
 
 int pow2_log(int v) {
   int l = 0;
@@ -205,7 +180,7 @@ bool supports(const ForwardCall& call, std::string* why) {
   const Problem& p = call.problem;
   if (call.in.q.on_host()) return no("needs CUDA tensors");
   if (!is_sm90(call.in.q.device)) return no("needs an sm_90 (Hopper) device");
-  if (encode_tiled() == nullptr) return no("the driver has no cuTensorMapEncodeTiled");
+  if (!have_tensor_map_encoder()) return no("the driver has no cuTensorMapEncodeTiled");
   if (p.dtype != DType::bf16 && p.dtype != DType::f16)
     return no(std::string("dtype ") + dtype_name(p.dtype) + " not supported (supported: bf16, f16)");
   if (p.dim_qk != 32 && p.dim_qk != 64 && p.dim_qk != 128)
@@ -240,181 +215,89 @@ bool supports(const ForwardCall& call, std::string* why) {
 
 namespace {
 
-// One tensor map over a heads-last tensor: dims (D, H, axis2, axis1, axis0'), where axis0'
-// runs over `folded` batch indices when batches are folded into the outermost axis.
-struct MapDims {
-  cuuint64_t dim[5];
-  cuuint64_t stride_bytes[4];  // of dims 1..4
-  cuuint32_t box[5];
-};
-
-void encode(CUtensorMap* map, const MapDims& d, void* base, DType dtype, int head_dim) {
-  const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
-  const CUtensorMapSwizzle swizzle =
-      head_dim >= 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
-  const CUresult r = encode_tiled()(
-      map, dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      5, base, d.dim, d.stride_bytes, d.box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    fail(ErrorKind::runtime, "hopper: cuTensorMapEncodeTiled failed (", static_cast<int>(r),
-         ") for dims [", d.dim[0], ", ", d.dim[1], ", ", d.dim[2], ", ", d.dim[3], ", ", d.dim[4],
-         "]");
-}
-
-}  // namespace
-
-namespace {
-
 void run_with_tiles(const ForwardCall& call, const TileChoice& tiles) {
   const Problem& p = call.problem;
   if (p.batch == 0 || p.heads_q == 0 || p.tokens() == 0) return;  // nothing to compute
   const int r = p.rank;
-  const int off = kAxes - r;  // kernel axis = problem axis + off
   const int D = p.dim_qk;
   const int es = dtype_size(p.dtype);
   const TensorRef& q = call.in.q;
   const TensorRef& k = call.in.k;
   const TensorRef& v = call.in.v;
   const TensorRef& o = call.out;
-  const int box_cols = D < 64 ? D : 64;
-
-  // Batches fold into the outermost axis of the maps: for rank < 3 into the unit placeholder
-  // axis (any batch stride); for rank 3 when the batch stride spans the dilation-group rows.
-  const AxisRule& outer = p.axes[0];
-  bool fold = true;
-  if (r == kAxes && p.batch > 1) {
-    const bool exact = outer.extent % outer.dilation == 0;
-    for (const TensorRef* t : {&q, &k, &v, &o})
-      fold = fold && exact && t->strides[0] == outer.extent * t->strides[1];
-    if (call.lse) fold = fold && exact && call.lse->strides[0] == outer.extent * call.lse->strides[1];
-  }
-  const int batch_runs = fold ? 1 : p.batch;
-  const int per_run = fold ? p.batch : 1;
-
-  int groups = 1;
-  for (int a = 0; a < r; ++a) groups *= p.axes[a].dilation;
+  const LaunchPlan plan = call.lse ? plan_launches(p, {&q, &k, &v, &o, call.lse})
+                                   : plan_launches(p, {&q, &k, &v, &o});
 
   CUtensorMap maps[5];
-  for (int run = 0; run < batch_runs; ++run) {
-    for (int gi = 0; gi < groups; ++gi) {
-      int g[kAxes] = {0, 0, 0};
-      {
-        int rest = gi;
-        for (int a = r - 1; a >= 0; --a) {
-          g[a] = rest % p.axes[a].dilation;
-          rest /= p.axes[a].dilation;
-        }
-      }
-      FwdParams fp{};
-      for (int ka = 0; ka < kAxes; ++ka) {
-        const int a = ka - off;
-        if (a < 0) {
-          fp.axes[ka] = AxisRule{1, 1, 1, 1, false};
-          fp.q_tile[ka] = fp.kv_tile[ka] = 1;
-        } else {
-          AxisRule rule = p.axes[a];
-          rule.extent = group_length(rule, g[a]);
-          rule.dilation = 1;
-          fp.axes[ka] = rule;
-          fp.q_tile[ka] = tiles.q.size[a];
-          fp.kv_tile[ka] = tiles.kv.size[a];
-        }
-        fp.q_tiles[ka] = tiles_along(fp.axes[ka].extent, fp.q_tile[ka]);
-      }
-      fp.q_tiles_per_image = fp.q_tiles[0] * fp.q_tiles[1] * fp.q_tiles[2];
-      fp.batches = per_run;
-      fp.batch_offset = run;
-      fp.heads_q = p.heads_q;
-      fp.heads_per_kv = p.heads_q / p.heads_kv;
-      fp.additional_kv = p.additional_kv;
-      fp.scale_log2 = effective_scale(p) * 1.4426950408889634f;
+  for (const LaunchSlice& s : plan.slices) {
+    FwdParams fp{};
+    for (int ka = 0; ka < kAxes; ++ka) {
+      const int a = ka - plan.off;
+      fp.axes[ka] = s.axes[ka];
+      fp.q_tile[ka] = a < 0 ? 1 : tiles.q.size[a];
+      fp.kv_tile[ka] = a < 0 ? 1 : tiles.kv.size[a];
+      fp.q_tiles[ka] = tiles_along(fp.axes[ka].extent, fp.q_tile[ka]);
+    }
+    fp.q_tiles_per_image = fp.q_tiles[0] * fp.q_tiles[1] * fp.q_tiles[2];
+    fp.batches = plan.per_run;
+    fp.batch_offset = s.run;
+    fp.heads_q = p.heads_q;
+    fp.heads_per_kv = p.heads_q / p.heads_kv;
+    fp.additional_kv = p.additional_kv;
+    fp.scale_log2 = effective_scale(p) * 1.4426950408889634f;
 
-      // Element offset of (first batch of the run, group origin) in a token tensor.
-      auto origin = [&](const TensorRef& t) {
-        int64_t e = run * t.strides[0];
-        for (int a = 0; a < r; ++a) e += g[a] * t.strides[1 + a];
-        return e;
-      };
-      fp.o = static_cast<char*>(o.data) + origin(o) * es;
-      fp.o_batch_stride = o.strides[0];
-      fp.o_head_stride = o.strides[r + 1];
-      fp.lse = nullptr;
-      if (call.lse) {
-        const TensorRef& l = *call.lse;
-        fp.lse = static_cast<float*>(l.data) + origin(l);
-        fp.lse_batch_stride = l.strides[0];
-        fp.lse_head_stride = l.strides[r + 1];
-      }
-      for (int ka = 0; ka < kAxes; ++ka) {
-        const int a = ka - off;
-        fp.o_axis_stride[ka] = a < 0 ? 0 : o.strides[1 + a] * p.axes[a].dilation;
-        if (call.lse) fp.lse_axis_stride[ka] = a < 0 ? 0 : call.lse->strides[1 + a] * p.axes[a].dilation;
-      }
-      if (r < kAxes) {
-        // The placeholder outer axis carries the batch: its "coordinate" is the batch index.
-        fp.o_axis_stride[0] = 0;
-        if (call.lse) fp.lse_axis_stride[0] = 0;
-      }
+    fp.o = static_cast<char*>(o.data) + plan.origin(s, o) * es;
+    fp.o_batch_stride = o.strides[0];
+    fp.o_head_stride = o.strides[r + 1];
+    fp.lse = nullptr;
+    if (call.lse) {
+      const TensorRef& l = *call.lse;
+      fp.lse = static_cast<float*>(l.data) + plan.origin(s, l);
+      fp.lse_batch_stride = l.strides[0];
+      fp.lse_head_stride = l.strides[r + 1];
+    }
+    for (int ka = 0; ka < kAxes; ++ka) {
+      fp.o_axis_stride[ka] = plan.axis_stride(p, o, ka);
+      if (call.lse) fp.lse_axis_stride[ka] = plan.axis_stride(p, *call.lse, ka);
+    }
+    // For rank < 3 the placeholder outer axis carries the batch: its "coordinate" is the batch
+    // index, and the batch stride does the addressing.
 
-      auto token_map = [&](CUtensorMap* map, const TensorRef& t, const int* tile) {
+    encode_token_map(&maps[0], p, plan, s, q, fp.q_tile, D);
+    encode_token_map(&maps[1], p, plan, s, k, fp.kv_tile, D);
+    encode_token_map(&maps[2], p, plan, s, v, fp.kv_tile, D);
+    if (p.additional_kv > 0) {
+      for (int which = 0; which < 2; ++which) {
+        const TensorRef& t = which == 0 ? *call.in.additional_k : *call.in.additional_v;
         MapDims d{};
         d.dim[0] = D;
-        d.dim[1] = t.shape[r + 1];
-        d.stride_bytes[0] = t.strides[r + 1] * es;
-        d.box[0] = box_cols;
+        d.dim[1] = t.shape[2];
+        d.dim[2] = t.shape[1];
+        d.dim[3] = t.shape[0];
+        d.dim[4] = 1;
+        d.stride_bytes[0] = t.strides[2] * es;
+        d.stride_bytes[1] = t.strides[1] * es;
+        d.stride_bytes[2] = t.strides[0] * es;
+        d.stride_bytes[3] = t.strides[0] * es;
+        d.box[0] = D < 64 ? D : 64;
         d.box[1] = 1;
-        for (int ka = 0; ka < kAxes; ++ka) {
-          const int a = ka - off;
-          const int dim = 4 - ka;  // axis 2 -> dim 2, axis 0 -> dim 4
-          int64_t stride = a < 0 ? t.strides[0] : t.strides[1 + a] * p.axes[a].dilation;
-          cuuint64_t extent = fp.axes[ka].extent;
-          if (ka == 0) {
-            extent *= per_run;  // folded batches
-            if (a < 0) stride = t.strides[0];
-          }
-          d.dim[dim] = extent;
-          d.stride_bytes[dim - 1] = (stride > 0 ? stride : 8) * es;
-          d.box[dim] = tile[ka];
-        }
-        encode(map, d, static_cast<char*>(t.data) + origin(t) * es, p.dtype, D);
-      };
-      token_map(&maps[0], q, fp.q_tile);
-      token_map(&maps[1], k, fp.kv_tile);
-      token_map(&maps[2], v, fp.kv_tile);
-      if (p.additional_kv > 0) {
-        for (int which = 0; which < 2; ++which) {
-          const TensorRef& t = which == 0 ? *call.in.additional_k : *call.in.additional_v;
-          MapDims d{};
-          d.dim[0] = D;
-          d.dim[1] = t.shape[2];
-          d.dim[2] = t.shape[1];
-          d.dim[3] = t.shape[0];
-          d.dim[4] = 1;
-          d.stride_bytes[0] = t.strides[2] * es;
-          d.stride_bytes[1] = t.strides[1] * es;
-          d.stride_bytes[2] = t.strides[0] * es;
-          d.stride_bytes[3] = t.strides[0] * es;
-          d.box[0] = box_cols;
-          d.box[1] = 1;
-          d.box[2] = kTileTokens;
-          d.box[3] = 1;
-          d.box[4] = 1;
-          encode(&maps[3 + which], d, t.data, p.dtype, D);
-        }
-      } else {
-        maps[3] = maps[1];
-        maps[4] = maps[2];
+        d.box[2] = kTileTokens;
+        d.box[3] = 1;
+        d.box[4] = 1;
+        encode_map(&maps[3 + which], d, t.data, p.dtype, D);
       }
-      const int grid = fp.q_tiles_per_image * p.heads_q * per_run;
-      const bool bf16 = p.dtype == DType::bf16;
-      if (D == 32)
-        launch_d32(bf16, maps, fp, grid, call.stream);
-      else if (D == 64)
-        launch_d64(bf16, maps, fp, grid, call.stream);
-      else
-        launch_d128(bf16, maps, fp, grid, call.stream);
+    } else {
+      maps[3] = maps[1];
+      maps[4] = maps[2];
     }
+    const int grid = fp.q_tiles_per_image * p.heads_q * plan.per_run;
+    const bool bf16 = p.dtype == DType::bf16;
+    if (D == 32)
+      launch_d32(bf16, maps, fp, grid, call.stream);
+    else if (D == 64)
+      launch_d64(bf16, maps, fp, grid, call.stream);
+    else
+      launch_d128(bf16, maps, fp, grid, call.stream);
   }
 }
 

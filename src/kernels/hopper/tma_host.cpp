@@ -1,0 +1,131 @@
+#include "kernels/hopper/tma_host.hpp"
+
+#include <cuda_runtime.h>
+
+#include "gna/core/error.hpp"
+
+namespace gna::hopper {
+namespace {
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encode_tiled() {
+  static EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      p = nullptr;
+    return reinterpret_cast<EncodeTiled>(p);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+bool is_sm90(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
+    return false;
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return major == 9 && minor == 0;
+}
+
+bool have_tensor_map_encoder() { return encode_tiled() != nullptr; }
+
+void encode_map(CUtensorMap* map, const MapDims& d, void* base, DType dtype, int head_dim) {
+  const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
+  const CUtensorMapSwizzle swizzle =
+      head_dim >= 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  const CUresult r = encode_tiled()(
+      map, dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      5, base, d.dim, d.stride_bytes, d.box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    fail(ErrorKind::runtime, "hopper: cuTensorMapEncodeTiled failed (", static_cast<int>(r),
+         ") for dims [", d.dim[0], ", ", d.dim[1], ", ", d.dim[2], ", ", d.dim[3], ", ", d.dim[4],
+         "]");
+}
+
+int64_t LaunchPlan::origin(const LaunchSlice& s, const TensorRef& t) const {
+  int64_t e = s.run * t.strides[0];
+  for (int a = 0; a < rank; ++a) e += s.group[a] * t.strides[1 + a];
+  return e;
+}
+
+int64_t LaunchPlan::axis_stride(const Problem& p, const TensorRef& t, int ka) const {
+  const int a = ka - off;
+  return a < 0 ? 0 : t.strides[1 + a] * p.axes[a].dilation;
+}
+
+LaunchPlan plan_launches(const Problem& p, std::initializer_list<const TensorRef*> token_tensors) {
+  LaunchPlan plan;
+  const int r = p.rank;
+  plan.rank = r;
+  plan.off = kAxes - r;
+  const AxisRule& outer = p.axes[0];
+  bool fold = true;
+  if (r == kAxes && p.batch > 1) {
+    const bool exact = outer.extent % outer.dilation == 0;
+    for (const TensorRef* t : token_tensors)
+      fold = fold && exact && t->strides[0] == outer.extent * t->strides[1];
+  }
+  plan.batch_runs = fold ? 1 : p.batch;
+  plan.per_run = fold ? p.batch : 1;
+
+  int groups = 1;
+  for (int a = 0; a < r; ++a) groups *= p.axes[a].dilation;
+  for (int run = 0; run < plan.batch_runs; ++run) {
+    for (int gi = 0; gi < groups; ++gi) {
+      LaunchSlice s;
+      s.run = run;
+      int rest = gi;
+      for (int a = r - 1; a >= 0; --a) {
+        s.group[a] = rest % p.axes[a].dilation;
+        rest /= p.axes[a].dilation;
+      }
+      for (int ka = 0; ka < kAxes; ++ka) {
+        const int a = ka - plan.off;
+        if (a < 0) {
+          s.axes[ka] = AxisRule{1, 1, 1, 1, false};
+        } else {
+          AxisRule rule = p.axes[a];
+          rule.extent = group_length(rule, s.group[a]);
+          rule.dilation = 1;
+          s.axes[ka] = rule;
+        }
+      }
+      plan.slices.push_back(s);
+    }
+  }
+  return plan;
+}
+
+void encode_token_map(CUtensorMap* map, const Problem& p, const LaunchPlan& plan,
+                      const LaunchSlice& s, const TensorRef& t, const int* tile, int head_dim) {
+  const int r = plan.rank;
+  const int es = dtype_size(p.dtype);
+  MapDims d{};
+  d.dim[0] = head_dim;
+  d.dim[1] = t.shape[r + 1];
+  d.stride_bytes[0] = t.strides[r + 1] * es;
+  d.box[0] = head_dim < 64 ? head_dim : 64;
+  d.box[1] = 1;
+  for (int ka = 0; ka < kAxes; ++ka) {
+    const int a = ka - plan.off;
+    const int dim = 4 - ka;  // axis 2 -> dim 2, axis 0 -> dim 4
+    int64_t stride = a < 0 ? t.strides[0] : t.strides[1 + a] * p.axes[a].dilation;
+    cuuint64_t extent = s.axes[ka].extent;
+    if (ka == 0) extent *= plan.per_run;  // folded batches
+    d.dim[dim] = extent;
+    d.stride_bytes[dim - 1] = (stride > 0 ? stride : 8) * es;
+    d.box[dim] = tile[ka];
+  }
+  encode_map(map, d, static_cast<char*>(t.data) + plan.origin(s, t) * es, p.dtype, head_dim);
+}
+
+}  // namespace gna::hopper

@@ -1,0 +1,63 @@
+// Host-side pieces shared by the Hopper kernels: device checks, tensor maps over heads-last
+// token tensors, and the launch plan (one launch per dilation-group combination and per run of
+// batch indices folded into the outermost axis of the maps).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "gna/core/problem.hpp"
+#include "gna/tensor.hpp"
+#include "kernels/hopper/fwd_params.hpp"
+
+namespace gna::hopper {
+
+bool is_sm90(int device);
+// Whether the driver exposes cuTensorMapEncodeTiled.
+bool have_tensor_map_encoder();
+
+// A 5-D tiled tensor map: dims (D, H, axis2, axis1, axis0').
+struct MapDims {
+  cuuint64_t dim[5];
+  cuuint64_t stride_bytes[4];  // of dims 1..4
+  cuuint32_t box[5];
+};
+// 128-byte swizzle for head dims >= 64, else 64-byte; throws on failure.
+void encode_map(CUtensorMap* map, const MapDims& d, void* base, DType dtype, int head_dim);
+
+// One launch: a dilation-group combination and a run of batch indices.
+struct LaunchSlice {
+  int run = 0;                 // batch index of the run's first batch
+  int group[kAxes] = {0, 0, 0};  // dilation group per problem axis
+  AxisRule axes[kAxes];        // kernel axes (right-aligned): extent = group length, dilation 1
+};
+
+struct LaunchPlan {
+  int rank = 0;
+  int off = 0;         // kernel axis = problem axis + off
+  int batch_runs = 1;  // launches per group along the batch
+  int per_run = 1;     // batch indices folded into one launch
+  std::vector<LaunchSlice> slices;
+
+  // Element offset of the slice's origin (first batch, group origin) in a token tensor
+  // [B, spatial.., ...].
+  int64_t origin(const LaunchSlice& s, const TensorRef& t) const;
+  // Element stride of kernel axis `ka` in a token tensor (0 for placeholder axes), dilation
+  // folded in.
+  int64_t axis_stride(const Problem& p, const TensorRef& t, int ka) const;
+};
+
+// Batches fold into the outermost axis of the maps when every tensor of `token_tensors` allows
+// it: for rank < 3 always (the placeholder axis carries the batch), for rank 3 when the batch
+// stride spans the axis (contiguous layouts) and the dilation divides the outer extent.
+LaunchPlan plan_launches(const Problem& p, std::initializer_list<const TensorRef*> token_tensors);
+
+// Tensor map over a heads-last token tensor [B, spatial.., H, head_dim] for one slice, box
+// (min(head_dim, 64), 1, tile...) so that a tile is one box per 64 columns.
+void encode_token_map(CUtensorMap* map, const Problem& p, const LaunchPlan& plan,
+                      const LaunchSlice& s, const TensorRef& t, const int* tile, int head_dim);
+
+}  // namespace gna::hopper
