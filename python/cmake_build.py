@@ -5,10 +5,11 @@ Environment: GNA_CMAKE_ARGS (extra configure arguments, e.g. "-DGNA_CUDA=OFF"),
 GNA_BUILD_JOBS (parallel jobs), GNA_BUILD_DIR (the CMake build folder; default build/python).
 
 libgna reports bad arguments by C++ exceptions that it catches at its C ABI. A toolchain that
-links libstdc++ statically into the shared library can crash on those throws once the library is
-loaded from Python (seen with a wrapper compiler that forces -static-libstdc++). So the built
-library is probed in a child process: invalid calls must come back as errors, not crash the
-process. If they crash, the library is rebuilt with the system C++ compiler.
+links libstdc++ statically into the shared library used to crash on those throws once the library
+was loaded next to torch (the static copy's symbols were exported and interposed with torch's
+libstdc++); CMakeLists.txt now keeps symbols of static archives private. The built library is
+still probed in a child process: invalid calls must come back as errors, not crash the process.
+If they crash, the library is rebuilt with the system C++ compiler.
 """
 import os
 import shlex
