@@ -2,6 +2,7 @@
 // supports the call, the backward kernel.
 #include <string>
 
+#include "kernels/hopper/bwd_launch.hpp"
 #include "kernels/hopper/fwd_launch.hpp"
 
 namespace gna::hopper {
@@ -14,10 +15,10 @@ Backend make_hopper_backend() {
   b.device = true;
   b.supports_forward = [](const ForwardCall& c, std::string* why) { return supports(c, why); };
   b.forward = [](const ForwardCall& c) { forward(c); };
-  b.supports_backward = [](const BackwardCall&, std::string* why) {
-    if (why) *why = "hopper: backward not implemented";
-    return false;
+  b.supports_backward = [](const BackwardCall& c, std::string* why) {
+    return supports_backward(c, why);
   };
+  b.backward = [](const BackwardCall& c) { backward(c); };
   return b;
 }
 

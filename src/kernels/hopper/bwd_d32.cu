@@ -1,0 +1,13 @@
+// Instantiations of the backward kernel for head dim 32 (bf16 and fp16).
+#include "kernels/hopper/bwd_instance.cuh"
+
+namespace gna::hopper {
+
+void launch_backward_d32(bool bf16, const void* maps, const BwdParams& p, int grid, void* stream) {
+  if (bf16)
+    launch_backward_kernel<32, Bf16Tag>(maps, p, grid, stream);
+  else
+    launch_backward_kernel<32, F16Tag>(maps, p, grid, stream);
+}
+
+}  // namespace gna::hopper

@@ -1,0 +1,28 @@
+// Launches one instantiation of the backward kernel (maps: 4 CUtensorMap in order q, dO, k, v).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "gna/core/error.hpp"
+#include "kernels/hopper/bwd_kernel.cuh"
+#include "kernels/hopper/bwd_launch.hpp"
+
+namespace gna::hopper {
+
+template <int D, typename Tag>
+void launch_backward_kernel(const void* maps_v, const BwdParams& p, int grid, void* stream) {
+  const CUtensorMap* maps = static_cast<const CUtensorMap*>(maps_v);
+  constexpr int smem = bwd::shared_bytes<D>();
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      bwd::backward_kernel<D, Tag>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (attr != cudaSuccess)
+    fail(ErrorKind::runtime, "hopper: cannot reserve ", smem, " bytes of shared memory: ",
+         cudaGetErrorString(attr));
+  bwd::backward_kernel<D, Tag><<<grid, bwd::kThreads, smem, static_cast<cudaStream_t>(stream)>>>(
+      maps[0], maps[1], maps[2], maps[3], p);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    fail(ErrorKind::runtime, "hopper: backward launch failed: ", cudaGetErrorString(err));
+}
+
+}  // namespace gna::hopper

@@ -1,0 +1,534 @@
+// The Hopper backward kernel, KV-stationary: one CTA per (128-key KV tile, KV head, batch) keeps
+// K and V in shared memory and walks the 64-row Q tiles whose queries attend it (the core's
+// inverse rule per axis, a product box; in additional mode every Q tile), for every query head
+// of its GQA group. A producer warp loads Q and dO by TMA (multi-dimensional boxes of the
+// heads-last tensors) plus the rows' LSE and delta into a 2-stage ring; two consumer
+// warpgroups own 64 keys each:
+//   S^T = K Q^T, dP^T = V dO^T           (wgmma SS, N = 64 queries)
+//   P^T = exp2(S^T * scale_log2 - LSE2), dS^T = P^T (dP^T - delta)
+//   dV += P^T dO, dK += dS^T Q           (wgmma RS, operands from registers, kept all along)
+//   dQ += dS K                           (dS^T staged in shared memory, wgmma SS transposed)
+// and add dQ into an fp32 accumulator with vector reductions (in deterministic mode in the
+// order of the KV tiles, one turn counter per Q tile). Head dim 128 splits dQ's columns between
+// the warpgroups (all 128 keys each); smaller head dims let each warpgroup add its own keys'
+// part of every column.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "gna/core/tiling.hpp"
+#include "kernels/hopper/bwd_params.hpp"
+#include "kernels/hopper/ptx.cuh"
+
+namespace gna::hopper::bwd {
+
+constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+constexpr int kStages = 2;
+
+// Shared-memory image of a [Rows x D] tile: boxes of at most 64 columns (128-byte swizzle;
+// 64-byte for D = 32), each Rows rows of kRowBytes: the TMA box and the wgmma operand layout.
+template <int D, int Rows>
+struct Tile {
+  static constexpr int kBoxCols = D < 64 ? D : 64;
+  static constexpr int kRowBytes = kBoxCols * 2;
+  static constexpr int kBoxes = D / kBoxCols;
+  static constexpr int kBoxBytes = Rows * kRowBytes;
+  static constexpr int kTileBytes = kBoxes * kBoxBytes;
+  static constexpr uint32_t kSwizzleMode = kRowBytes == 128 ? 1 : (kRowBytes == 64 ? 2 : 3);
+};
+
+// dS^T: [128 keys][64 queries] 16-bit, 128-byte rows, 128-byte swizzle.
+constexpr int kDsBytes = kBwdKvRows * kBwdQRows * 2;
+
+template <int D>
+struct SharedStorage {
+  alignas(1024) uint8_t k[Tile<D, kBwdKvRows>::kTileBytes];
+  alignas(1024) uint8_t v[Tile<D, kBwdKvRows>::kTileBytes];
+  alignas(1024) uint8_t q[kStages][Tile<D, kBwdQRows>::kTileBytes];
+  alignas(1024) uint8_t d_o[kStages][Tile<D, kBwdQRows>::kTileBytes];
+  alignas(1024) uint8_t ds[kStages][kDsBytes];
+  float lse2[kStages][kBwdQRows];
+  float delta[kStages][kBwdQRows];
+  uint64_t kv_full;
+  uint64_t q_full[kStages], q_empty[kStages];
+};
+
+template <int D>
+constexpr int shared_bytes() {
+  return static_cast<int>(sizeof(SharedStorage<D>)) + 1024;
+}
+
+__device__ __forceinline__ int log2_pow2(int v) { return __ffs(v) - 1; }
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Local coordinates of token r of a tile (row-major over axes 0, 1, 2; sizes powers of two).
+__device__ __forceinline__ void tile_local(int r, const int (&size)[kAxes], int (&local)[kAxes]) {
+  const int s2 = log2_pow2(size[2]), s1 = log2_pow2(size[1]);
+  local[2] = r & (size[2] - 1);
+  local[1] = (r >> s2) & (size[1] - 1);
+  local[0] = r >> (s1 + s2);
+}
+
+template <typename Tag>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<Bf16Tag>(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<F16Tag>(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// The CTA's work: KV tile, KV head, batch, and the box of Q tiles it visits.
+struct Work {
+  int kt[kAxes];     // KV tile per axis (spatial); kt[2] = additional tile (additional mode)
+  int head_kv, batch;
+  int q_begin[kAxes], q_size[kAxes];
+  int q_count;       // Q tiles per query head
+  bool rotate;
+  int rotation;      // first visit index
+};
+
+__device__ __forceinline__ Work make_work(const BwdParams& p) {
+  Work w;
+  int work = blockIdx.x;
+  const int tile = work % p.kv_tiles_per_image;
+  work /= p.kv_tiles_per_image;
+  w.head_kv = work % p.heads_kv;
+  w.batch = work / p.heads_kv;
+  if (p.additional) {
+    w.kt[0] = w.kt[1] = 0;
+    w.kt[2] = tile;
+  } else {
+    w.kt[2] = tile % p.kv_tiles[2];
+    w.kt[1] = (tile / p.kv_tiles[2]) % p.kv_tiles[1];
+    w.kt[0] = tile / (p.kv_tiles[2] * p.kv_tiles[1]);
+  }
+  w.q_count = 1;
+#pragma unroll
+  for (int a = 0; a < kAxes; ++a) {
+    if (p.additional) {
+      w.q_begin[a] = 0;
+      w.q_size[a] = p.q_tiles[a];
+    } else {
+      const Range r = q_tiles_for_kv_tile(p.axes[a], p.axes[a].extent, w.kt[a], p.q_tile[a],
+                                          p.kv_tile[a]);
+      w.q_begin[a] = r.begin;
+      w.q_size[a] = max_i(r.end - r.begin, 0);
+    }
+    w.q_count *= w.q_size[a];
+  }
+  w.rotate = p.turns == nullptr && w.q_count > 1;
+  w.rotation = w.rotate ? tile % w.q_count : 0;
+  return w;
+}
+
+// Q tile per axis of visit index i (inside one head). Without turns (deterministic mode) each
+// CTA starts its walk at a different Q tile, so that CTAs running together add into different
+// dQ rows instead of contending for the same addresses.
+__device__ __forceinline__ void q_tile_of(const Work& w, int i, int (&qt)[kAxes]) {
+  if (w.rotate) i = (i + w.rotation) % w.q_count;
+  qt[2] = w.q_begin[2] + i % w.q_size[2];
+  i /= w.q_size[2];
+  qt[1] = w.q_begin[1] + i % w.q_size[1];
+  qt[0] = w.q_begin[0] + i / w.q_size[1];
+}
+
+template <int D>
+__device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D>& s, const Work& w,
+                                         const CUtensorMap* tm_q, const CUtensorMap* tm_do,
+                                         const CUtensorMap* tm_k, const CUtensorMap* tm_v) {
+  using KvT = Tile<D, kBwdKvRows>;
+  using QT = Tile<D, kBwdQRows>;
+  const int lane = threadIdx.x % 32;
+  const int x_base = w.batch * p.axes[0].extent;  // batches folded into the outermost axis
+  if (lane == 0) {
+    int c2, c3, c4;
+    if (p.additional) {
+      c2 = w.kt[2] * kBwdKvRows;
+      c3 = p.batch_offset + w.batch;
+      c4 = 0;
+    } else {
+      c2 = w.kt[2] * p.kv_tile[2];
+      c3 = w.kt[1] * p.kv_tile[1];
+      c4 = x_base + w.kt[0] * p.kv_tile[0];
+    }
+    mbar_expect_tx(&s.kv_full, 2 * KvT::kTileBytes);
+#pragma unroll
+    for (int box = 0; box < KvT::kBoxes; ++box) {
+      tma_load_5d(s.k + box * KvT::kBoxBytes, tm_k, &s.kv_full, box * KvT::kBoxCols, w.head_kv,
+                  c2, c3, c4);
+      tma_load_5d(s.v + box * KvT::kBoxBytes, tm_v, &s.kv_full, box * KvT::kBoxCols, w.head_kv,
+                  c2, c3, c4);
+    }
+  }
+  const int total = w.q_count * p.heads_per_kv;
+  for (int it = 0; it < total; ++it) {
+    const int head = w.head_kv * p.heads_per_kv + it / max_i(w.q_count, 1);
+    int qt[kAxes];
+    q_tile_of(w, it % w.q_count, qt);
+    const int stage = it % kStages;
+    const uint32_t phase = (it / kStages) & 1;
+    mbar_wait(&s.q_empty[stage], phase ^ 1);
+    if (lane == 0) {
+      mbar_expect_tx(&s.q_full[stage], 2 * QT::kTileBytes);
+#pragma unroll
+      for (int box = 0; box < QT::kBoxes; ++box) {
+        tma_load_5d(s.q[stage] + box * QT::kBoxBytes, tm_q, &s.q_full[stage], box * QT::kBoxCols,
+                    head, qt[2] * p.q_tile[2], qt[1] * p.q_tile[1], x_base + qt[0] * p.q_tile[0]);
+        tma_load_5d(s.d_o[stage] + box * QT::kBoxBytes, tm_do, &s.q_full[stage],
+                    box * QT::kBoxCols, head, qt[2] * p.q_tile[2], qt[1] * p.q_tile[1],
+                    x_base + qt[0] * p.q_tile[0]);
+      }
+    }
+    // Rows outside the image (tensor edge or the next folded batch) get LSE = +inf: P = 0.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = lane + 32 * h;
+      int local[kAxes];
+      tile_local(r, p.q_tile, local);
+      bool valid = true;
+      int64_t off = w.batch * p.row_batch_stride + head;
+#pragma unroll
+      for (int a = 0; a < kAxes; ++a) {
+        const int c = qt[a] * p.q_tile[a] + local[a];
+        valid = valid && c < p.axes[a].extent;
+        off += c * p.row_axis_stride[a];
+      }
+      s.lse2[stage][r] = valid ? p.lse2[off] : INFINITY;
+      s.delta[stage][r] = valid ? p.delta[off] : 0.f;
+    }
+    mbar_arrive(&s.q_full[stage]);
+  }
+}
+
+template <int D, typename Tag>
+__device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s, const Work& w,
+                                         int wg) {
+  using KvT = Tile<D, kBwdKvRows>;
+  using QT = Tile<D, kBwdQRows>;
+  constexpr int kS = kBwdQRows / 2;               // S^T accumulators per thread (64 x 64)
+  constexpr int kG = D / 2;                       // dK / dV accumulators per thread (64 x D)
+  constexpr bool kSplitColumns = D == 128;        // dQ: columns split between warpgroups
+  constexpr int kDqN = kSplitColumns ? 64 : D;    // dQ columns per warpgroup
+  constexpr int kDqKeys = kSplitColumns ? 128 : 64;
+  const int lane = threadIdx.x % 32;
+  const int warp = (threadIdx.x / 32) % 4;
+  const int quad = lane % 4;
+  const int row_in_wg = warp * 16 + lane / 4;  // and + 8
+  const int wtid = threadIdx.x % 128;
+
+  // This thread's two key rows: validity and the query window per axis (inverse rule).
+  int q_lo[2][kAxes], q_width[2][kAxes];
+  bool key_valid[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = wg * 64 + row_in_wg + 8 * i;
+    if (p.additional) {
+      key_valid[i] = w.kt[2] * kBwdKvRows + r < p.additional_kv;
+#pragma unroll
+      for (int a = 0; a < kAxes; ++a) q_lo[i][a] = q_width[i][a] = 0;
+    } else {
+      int local[kAxes];
+      tile_local(r, p.kv_tile, local);
+      key_valid[i] = true;
+#pragma unroll
+      for (int a = 0; a < kAxes; ++a) {
+        const int n = p.axes[a].extent;
+        const int c = w.kt[a] * p.kv_tile[a] + local[a];
+        const bool ok = c < n;
+        key_valid[i] = key_valid[i] && ok;
+        const Range qw = query_window(p.axes[a], n, min_i(c, n - 1));
+        q_lo[i][a] = qw.begin;
+        q_width[i][a] = ok ? max_i(qw.end - qw.begin, 0) : 0;
+      }
+    }
+  }
+
+  float dk[kG], dv[kG];
+#pragma unroll
+  for (int i = 0; i < kG; ++i) dk[i] = dv[i] = 0.f;
+
+  const uint32_t k_base = smem_addr(s.k), v_base = smem_addr(s.v);
+  const uint32_t k_rows = wg * 64 * KvT::kRowBytes;  // this warpgroup's keys inside each box
+  mbar_wait(&s.kv_full, 0);
+
+  const int total = w.q_count * p.heads_per_kv;
+  for (int it = 0; it < total; ++it) {
+    const int head = w.head_kv * p.heads_per_kv + it / max_i(w.q_count, 1);
+    const int q_index = it % w.q_count;
+    int qt[kAxes];
+    q_tile_of(w, q_index, qt);
+    const int stage = it % kStages;
+    const uint32_t phase = (it / kStages) & 1;
+    const uint32_t q_base = smem_addr(s.q[stage]), do_base = smem_addr(s.d_o[stage]);
+
+    // Pair class (spatial mode): the minimum over axes of the per-axis classes.
+    bool partial = false;
+    if (!p.additional) {
+      PairClass cls = PairClass::full;
+#pragma unroll
+      for (int a = 0; a < kAxes; ++a)
+        cls = combine(cls, classify_axis_tiles(p.axes[a], p.axes[a].extent, qt[a], w.kt[a],
+                                               p.q_tile[a], p.kv_tile[a]));
+      partial = cls != PairClass::full;
+    }
+
+    float sacc[kS], dpacc[kS];
+    mbar_wait(&s.q_full[stage], phase);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int box = kk * 16 / KvT::kBoxCols;
+      const int within = (kk * 16 % KvT::kBoxCols) * 2;
+      const uint64_t dk_a = make_smem_desc(k_base + box * KvT::kBoxBytes + k_rows + within, 16,
+                                           8 * KvT::kRowBytes, KvT::kSwizzleMode);
+      const uint64_t dq_b = make_smem_desc(q_base + box * QT::kBoxBytes + within, 16,
+                                           8 * QT::kRowBytes, QT::kSwizzleMode);
+      WgmmaSS<kBwdQRows, Tag>::run(sacc, dk_a, dq_b, kk > 0);
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int box = kk * 16 / KvT::kBoxCols;
+      const int within = (kk * 16 % KvT::kBoxCols) * 2;
+      const uint64_t dv_a = make_smem_desc(v_base + box * KvT::kBoxBytes + k_rows + within, 16,
+                                           8 * KvT::kRowBytes, KvT::kSwizzleMode);
+      const uint64_t do_b = make_smem_desc(do_base + box * QT::kBoxBytes + within, 16,
+                                           8 * QT::kRowBytes, QT::kSwizzleMode);
+      WgmmaSS<kBwdQRows, Tag>::run(dpacc, dv_a, do_b, kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(sacc);
+    fence_regs(dpacc);
+
+    // Mask (partial pairs: per-axis inverse rule; invalid keys: always).
+    int lo[2][kAxes];
+    if (partial) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int a = 0; a < kAxes; ++a) lo[i][a] = q_lo[i][a] - qt[a] * p.q_tile[a];
+    }
+    const float scale_log2 = p.scale_log2;
+#pragma unroll
+    for (int j = 0; j < kBwdQRows / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int c = j * 8 + quad * 2 + e;
+        const float l2 = s.lse2[stage][c];
+        const float dl = s.delta[stage][c];
+        int local[kAxes];
+        if (partial) tile_local(c, p.q_tile, local);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int idx = j * 4 + i * 2 + e;
+          float pr = fast_exp2(fmaf(sacc[idx], scale_log2, -l2));
+          if (partial) {
+            bool ok = true;
+#pragma unroll
+            for (int a = 0; a < kAxes; ++a)
+              ok = ok && static_cast<unsigned>(local[a] - lo[i][a]) <
+                             static_cast<unsigned>(q_width[i][a]);
+            if (!ok) pr = 0.f;
+          } else if (p.additional && !key_valid[i]) {  // beyond the additional keys
+            pr = 0.f;
+          }
+          sacc[idx] = pr;
+          dpacc[idx] = pr * (dpacc[idx] - dl);
+        }
+      }
+
+    // P^T and dS^T as A operands (registers), dS^T also into shared memory for dQ.
+    uint32_t pa[kS / 2], da[kS / 2];
+#pragma unroll
+    for (int k = 0; k < kBwdQRows / 16; ++k)
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        pa[k * 4 + h] = pack2<Tag>(sacc[8 * k + 2 * h], sacc[8 * k + 2 * h + 1]);
+        da[k * 4 + h] = pack2<Tag>(dpacc[8 * k + 2 * h], dpacc[8 * k + 2 * h + 1]);
+      }
+    uint8_t* ds = s.ds[stage];
+#pragma unroll
+    for (int j = 0; j < kBwdQRows / 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = wg * 64 + row_in_wg + 8 * i;
+        const int c = j * 8 + quad * 2;
+        const int chunk = (c / 8) ^ (r % 8);
+        *reinterpret_cast<uint32_t*>(ds + r * 128 + chunk * 16 + (c % 8) * 2) =
+            da[(j / 2) * 4 + (j % 2) * 2 + i];
+      }
+
+    // dV += P^T dO, dK += dS^T Q (B operands N-major: transposed).
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kBwdQRows / 16; ++k) {
+      const uint64_t db = make_smem_desc(do_base + k * 16 * QT::kRowBytes, QT::kBoxBytes,
+                                         8 * QT::kRowBytes, QT::kSwizzleMode);
+      WgmmaRS<D, Tag>::run(dv, &pa[k * 4], db);
+    }
+#pragma unroll
+    for (int k = 0; k < kBwdQRows / 16; ++k) {
+      const uint64_t db = make_smem_desc(q_base + k * 16 * QT::kRowBytes, QT::kBoxBytes,
+                                         8 * QT::kRowBytes, QT::kSwizzleMode);
+      WgmmaRS<D, Tag>::run(dk, &da[k * 4], db);
+    }
+    wgmma_commit();
+
+    // dQ = dS K: dS^T from shared memory (M-major), K N-major.
+    fence_proxy_async_smem();
+    if (kSplitColumns)
+      named_barrier_sync(3, 256);
+    else
+      named_barrier_sync(1 + wg, 128);
+    float dq[kDqN / 2];
+    const uint32_t ds_base = smem_addr(ds) + (kSplitColumns ? 0 : wg * 64 * 128);
+    const uint32_t kb_base =
+        k_base + (kSplitColumns ? wg * KvT::kBoxBytes : wg * 64 * KvT::kRowBytes);
+#pragma unroll
+    for (int kk = 0; kk < kDqKeys / 16; ++kk) {
+      const uint64_t d_a = make_smem_desc(ds_base + kk * 16 * 128, 64 * 128, 1024, 1);
+      const uint64_t d_b = make_smem_desc(kb_base + kk * 16 * KvT::kRowBytes, KvT::kBoxBytes,
+                                          8 * KvT::kRowBytes, KvT::kSwizzleMode);
+      WgmmaSSTT<kDqN, Tag>::run(dq, d_a, d_b, kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(dq);
+    fence_regs(dk);
+    fence_regs(dv);
+    if (lane == 0) mbar_arrive(&s.q_empty[stage]);
+
+    // dQ into the fp32 accumulator (rows outside the image skipped).
+    int* turn = nullptr;
+    if (p.turns != nullptr) {
+      int rank;
+      if (p.additional) {
+        rank = w.kt[2];
+      } else {
+        rank = 0;
+#pragma unroll
+        for (int a = 0; a < kAxes; ++a) {
+          const Range kr = kv_tiles_for_q_tile(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
+                                               p.kv_tile[a]);
+          rank = rank * kr.size() + (w.kt[a] - kr.begin);
+        }
+      }
+      const int q_lin = (qt[0] * p.q_tiles[1] + qt[1]) * p.q_tiles[2] + qt[2];
+      turn = p.turns + (static_cast<int64_t>(w.batch) * p.heads_q + head) * p.q_tiles_per_image +
+             q_lin;
+      if (wtid == 0)
+        while (ld_acquire(turn) < 2 * rank + wg) {
+        }
+      named_barrier_sync(1 + wg, 128);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = row_in_wg + 8 * i;
+      int local[kAxes];
+      tile_local(r, p.q_tile, local);
+      bool valid = true;
+      int64_t off = w.batch * p.row_batch_stride + head;
+#pragma unroll
+      for (int a = 0; a < kAxes; ++a) {
+        const int c = qt[a] * p.q_tile[a] + local[a];
+        valid = valid && c < p.axes[a].extent;
+        off += c * p.row_axis_stride[a];
+      }
+      if (!valid) continue;
+      float* dst = p.dq_accum + off * D + (kSplitColumns ? wg * 64 : 0) + quad * 2;
+#pragma unroll
+      for (int j = 0; j < kDqN / 8; ++j) red_add_v2(dst + j * 8, dq[j * 4 + i * 2], dq[j * 4 + i * 2 + 1]);
+    }
+    if (turn != nullptr) {
+      __threadfence();
+      named_barrier_sync(1 + wg, 128);
+      if (wtid == 0) red_release_add(turn, 1);
+    }
+  }
+
+  // Epilogue: dK (scaled) and dV of this warpgroup's keys, rows outside the image skipped.
+  const bool additional = p.additional != 0;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (!key_valid[i]) continue;
+    const int r = wg * 64 + row_in_wg + 8 * i;
+    int64_t ok_off = w.batch * p.dk_batch_stride + w.head_kv * p.dk_head_stride;
+    int64_t ov_off = w.batch * p.dv_batch_stride + w.head_kv * p.dv_head_stride;
+    if (additional) {
+      const int j = w.kt[2] * kBwdKvRows + r;
+      ok_off += j * p.dk_axis_stride[2];
+      ov_off += j * p.dv_axis_stride[2];
+    } else {
+      int local[kAxes];
+      tile_local(r, p.kv_tile, local);
+#pragma unroll
+      for (int a = 0; a < kAxes; ++a) {
+        const int c = w.kt[a] * p.kv_tile[a] + local[a];
+        ok_off += c * p.dk_axis_stride[a];
+        ov_off += c * p.dv_axis_stride[a];
+      }
+    }
+    // 16-bit stores: the gradient tensors may have any element strides.
+    uint16_t* dk_row = static_cast<uint16_t*>(p.dk) + ok_off;
+    uint16_t* dv_row = static_cast<uint16_t*>(p.dv) + ov_off;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      const int col = j * 8 + quad * 2;
+      const uint32_t k2 = pack2<Tag>(dk[j * 4 + i * 2] * p.scale, dk[j * 4 + i * 2 + 1] * p.scale);
+      const uint32_t v2 = pack2<Tag>(dv[j * 4 + i * 2], dv[j * 4 + i * 2 + 1]);
+      dk_row[col] = static_cast<uint16_t>(k2);
+      dk_row[col + 1] = static_cast<uint16_t>(k2 >> 16);
+      dv_row[col] = static_cast<uint16_t>(v2);
+      dv_row[col + 1] = static_cast<uint16_t>(v2 >> 16);
+    }
+  }
+}
+
+template <int D, typename Tag>
+__global__ void __launch_bounds__(kThreads, 1)
+    backward_kernel(const __grid_constant__ CUtensorMap tm_q,
+                    const __grid_constant__ CUtensorMap tm_do,
+                    const __grid_constant__ CUtensorMap tm_k,
+                    const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ BwdParams p) {
+  extern __shared__ uint8_t smem_raw[];
+  auto& s = *reinterpret_cast<SharedStorage<D>*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  const Work w = make_work(p);
+  const int warpgroup = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    prefetch_tensor_map(&tm_q);
+    prefetch_tensor_map(&tm_do);
+    prefetch_tensor_map(&tm_k);
+    prefetch_tensor_map(&tm_v);
+    mbar_init(&s.kv_full, 1);
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(&s.q_full[i], 33);  // the TMA issue (expect_tx) + 32 lanes writing LSE / delta
+      mbar_init(&s.q_empty[i], 8);  // one arrival per consumer warp
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+  if (warpgroup == 0) {
+    regs_decrease<kProducerRegs>();
+    if (threadIdx.x < 32) producer<D>(p, s, w, &tm_q, &tm_do, &tm_k, &tm_v);
+  } else {
+    regs_increase<kConsumerRegs>();
+    consumer<D, Tag>(p, s, w, warpgroup - 1);
+  }
+}
+
+}  // namespace gna::hopper::bwd

@@ -1,0 +1,360 @@
+// Host side of the Hopper backward: support check, tile choice with the core's tiling math,
+// scratch buffers, and the launches (preprocess; one backward launch per dilation-group
+// combination and batch run, tensor maps over the heads-last tensors; one launch for the
+// additional keys; dQ conversion).
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "gna/core/error.hpp"
+#include "kernels/common/cuda_check.hpp"
+#include "kernels/hopper/bwd_launch.hpp"
+#include "kernels/hopper/tma_host.hpp"
+
+namespace gna::hopper {
+namespace {
+
+int log2_int(int v) {
+  int l = 0;
+  while ((1 << l) < v) ++l;
+  return l;
+}
+
+// Power-of-two shapes of `tokens` tokens over `rank` axes.
+std::vector<TileShape> shapes_of(int rank, int tokens) {
+  std::vector<TileShape> out;
+  const int total = log2_int(tokens);
+  for (int e0 = 0; e0 <= total; ++e0)
+    for (int e1 = 0; e1 <= total - e0; ++e1) {
+      const int e2 = total - e0 - e1;
+      if ((rank < 3 && e2 != 0) || (rank < 2 && e1 != 0)) continue;
+      TileShape t;
+      t.size[0] = 1 << e0;
+      if (rank > 1) t.size[1] = 1 << e1;
+      if (rank > 2) t.size[2] = 1 << e2;
+      out.push_back(t);
+    }
+  return out;
+}
+
+// Visited and full (KV tile, Q tile) pairs of one image and head (group 0 of each axis).
+BwdTiles evaluate(const Problem& p, const TileShape& q, const TileShape& kv) {
+  BwdTiles c;
+  c.q = q;
+  c.kv = kv;
+  double visited = 1, full = 1;
+  for (int a = 0; a < p.rank; ++a) {
+    AxisRule rule = p.axes[a];
+    const int n = group_length(rule, 0);
+    rule.extent = n;
+    rule.dilation = 1;
+    double v = 0, f = 0;
+    for (int kt = 0; kt < tiles_along(n, kv.size[a]); ++kt) {
+      const Range r = q_tiles_for_kv_tile(rule, n, kt, q.size[a], kv.size[a]);
+      for (int qt = r.begin; qt < r.end; ++qt) {
+        v += 1;
+        f += classify_axis_tiles(rule, n, qt, kt, q.size[a], kv.size[a]) == PairClass::full;
+      }
+    }
+    visited *= v;
+    full *= f;
+  }
+  c.visited_pairs = visited;
+  c.full_pairs = full;
+  return c;
+}
+
+bool forced_shape(const TileShape& t, int rank, int tokens) {
+  bool any = false;
+  for (int a = 0; a < rank; ++a) any = any || t.size[a] > 1;
+  return any && t.volume(rank) == tokens;
+}
+
+std::vector<int> signature_of(const Problem& p) {
+  std::vector<int> s{p.rank};
+  for (int a = 0; a < p.rank; ++a) {
+    const AxisRule& r = p.axes[a];
+    s.insert(s.end(), {r.extent, r.window, r.dilation, r.stride, r.causal ? 1 : 0});
+  }
+  return s;
+}
+
+}  // namespace
+
+BwdTiles choose_backward_tiles(const Problem& p, const KernelOptions& options) {
+  // Forced tiles (options) are honoured when their volumes are the backward's.
+  const bool fq = forced_shape(options.q_tile, p.rank, kBwdQRows);
+  const bool fkv = forced_shape(options.kv_tile, p.rank, kBwdKvRows);
+  std::vector<int> key = signature_of(p);
+  for (int a = 0; a < p.rank; ++a)
+    key.insert(key.end(), {fq ? options.q_tile.size[a] : 0, fkv ? options.kv_tile.size[a] : 0});
+  static std::mutex mu;
+  static std::map<std::vector<int>, BwdTiles> cache;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  constexpr double kPartialExtra = 0.25;  // mask cost of a partial pair, in dense pairs
+  BwdTiles best;
+  double best_cost = -1;
+  for (const TileShape& q : shapes_of(p.rank, kBwdQRows)) {
+    if (fq && !std::equal(q.size, q.size + p.rank, options.q_tile.size)) continue;
+    for (const TileShape& kv : shapes_of(p.rank, kBwdKvRows)) {
+      if (fkv && !std::equal(kv.size, kv.size + p.rank, options.kv_tile.size)) continue;
+      const BwdTiles c = evaluate(p, q, kv);
+      const double cost = c.visited_pairs + kPartialExtra * (c.visited_pairs - c.full_pairs);
+      if (best_cost < 0 || cost < best_cost) {
+        best_cost = cost;
+        best = c;
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  cache.emplace(key, best);
+  return best;
+}
+
+bool supports_backward(const BackwardCall& call, std::string* why) {
+  auto no = [&](const std::string& m) {
+    if (why) *why = "hopper: " + m;
+    return false;
+  };
+  const Problem& p = call.problem;
+  if (call.in.q.on_host()) return no("needs CUDA tensors");
+  if (!is_sm90(call.in.q.device)) return no("needs an sm_90 (Hopper) device");
+  if (!have_tensor_map_encoder()) return no("the driver has no cuTensorMapEncodeTiled");
+  if (p.dtype != DType::bf16 && p.dtype != DType::f16)
+    return no(std::string("dtype ") + dtype_name(p.dtype) + " not supported (supported: bf16, f16)");
+  if (p.dim_qk != 32 && p.dim_qk != 64 && p.dim_qk != 128)
+    return no("head dim " + std::to_string(p.dim_qk) + " not supported (supported: 32, 64, 128)");
+  if (p.dim_v != p.dim_qk)
+    return no("value head dim " + std::to_string(p.dim_v) + " must equal the query/key head dim " +
+              std::to_string(p.dim_qk));
+  auto aligned = [&](const TensorRef& t, const char* name, std::string* m) {
+    if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
+      *m = std::string(name) + ": data pointer must be 16-byte aligned";
+      return false;
+    }
+    for (int i = 0; i + 1 < t.rank; ++i)
+      if (t.strides[i] % 8 != 0 && t.shape[i] > 1) {
+        *m = std::string(name) + ": stride of dim " + std::to_string(i) +
+             " must be a multiple of 8 elements (16 bytes), got " + std::to_string(t.strides[i]);
+        return false;
+      }
+    return true;
+  };
+  std::string m;
+  if (!aligned(call.in.q, "query", &m) || !aligned(call.in.k, "key", &m) ||
+      !aligned(call.in.v, "value", &m))
+    return no(m);
+  // d_out is absent when dispatch only selects a backend; the call itself always has it.
+  if (call.d_out.data != nullptr && !aligned(call.d_out, "d_out", &m)) return no(m);
+  if (p.additional_kv > 0 &&
+      (!aligned(*call.in.additional_k, "additional keys", &m) ||
+       !aligned(*call.in.additional_v, "additional values", &m)))
+    return no(m);
+  return true;
+}
+
+namespace {
+
+// Element strides of the [B, tokens, Hq] row scratch per problem axis (plain token order).
+struct RowStrides {
+  int64_t batch;
+  int64_t axis[kMaxRank];
+};
+RowStrides row_strides(const Problem& p) {
+  RowStrides s{};
+  int64_t stride = p.heads_q;
+  for (int a = p.rank - 1; a >= 0; --a) {
+    s.axis[a] = stride;
+    stride *= p.axes[a].extent;
+  }
+  s.batch = stride;
+  return s;
+}
+
+template <typename T>
+T* device_alloc(int64_t count, cudaStream_t stream) {
+  void* ptr = nullptr;
+  GNA_CUDA_CHECK(cudaMallocAsync(&ptr, std::max<int64_t>(count, 1) * sizeof(T), stream));
+  return static_cast<T*>(ptr);
+}
+
+void launch_kernel(int D, bool bf16, const CUtensorMap* maps, const BwdParams& bp, int grid,
+                   void* stream) {
+  if (grid == 0) return;
+  if (D == 32)
+    launch_backward_d32(bf16, maps, bp, grid, stream);
+  else if (D == 64)
+    launch_backward_d64(bf16, maps, bp, grid, stream);
+  else
+    launch_backward_d128(bf16, maps, bp, grid, stream);
+}
+
+// Fields common to both kinds of launch.
+BwdParams base_params(const Problem& p, const LaunchPlan& plan, const LaunchSlice& s,
+                      const BwdTiles& tiles) {
+  BwdParams bp{};
+  for (int ka = 0; ka < kAxes; ++ka) {
+    const int a = ka - plan.off;
+    bp.axes[ka] = s.axes[ka];
+    bp.q_tile[ka] = a < 0 ? 1 : tiles.q.size[a];
+    bp.kv_tile[ka] = a < 0 ? 1 : tiles.kv.size[a];
+    bp.q_tiles[ka] = tiles_along(bp.axes[ka].extent, bp.q_tile[ka]);
+    bp.kv_tiles[ka] = tiles_along(bp.axes[ka].extent, bp.kv_tile[ka]);
+  }
+  bp.q_tiles_per_image = bp.q_tiles[0] * bp.q_tiles[1] * bp.q_tiles[2];
+  bp.batches = plan.per_run;
+  bp.batch_offset = s.run;
+  bp.heads_q = p.heads_q;
+  bp.heads_kv = p.heads_kv;
+  bp.heads_per_kv = p.heads_q / p.heads_kv;
+  bp.additional_kv = p.additional_kv;
+  bp.scale = static_cast<float>(effective_scale(p));
+  bp.scale_log2 = static_cast<float>(effective_scale(p) * 1.4426950408889634);
+  return bp;
+}
+
+// Row scratch pointers and strides of a slice (dilation folded into the axis strides).
+void set_rows(BwdParams& bp, const Problem& p, const LaunchPlan& plan, const LaunchSlice& s,
+              const float* lse2, const float* delta, float* dq_accum) {
+  const RowStrides rs = row_strides(p);
+  int64_t origin = static_cast<int64_t>(s.run) * rs.batch;
+  for (int a = 0; a < p.rank; ++a) origin += s.group[a] * rs.axis[a];
+  bp.lse2 = lse2 + origin;
+  bp.delta = delta + origin;
+  bp.dq_accum = dq_accum + origin * p.dim_qk;
+  bp.row_batch_stride = rs.batch;
+  for (int ka = 0; ka < kAxes; ++ka) {
+    const int a = ka - plan.off;
+    bp.row_axis_stride[ka] = a < 0 ? 0 : rs.axis[a] * p.axes[a].dilation;
+  }
+}
+
+}  // namespace
+
+void backward(const BackwardCall& call) {
+  const Problem& p = call.problem;
+  if (p.batch == 0 || p.heads_q == 0 || p.tokens() == 0) return;
+  cudaStream_t stream = static_cast<cudaStream_t>(call.stream);
+  const int D = p.dim_qk;
+  const int es = dtype_size(p.dtype);
+  const bool bf16 = p.dtype == DType::bf16;
+  const BwdTiles tiles = choose_backward_tiles(p, call.options);
+
+  const int64_t rows = int64_t(p.batch) * p.tokens() * p.heads_q;
+  float* lse2 = device_alloc<float>(rows, stream);
+  float* delta = device_alloc<float>(rows, stream);
+  float* dq_accum = device_alloc<float>(rows * D, stream);
+  GNA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, rows * D * sizeof(float), stream));
+  launch_backward_preprocess(call, lse2, delta, stream);
+
+  const LaunchPlan plan = plan_launches(p, {&call.in.q, &call.in.k, &call.in.v, &call.d_out});
+  Problem p_add = p;  // additional keys: every token, no dilation groups
+  for (int a = 0; a < p.rank; ++a) p_add.axes[a].dilation = 1;
+  const LaunchPlan plan_add =
+      p.additional_kv > 0 ? plan_launches(p_add, {&call.in.q, &call.d_out}) : LaunchPlan{};
+
+  // Deterministic mode: turn counters per (batch, query head, Q tile) of every launch.
+  int* turns = nullptr;
+  std::vector<int64_t> turn_offset;
+  if (call.options.deterministic) {
+    int64_t total = 0;
+    auto count = [&](const Problem& pp, const LaunchPlan& pl) {
+      for (const LaunchSlice& s : pl.slices) {
+        const BwdParams bp = base_params(pp, pl, s, tiles);
+        turn_offset.push_back(total);
+        total += int64_t(bp.q_tiles_per_image) * pl.per_run * p.heads_q;
+      }
+    };
+    count(p, plan);
+    if (p.additional_kv > 0) count(p_add, plan_add);
+    turns = device_alloc<int>(total, stream);
+    GNA_CUDA_CHECK(cudaMemsetAsync(turns, 0, std::max<int64_t>(total, 1) * sizeof(int), stream));
+  }
+  size_t launch_index = 0;
+
+  CUtensorMap maps[4];
+  for (const LaunchSlice& s : plan.slices) {
+    BwdParams bp = base_params(p, plan, s, tiles);
+    bp.kv_tiles_per_image = bp.kv_tiles[0] * bp.kv_tiles[1] * bp.kv_tiles[2];
+    set_rows(bp, p, plan, s, lse2, delta, dq_accum);
+    bp.dk = static_cast<char*>(call.dk.data) + plan.origin(s, call.dk) * es;
+    bp.dv = static_cast<char*>(call.dv.data) + plan.origin(s, call.dv) * es;
+    bp.dk_batch_stride = call.dk.strides[0];
+    bp.dv_batch_stride = call.dv.strides[0];
+    bp.dk_head_stride = call.dk.strides[p.rank + 1];
+    bp.dv_head_stride = call.dv.strides[p.rank + 1];
+    for (int ka = 0; ka < kAxes; ++ka) {
+      bp.dk_axis_stride[ka] = plan.axis_stride(p, call.dk, ka);
+      bp.dv_axis_stride[ka] = plan.axis_stride(p, call.dv, ka);
+    }
+    bp.turns = turns ? turns + turn_offset[launch_index] : nullptr;
+    ++launch_index;
+    encode_token_map(&maps[0], p, plan, s, call.in.q, bp.q_tile, D);
+    encode_token_map(&maps[1], p, plan, s, call.d_out, bp.q_tile, D);
+    encode_token_map(&maps[2], p, plan, s, call.in.k, bp.kv_tile, D);
+    encode_token_map(&maps[3], p, plan, s, call.in.v, bp.kv_tile, D);
+    const int grid = bp.kv_tiles_per_image * p.heads_kv * plan.per_run;
+    launch_kernel(D, bf16, maps, bp, grid, stream);
+  }
+
+  if (p.additional_kv > 0) {
+    for (const LaunchSlice& s : plan_add.slices) {
+      BwdParams bp = base_params(p_add, plan_add, s, tiles);
+      bp.additional = 1;
+      bp.kv_tiles_per_image = tiles_along(p.additional_kv, kBwdKvRows);
+      set_rows(bp, p_add, plan_add, s, lse2, delta, dq_accum);
+      const TensorRef& dak = *call.d_additional_k;
+      const TensorRef& dav = *call.d_additional_v;
+      // Additional tensors [B, N, Hkv, D]: the batch is the launch's batch index.
+      bp.dk = static_cast<char*>(dak.data) + s.run * dak.strides[0] * es;
+      bp.dv = static_cast<char*>(dav.data) + s.run * dav.strides[0] * es;
+      bp.dk_batch_stride = dak.strides[0];
+      bp.dv_batch_stride = dav.strides[0];
+      bp.dk_head_stride = dak.strides[2];
+      bp.dv_head_stride = dav.strides[2];
+      bp.dk_axis_stride[2] = dak.strides[1];
+      bp.dv_axis_stride[2] = dav.strides[1];
+      bp.turns = turns ? turns + turn_offset[launch_index] : nullptr;
+      ++launch_index;
+      encode_token_map(&maps[0], p_add, plan_add, s, call.in.q, bp.q_tile, D);
+      encode_token_map(&maps[1], p_add, plan_add, s, call.d_out, bp.q_tile, D);
+      for (int which = 0; which < 2; ++which) {
+        const TensorRef& t = which == 0 ? *call.in.additional_k : *call.in.additional_v;
+        MapDims d{};
+        d.dim[0] = D;
+        d.dim[1] = t.shape[2];
+        d.dim[2] = t.shape[1];
+        d.dim[3] = t.shape[0];
+        d.dim[4] = 1;
+        d.stride_bytes[0] = t.strides[2] * es;
+        d.stride_bytes[1] = t.strides[1] * es;
+        d.stride_bytes[2] = t.strides[0] * es;
+        d.stride_bytes[3] = t.strides[0] * es;
+        d.box[0] = D < 64 ? D : 64;
+        d.box[1] = 1;
+        d.box[2] = kBwdKvRows;
+        d.box[3] = 1;
+        d.box[4] = 1;
+        encode_map(&maps[2 + which], d, t.data, p.dtype, D);
+      }
+      const int grid = bp.kv_tiles_per_image * p.heads_kv * plan_add.per_run;
+      launch_kernel(D, bf16, maps, bp, grid, stream);
+    }
+  }
+
+  launch_backward_dq_convert(call, dq_accum, stream);
+  GNA_CUDA_CHECK(cudaFreeAsync(lse2, stream));
+  GNA_CUDA_CHECK(cudaFreeAsync(delta, stream));
+  GNA_CUDA_CHECK(cudaFreeAsync(dq_accum, stream));
+  if (turns) GNA_CUDA_CHECK(cudaFreeAsync(turns, stream));
+}
+
+}  // namespace gna::hopper

@@ -1,0 +1,34 @@
+// Host side of the Hopper backward kernel: support check, tile choice, scratch buffers, the
+// preprocess (LSE in the log2 domain, delta = rowsum(dO * O)), one launch per dilation-group
+// combination (plus one for the additional keys) and the dQ conversion.
+#pragma once
+
+#include <string>
+
+#include "api/backend.hpp"
+#include "kernels/hopper/bwd_params.hpp"
+
+namespace gna::hopper {
+
+// Q tiles of kBwdQRows and KV tiles of kBwdKvRows tokens, chosen with the core's per-axis
+// tiling math (visited pairs, partial pairs weighted), cached per problem signature.
+struct BwdTiles {
+  TileShape q, kv;
+  double visited_pairs = 0;  // (Q tile, KV tile) pairs of one image and head
+  double full_pairs = 0;
+};
+BwdTiles choose_backward_tiles(const Problem& p, const KernelOptions& options);
+
+bool supports_backward(const BackwardCall& call, std::string* why);
+void backward(const BackwardCall& call);
+
+// Kernel launchers per head dim (bwd_d*.cu). maps: q, dO, k, v tensor maps.
+void launch_backward_d32(bool bf16, const void* maps, const BwdParams& p, int grid, void* stream);
+void launch_backward_d64(bool bf16, const void* maps, const BwdParams& p, int grid, void* stream);
+void launch_backward_d128(bool bf16, const void* maps, const BwdParams& p, int grid, void* stream);
+
+// Preprocess and conversion kernels (bwd_preprocess.cu).
+void launch_backward_preprocess(const BackwardCall& call, float* lse2, float* delta, void* stream);
+void launch_backward_dq_convert(const BackwardCall& call, const float* dq_accum, void* stream);
+
+}  // namespace gna::hopper

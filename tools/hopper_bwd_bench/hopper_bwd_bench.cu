@@ -1,0 +1,225 @@
+// Times the Hopper backward kernel (and forward + backward) on the issue's cases, or one case
+// given on the command line, and prints one JSON object per case: median milliseconds of the
+// backward and of forward + backward, effective backward TFLOP/s (attended pairs only,
+// 2.5 x the forward's 4 * B * H * N * keys_per_query * D), and the tiles used.
+//   hopper_bwd_bench [--case NAME] [--reps N] [--deterministic] [--list]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "api/backend.hpp"
+#include "gna/attention_params.hpp"
+#include "kernels/hopper/bwd_launch.hpp"
+
+namespace {
+
+struct Case {
+  const char* name;
+  int rank;
+  int extent[3];
+  int window[3];
+  int stride[3];
+  int batch, heads, dim;
+};
+
+// window == extent on every axis is dense attention.
+const Case kCases[] = {
+    {"hunyuan_dense", 3, {30, 48, 80}, {30, 48, 80}, {1, 1, 1}, 1, 24, 128},
+    {"hunyuan_18x24x24_s16x8x8", 3, {30, 48, 80}, {18, 24, 24}, {16, 8, 8}, 1, 24, 128},
+    {"hunyuan_18x24x24_s1", 3, {30, 48, 80}, {18, 24, 24}, {1, 1, 1}, 1, 24, 128},
+    {"flux4k_80x80_s1", 2, {256, 256, 1}, {80, 80, 1}, {1, 1, 1}, 1, 24, 128},
+    {"flux4k_80x80_s16", 2, {256, 256, 1}, {80, 80, 1}, {16, 16, 1}, 1, 24, 128},
+    {"hunyuan_dense_d64", 3, {30, 48, 80}, {30, 48, 80}, {1, 1, 1}, 1, 24, 64},
+    {"probe_1d_dense_8k", 1, {8192, 1, 1}, {8192, 1, 1}, {1, 1, 1}, 1, 4, 128},
+};
+
+#define CHECK(x)                                                                        \
+  do {                                                                                  \
+    cudaError_t e_ = (x);                                                               \
+    if (e_ != cudaSuccess) {                                                            \
+      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                     \
+      std::exit(1);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+__global__ void fill(uint16_t* x, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    const float u = (h & 0xFFFF) / 65536.f * 2.f - 1.f;
+    __nv_bfloat16 b = __float2bfloat16(u);
+    x[i] = *reinterpret_cast<uint16_t*>(&b);
+  }
+}
+
+// Median and minimum milliseconds of f over reps runs (reps 0: about 2 s worth, 5 to 100).
+std::pair<double, double> time_ms(const std::function<void()>& f, int reps_hint) {
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  f();
+  CHECK(cudaEventRecord(e0));
+  f();
+  CHECK(cudaEventRecord(e1));
+  CHECK(cudaEventSynchronize(e1));
+  float first = 0;
+  CHECK(cudaEventElapsedTime(&first, e0, e1));
+  std::fprintf(stderr, "first timed call: %.3f ms\n", first);
+  const int reps =
+      reps_hint > 0 ? reps_hint : std::max(5, std::min(100, static_cast<int>(2000.f / first)));
+  std::vector<float> times;
+  for (int i = 0; i < reps; ++i) {
+    CHECK(cudaEventRecord(e0));
+    f();
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    times.push_back(ms);
+  }
+  CHECK(cudaGetLastError());
+  std::sort(times.begin(), times.end());
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return {times[times.size() / 2], times.front()};
+}
+
+void run_case(const Case& c, int reps_hint, bool deterministic) {
+  using namespace gna;
+  const gna::Backend* be = nullptr;
+  for (const auto& b : registered_backends())
+    if (b.name == "hopper") be = &b;
+  if (!be) {
+    std::fprintf(stderr, "no hopper backend\n");
+    std::exit(1);
+  }
+  int64_t tokens = 1;
+  for (int a = 0; a < c.rank; ++a) tokens *= c.extent[a];
+  const size_t n = static_cast<size_t>(c.batch) * tokens * c.heads * c.dim;
+  const size_t rows = static_cast<size_t>(c.batch) * tokens * c.heads;
+  uint16_t *q, *k, *v, *o, *d_o, *dq, *dk, *dv;
+  float* lse;
+  for (uint16_t** b : {&q, &k, &v, &o, &d_o, &dq, &dk, &dv}) CHECK(cudaMalloc(b, n * 2));
+  CHECK(cudaMalloc(&lse, rows * 4));
+  fill<<<1024, 256>>>(q, n, 1);
+  fill<<<1024, 256>>>(k, n, 2);
+  fill<<<1024, 256>>>(v, n, 3);
+  fill<<<1024, 256>>>(d_o, n, 4);
+  AttentionParams params;
+  params.rank = c.rank;
+  for (int a = 0; a < c.rank; ++a) {
+    params.window[a] = c.window[a];
+    params.stride[a] = c.stride[a];
+  }
+  // Heads-last [B, spatial.., H(, D)] contiguous view.
+  auto shape = [&](void* data, DType t, bool with_dim) {
+    TensorRef r;
+    r.data = data;
+    r.dtype = t;
+    r.device = 0;
+    r.rank = 0;
+    r.shape[r.rank++] = c.batch;
+    for (int a = 0; a < c.rank; ++a) r.shape[r.rank++] = c.extent[a];
+    r.shape[r.rank++] = c.heads;
+    if (with_dim) r.shape[r.rank++] = c.dim;
+    int64_t stride = 1;
+    for (int i = r.rank - 1; i >= 0; --i) {
+      r.strides[i] = stride;
+      stride *= r.shape[i];
+    }
+    return r;
+  };
+  AttentionTensors ts;
+  ts.q = shape(q, DType::bf16, true);
+  ts.k = shape(k, DType::bf16, true);
+  ts.v = shape(v, DType::bf16, true);
+  TensorRef lse_ref = shape(lse, DType::f32, false);
+  ForwardCall fwd;
+  fwd.problem = make_problem(params, ts);
+  fwd.in = ts;
+  fwd.out = shape(o, DType::bf16, true);
+  fwd.lse = &lse_ref;
+  BackwardCall bwd;
+  bwd.problem = fwd.problem;
+  bwd.in = ts;
+  bwd.out = fwd.out;
+  bwd.lse = lse_ref;
+  bwd.d_out = shape(d_o, DType::bf16, true);
+  bwd.dq = shape(dq, DType::bf16, true);
+  bwd.dk = shape(dk, DType::bf16, true);
+  bwd.dv = shape(dv, DType::bf16, true);
+  bwd.options.deterministic = deterministic;
+  std::string why;
+  if (!be->supports_backward(bwd, &why)) {
+    std::printf("{\"case\": \"%s\", \"error\": \"%s\"}\n", c.name, why.c_str());
+    return;
+  }
+  std::fprintf(stderr, "%s forward:\n", c.name);
+  const auto f = time_ms([&] { be->forward(fwd); }, 1);
+  std::fprintf(stderr, "%s backward:\n", c.name);
+  const auto b = time_ms([&] { be->backward(bwd); }, reps_hint);
+  const auto fb = time_ms(
+      [&] {
+        be->forward(fwd);
+        be->backward(bwd);
+      },
+      reps_hint);
+  const double kpq = mean_keys_per_query(bwd.problem);
+  const double flops = 2.5 * 4.0 * c.batch * c.heads * static_cast<double>(tokens) * kpq * c.dim;
+  const hopper::BwdTiles t = hopper::choose_backward_tiles(bwd.problem, bwd.options);
+  std::printf(
+      "{\"case\": \"%s\", \"deterministic\": %d, \"bwd_ms\": %.4f, \"bwd_min_ms\": %.4f, "
+      "\"fwd_bwd_ms\": %.4f, \"fwd_ms\": %.4f, \"tflops\": %.1f, \"keys_per_query\": %.1f, \"flop_bound\": %.3f, "
+      "\"q_tile\": [%d, %d, %d], \"kv_tile\": [%d, %d, %d], \"visited_pairs\": %.0f, "
+      "\"full_fraction\": %.3f}\n",
+      c.name, deterministic ? 1 : 0, b.first, b.second, fb.first, f.first, flops / b.first / 1e9, kpq,
+      tokens / kpq, t.q.size[0], t.q.size[1], t.q.size[2], t.kv.size[0], t.kv.size[1],
+      t.kv.size[2], t.visited_pairs, t.full_pairs / std::max(1.0, t.visited_pairs));
+  std::fflush(stdout);
+  for (void* p : {(void*)q, (void*)k, (void*)v, (void*)o, (void*)d_o, (void*)dq, (void*)dk,
+                  (void*)dv, (void*)lse})
+    cudaFree(p);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* only = nullptr;
+  int reps = 0;
+  bool deterministic = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--case") && i + 1 < argc) {
+      only = argv[++i];
+    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--deterministic")) {
+      deterministic = true;
+    } else if (!std::strcmp(argv[i], "--list")) {
+      for (const Case& c : kCases) std::printf("%s\n", c.name);
+      return 0;
+    } else {
+      std::fprintf(stderr, "usage: hopper_bwd_bench [--case NAME] [--reps N] [--deterministic] [--list]\n");
+      return 2;
+    }
+  }
+  bool found = false;
+  for (const Case& c : kCases) {
+    if (only && std::strcmp(only, c.name) != 0) continue;
+    found = true;
+    run_case(c, reps, deterministic);
+  }
+  if (!found) {
+    std::fprintf(stderr, "unknown case %s\n", only);
+    return 2;
+  }
+  return 0;
+}
