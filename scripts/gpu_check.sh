@@ -9,6 +9,8 @@
 # BENCH_ARGS (extra gna-kernel-bench arguments),
 # GNA_TEST_SEED (fixed seed for the random sweeps), GNA_SANITIZE_CONFIGS (configurations per
 # rank under compute-sanitizer, default 4), SKIP_BENCH=1, SKIP_SANITIZER=1.
+# Quicker partial runs: TARGETS (build only these, e.g. "gna-kernel-bench test_portable"),
+# TESTS (ctest -R regex instead of every GPU test), GNA_TEST_CONFIGS (configurations per rank).
 # GoogleTest: the system one, else built from $GTEST_SOURCE (default .carry/googletest).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -39,17 +41,21 @@ if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGNA_CUDA=ON "$
     >"$OUT/build.log" 2>&1; then
   tail -30 "$OUT/build.log"; echo "configure failed"; exit 1
 fi
-if ! cmake --build "$BUILD" -j "$JOBS" >>"$OUT/build.log" 2>&1; then
+target_args=()
+for t in ${TARGETS:-}; do target_args+=(--target "$t"); done
+if ! cmake --build "$BUILD" -j "$JOBS" "${target_args[@]}" >>"$OUT/build.log" 2>&1; then
   grep -E "error|FAILED" "$OUT/build.log" | head -40; echo "build failed"; exit 1
 fi
 note "build: ok ($(( $(date +%s) - t0 )) s)"
 
 # Every engineer's GPU tests.
 t1=$(date +%s)
-(cd "$BUILD" && ctest -L gpu --output-on-failure -j 4 --timeout 900) >"$OUT/ctest_gpu.log" 2>&1
+test_args=(-L gpu)
+[ -n "${TESTS:-}" ] && test_args=(-R "$TESTS")
+(cd "$BUILD" && ctest "${test_args[@]}" --output-on-failure -j 4 --timeout 900) >"$OUT/ctest_gpu.log" 2>&1
 ctest_rc=$?
 grep -E "tests passed|tests failed|Failed|\*\*\*" "$OUT/ctest_gpu.log" | tail -20
-note "ctest -L gpu: $(grep -E 'tests passed' "$OUT/ctest_gpu.log" | tail -1) (rc $ctest_rc, $(( $(date +%s) - t1 )) s)"
+note "ctest ${test_args[*]}: $(grep -E 'tests passed' "$OUT/ctest_gpu.log" | tail -1) (rc $ctest_rc, $(( $(date +%s) - t1 )) s)"
 grep -hE "^\[  (FAILED|SKIPPED) \]" "$OUT/ctest_gpu.log" | sort -u | head -20
 
 # Sanitizers on a subset: each test binary with GNA_TEST_CONFIGS small.

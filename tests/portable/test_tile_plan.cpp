@@ -61,6 +61,21 @@ TEST(TilePlan, ScoreMatchesChoice) {
   EXPECT_EQ(s.partial_pairs, t.partial_pairs);
 }
 
+// The forward picks between its 64-row and 128-row Q tiles: dense layouts take the wide one
+// (half the pairs at the same mask-free cost), and the pick is always one of the two best shapes.
+TEST(TilePlan, ForwardPicksOneOfItsTwoVariants) {
+  const Problem dense = make(2, {128, 128}, {128, 128}, {1, 1});
+  const TilePlan d = choose_forward_tiles(dense);
+  EXPECT_EQ(d.q.volume(2), 128);
+  EXPECT_EQ(d.kv.volume(2), 64);
+  EXPECT_EQ(d.partial_pairs, 0);
+  const Problem na = make(1, {4096}, {7}, {1});
+  const TilePlan t = choose_forward_tiles(na);
+  const TilePlan narrow = choose_tiles(na, 64, 64), wide = choose_tiles(na, 128, 64);
+  EXPECT_TRUE(t.cost == narrow.cost || t.cost == wide.cost);
+  EXPECT_EQ(t.q.volume(1), t.cost == wide.cost ? 128 : 64);
+}
+
 TEST(TilePlan, ForcedTileValidation) {
   std::string why;
   TileShape t{{8, 8, 1}};

@@ -10,7 +10,7 @@
 namespace gna::portable {
 namespace {
 
-constexpr int kForwardRowsQ = 64, kForwardRowsKV = 64;
+constexpr int kForwardRowsQ = 128, kForwardRowsKV = 64;  // forced Q tiles: up to 128 rows
 constexpr int kBackwardRowsQ = 64, kBackwardRowsKV = 64;
 
 bool refuse(std::string* why, const std::string& reason) {
@@ -96,8 +96,10 @@ Backend make_backend() {
   return b;
 }
 
+bool opt_forced(const KernelOptions& opt) { return opt.q_tile.size[0] != 0 || opt.kv_tile.size[0] != 0; }
+
 TilePlan tiles(const Problem& p, const KernelOptions& opt, int rows_q, int rows_kv) {
-  if (opt.q_tile.size[0] != 0 || opt.kv_tile.size[0] != 0) return score_tiles(p, opt.q_tile, opt.kv_tile);
+  if (opt_forced(opt)) return score_tiles(p, opt.q_tile, opt.kv_tile);
   return choose_tiles(p, rows_q, rows_kv);
 }
 
@@ -125,7 +127,8 @@ bool supports_backward(const BackwardCall& call, std::string* why) {
 }
 
 TilePlan forward_tiles(const Problem& p, const KernelOptions& options) {
-  return tiles(p, options, kForwardRowsQ, kForwardRowsKV);
+  if (opt_forced(options)) return score_tiles(p, options.q_tile, options.kv_tile);
+  return choose_forward_tiles(p);
 }
 
 TilePlan backward_tiles(const Problem& p, const KernelOptions& options) {

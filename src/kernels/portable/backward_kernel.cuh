@@ -68,6 +68,29 @@ struct BackwardSmem {
   static constexpr int kBytes = kQWin + 8 * kMaxRank * R;
 };
 
+// One Q or dO tile into shared memory: each thread copies one 16-byte column chunk of rows
+// row_first + it * kStep (kStep a multiple of the swizzle period, so destinations are one add
+// apart); zero fill for rows outside the group. The thread index is read afresh so that these
+// values are rebuilt per call rather than held in registers through the GEMMs.
+template <typename Tile, int CHUNKS, typename T>
+__device__ __forceinline__ void load_q_rows(const T* first, const int64_t* delta, uint32_t base,
+                                            const GroupGeometry& geo, const int* q_base,
+                                            const uint32_t* q_rows) {
+  constexpr int kThreads = kBackwardWarps * 32;
+  constexpr int kStep = kThreads / CHUNKS;
+  static_assert(kStep % 8 == 0, "row step must keep the swizzle phase");
+  const int tid = thread_index();
+  const int row_first = tid / CHUNKS, ch = tid % CHUNKS;
+  const uint32_t dst = base + Tile::offset(row_first, ch * 8);
+#pragma unroll
+  for (int it = 0; it < kBackwardRows / kStep; ++it) {
+    const int row = row_first + it * kStep;
+    int ig[kMaxRank];
+    const bool valid = geo.coordinates(q_rows[row], q_base, ig);
+    cp_async_16(dst + it * kStep * CHUNKS * 16, valid ? first + delta[row] + ch * 8 : first, valid);
+  }
+}
+
 template <typename T, int D, int DV>
 __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
     fused_backward_kernel(const __grid_constant__ BackwardParams<T> P) {
@@ -92,21 +115,34 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
   const int add_first = (blockIdx.x - P.kv_tiles_total) * R;
 
   // Own group geometry and KV tile (spatial CTAs).
-  GroupGeometry kv_geo;
-  kv_geo.rank = p.rank;
-  int kt[kMaxRank] = {0, 0, 0}, kt_base[kMaxRank] = {0, 0, 0};
+  GroupGeometry kv_geo_init;
+  kv_geo_init.rank = p.rank;
+  int kt_init[kMaxRank] = {0, 0, 0}, kt_base_init[kMaxRank] = {0, 0, 0};
   {
     int group = blockIdx.z, tile = blockIdx.x;
     GNA_FOR_AXES_REVERSE(a, p.rank) {
-      kv_geo.group[a] = group % p.axes[a].dilation;
+      kv_geo_init.group[a] = group % p.axes[a].dilation;
       group /= p.axes[a].dilation;
-      kv_geo.n[a] = group_length(p.axes[a], kv_geo.group[a]);
-      kt[a] = tile % P.kv_tiles[a];
+      kv_geo_init.n[a] = group_length(p.axes[a], kv_geo_init.group[a]);
+      kt_init[a] = tile % P.kv_tiles[a];
       tile /= P.kv_tiles[a];
-      kt_base[a] = kt[a] * P.tile_kv[a];
+      kt_base_init[a] = kt_init[a] * P.tile_kv[a];
     }
     if (!additional) {
-      GNA_FOR_AXES(a, p.rank) if (kt[a] >= tiles_along(kv_geo.n[a], P.tile_kv[a])) return;
+      GNA_FOR_AXES(a, p.rank) if (kt_init[a] >= tiles_along(kv_geo_init.n[a], P.tile_kv[a])) return;
+    }
+  }
+
+  // The CTA's geometry and walk box live in shared memory (made visible by the barriers below):
+  // the main loop reloads what it needs instead of holding these registers next to dK and dV.
+  __shared__ GroupGeometry kv_geo;
+  __shared__ int kt[kMaxRank], kt_base[kMaxRank];
+  __shared__ Range box[kMaxRank];
+  if (tid == 0) {
+    kv_geo = kv_geo_init;
+    for (int a = 0; a < kMaxRank; ++a) {
+      kt[a] = kt_init[a];
+      kt_base[a] = kt_base_init[a];
     }
   }
 
@@ -175,13 +211,15 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
   }
 
   // The walk: (dilation group, query head, Q tile in the box) flattened.
-  Range box[kMaxRank];
   int box_count = 1;
   GNA_FOR_AXES(a, p.rank) {
-    box[a] = additional ? Range{0, P.q_tiles[a]}
-                        : q_tiles_for_kv_tile(p.axes[a], kv_geo.n[a], kt[a], P.tile_q[a], P.tile_kv[a]);
-    box_count *= box[a].size();
+    const Range r = additional ? Range{0, P.q_tiles[a]}
+                               : q_tiles_for_kv_tile(p.axes[a], kv_geo.n[a], kt[a], P.tile_q[a],
+                                                     P.tile_kv[a]);
+    if (tid == 0) box[a] = r;
+    box_count *= r.size();
   }
+  __syncthreads();
   const int walk_groups = additional ? P.groups : 1;
   const int total = walk_groups * heads_per_kv * box_count;
 
@@ -238,19 +276,8 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
     const int64_t tokens = p.tokens();
     const uint32_t q_s = smem_address(smem + Smem::kQ + s * Smem::QTile::kBytes);
     const uint32_t o_s = smem_address(smem + Smem::kO + s * Smem::OTile::kBytes);
-    constexpr int CK = D / 8, CV = DV / 8;
-    for (int c = tid; c < R * (CK + CV); c += blockDim.x) {
-      const bool is_q = c < R * CK;
-      const int cc = is_q ? c : c - R * CK;
-      const int chunks = is_q ? CK : CV;
-      const int row = cc / chunks, ch = cc % chunks;
-      int ig[kMaxRank];
-      const bool valid = it.geo.coordinates(q_rows[row], it.q_base, ig);
-      const T* src = is_q ? P.q.data + q_first + q_delta[row] + ch * 8
-                          : P.d_o.data + o_first + o_delta[row] + ch * 8;
-      cp_async_16(is_q ? q_s + Smem::QTile::offset(row, ch * 8) : o_s + Smem::OTile::offset(row, ch * 8),
-                  valid ? src : P.q.data, valid);
-    }
+    load_q_rows<typename Smem::QTile, D / 8>(P.q.data + q_first, q_delta, q_s, it.geo, it.q_base, q_rows);
+    load_q_rows<typename Smem::OTile, DV / 8>(P.d_o.data + o_first, o_delta, o_s, it.geo, it.q_base, q_rows);
     for (int r = tid; r < R; r += blockDim.x) {
       int ig[kMaxRank];
       const bool valid = it.geo.coordinates(q_rows[r], it.q_base, ig);
@@ -277,14 +304,14 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
   const int lane_a = lane % 16, c_a = lane / 16;                          // A operands
   const int lane_b = (lane % 8) + (lane / 16) * 8, c_b = (lane / 8) % 2;  // B, row-major n x k
   const int lane_t = (lane % 8) + ((lane / 8) % 2) * 8, c_t = lane / 16;  // B via .trans
-  const auto c_kA = Smem::KTile::cursor(lane_a, c_a);
-  const auto c_vA = Smem::VTile::cursor(lane_a, c_a);
-  const auto c_qB = Smem::QTile::cursor(lane_b, c_b);
-  const auto c_oB = Smem::OTile::cursor(lane_b, c_b);
-  const auto c_qT = Smem::QTile::cursor(lane_t, c_t);
-  const auto c_oT = Smem::OTile::cursor(lane_t, c_t);
-  const auto c_kT = Smem::KTile::cursor(lane_t, c_t);
-  const auto c_sT = Smem::STile::cursor(lane_b, c_b);
+  const auto c_kA = Smem::KTile::lean_cursor(lane_a, c_a);
+  const auto c_vA = Smem::VTile::lean_cursor(lane_a, c_a);
+  const auto c_qB = Smem::QTile::lean_cursor(lane_b, c_b);
+  const auto c_oB = Smem::OTile::lean_cursor(lane_b, c_b);
+  const auto c_qT = Smem::QTile::lean_cursor(lane_t, c_t);
+  const auto c_oT = Smem::OTile::lean_cursor(lane_t, c_t);
+  const auto c_kT = Smem::KTile::lean_cursor(lane_t, c_t);
+  const auto c_sT = Smem::STile::lean_cursor(lane_b, c_b);
   int stage = 0;
   while (i < total) {
     int next;
@@ -433,6 +460,22 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+          // Lanes t and t ^ 1 swap halves so that each holds four consecutive columns: even t
+          // those of n-block nb at 2t, odd t those of nb + 1 at 2(t - 1); one 16-byte reduction.
+          const bool odd = t4 & 1;
+          float* dst = P.dq_accum + qrow_off[r] + c0 + 2 * (t4 & ~1);
+#pragma unroll
+          for (int nb = 0; nb < kChunk / 8; nb += 2) {
+            const float s0 = odd ? acc[nb][2 * r] : acc[nb + 1][2 * r];
+            const float s1 = odd ? acc[nb][2 * r + 1] : acc[nb + 1][2 * r + 1];
+            const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1);
+            const float r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+            const float4 v = odd ? make_float4(r0, r1, acc[nb + 1][2 * r], acc[nb + 1][2 * r + 1])
+                                 : make_float4(acc[nb][2 * r], acc[nb][2 * r + 1], r0, r1);
+            if (qvalid[r]) atomicAdd(reinterpret_cast<float4*>(dst + (nb + odd) * 8), v);
+          }
+#else
           if (!qvalid[r]) continue;
           float* dst = P.dq_accum + qrow_off[r] + c0 + 2 * t4;
 #pragma unroll
@@ -440,6 +483,7 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
             atomicAdd(dst + nb * 8, acc[nb][2 * r]);
             atomicAdd(dst + nb * 8 + 1, acc[nb][2 * r + 1]);
           }
+#endif
         }
       }
     }

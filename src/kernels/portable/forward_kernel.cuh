@@ -1,14 +1,17 @@
 // Portable fused forward (mma.sync, sm_80+): one CTA of 4 warps per (multi-dimensional Q tile of
-// up to 64 tokens, batch, head, dilation group); two CTAs share an SM so that one computes while
-// the other waits at its barriers. It visits only the box of KV tiles (64 tokens
+// up to 64 * MB tokens, batch, head, dilation group); two CTAs share an SM so that one computes
+// while the other waits at its barriers. It visits only the box of KV tiles (64 tokens
 // each) that its queries need, skips empty pairs, runs fully dense pairs without mask code and
 // masks partial ones per element, then the additional KV tokens in the same online softmax.
-// K/V tiles are double-buffered with cp.async; each warp owns 16 query rows.
+// K/V tiles are double-buffered with cp.async; each warp owns MB m-blocks of 16 query rows, so
+// every K/V fragment it loads feeds MB MMAs (MB = 2 halves the shared-memory traffic per FLOP;
+// MB = 1 keeps Q tiles small where neighborhoods are small). Q stays in shared memory.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <new>
 #include <type_traits>
 
 #include "gna/core/tiling.hpp"
@@ -19,9 +22,13 @@
 
 namespace gna::portable {
 
-constexpr int kForwardRowsQ = 64;
+constexpr int kForwardWarps = 4;
 constexpr int kForwardRowsKV = 64;
-constexpr int kForwardWarps = kForwardRowsQ / 16;
+// A Q tile whose box holds at most this many KV tiles tabulates their coordinates and classes
+// once (see ForwardCta::build_table); larger boxes work them out per tile.
+constexpr int kForwardTableTiles = 1024;
+// Q rows of a CTA whose warps own MB m-blocks each.
+constexpr int forward_rows_q(int mb) { return kForwardWarps * 16 * mb; }
 
 template <typename T>
 struct ForwardParams {
@@ -29,7 +36,7 @@ struct ForwardParams {
   int tile_q[kMaxRank];
   int tile_kv[kMaxRank];
   int q_tiles[kMaxRank];  // Q tiles along each axis in the longest dilation group
-  int q_volume;           // tokens of a Q tile (<= kForwardRowsQ)
+  int q_volume;           // tokens of a Q tile (<= forward_rows_q(MB))
   float scale_log2;       // softmax scale * log2(e)
   cuda::TokenTensor<const T> q, k, v, add_k, add_v;
   cuda::TokenTensor<T> o;
@@ -37,19 +44,22 @@ struct ForwardParams {
   bool write_lse;
 };
 
-template <int D, int DV>
+template <int D, int DV, int MB>
 struct ForwardSmem {
-  using QTile = SmemTile<kForwardRowsQ, D>;
+  static constexpr int kRowsQ = forward_rows_q(MB);
+  using QTile = SmemTile<kRowsQ, D>;
   using KTile = SmemTile<kForwardRowsKV, D>;
   using VTile = SmemTile<kForwardRowsKV, DV>;
   static constexpr int kQ = 0;
   static constexpr int kK = kQ + QTile::kBytes;
   static constexpr int kV = kK + 2 * KTile::kBytes;
   static constexpr int kQRows = kV + 2 * VTile::kBytes;
-  static constexpr int kKVRows = kQRows + 4 * kForwardRowsQ;
+  static constexpr int kKVRows = kQRows + 4 * kRowsQ;
   static constexpr int kKDelta = kKVRows + 4 * kForwardRowsKV;
   static constexpr int kVDelta = kKDelta + 8 * kForwardRowsKV;
-  static constexpr int kBytes = kVDelta + 8 * kForwardRowsKV;
+  static constexpr int kWindows = kVDelta + 8 * kForwardRowsKV;  // key window per Q row and axis
+  static constexpr int kTable = kWindows + kRowsQ * kMaxRank * int(sizeof(Range));
+  static constexpr int kBytes = kTable + 4 * kForwardTableTiles;
 };
 
 // The KV tiles one Q tile visits: the per-axis box, then the additional-KV tiles.
@@ -68,9 +78,10 @@ struct KvWalk {
   }
 };
 
-template <typename T, int D, int DV>
+template <typename T, int D, int DV, int MB>
 struct ForwardCta {
-  using Smem = ForwardSmem<D, DV>;
+  using Smem = ForwardSmem<D, DV, MB>;
+  static constexpr int kRowsQ = Smem::kRowsQ;
   using QTile = typename Smem::QTile;
   using KTile = typename Smem::KTile;
   using VTile = typename Smem::VTile;
@@ -91,6 +102,22 @@ struct ForwardCta {
   // Element offset of each KV tile row from the tile's first token (K and V strides).
   __device__ int64_t* k_delta() const { return reinterpret_cast<int64_t*>(smem + Smem::kKDelta); }
   __device__ int64_t* v_delta() const { return reinterpret_cast<int64_t*>(smem + Smem::kVDelta); }
+  __device__ Range* windows() const { return reinterpret_cast<Range*>(smem + Smem::kWindows); }
+
+  // Key window of every Q row (used by partial pairs); padding rows get some window, their
+  // results are never stored.
+  __device__ void build_windows() {
+    const Problem& p = P.p;
+    for (int r = threadIdx.x; r < kRowsQ; r += blockDim.x) {
+      int ig[kMaxRank];
+      const uint32_t packed = q_rows()[r];
+      geo.coordinates(packed, q_base, ig);
+      GNA_FOR_AXES(a, p.rank) {
+        const int q = (packed & kPaddingRow) ? 0 : min_i(ig[a], geo.n[a] - 1);
+        windows()[r * kMaxRank + a] = key_window(p.axes[a], geo.n[a], q);
+      }
+    }
+  }
 
   __device__ void build_kv_deltas() {
     const Problem& p = P.p;
@@ -109,12 +136,13 @@ struct ForwardCta {
     }
   }
 
-  __device__ PairClass classify(int i, int* kt) const {
+  __device__ uint32_t* table() const { return reinterpret_cast<uint32_t*>(smem + Smem::kTable); }
+  __device__ bool tabulated() const { return walk.spatial <= kForwardTableTiles; }
+
+  // Class of spatial tile i from the rule, and its coordinates. Not inlined: boxes too large for
+  // the table are rare, and a call keeps this code's registers out of the main loop's budget.
+  __device__ PairClass classify_spatial(int i, int* kt) const {
     const Problem& p = P.p;
-    if (i >= walk.spatial) {
-      const int first = (i - walk.spatial) * BN;
-      return first + BN <= walk.additional ? PairClass::full : PairClass::partial;
-    }
     walk.tile_coordinates(i, p.rank, kt);
     PairClass c = PairClass::full;
     GNA_FOR_AXES(a, p.rank)
@@ -123,11 +151,44 @@ struct ForwardCta {
     return c;
   }
 
+  // Per spatial tile of a small box: offsets in the box (10 bits per axis) and class (bits
+  // 30-31), so that the walk costs one shared load per tile instead of divisions and the rule.
+  __device__ void build_table() {
+    if (!tabulated()) return;
+    const Problem& p = P.p;
+    for (int i = threadIdx.x; i < walk.spatial; i += blockDim.x) {
+      int kt[kMaxRank];
+      uint32_t e = static_cast<uint32_t>(classify_spatial(i, kt)) << 30;
+      GNA_FOR_AXES(a, p.rank) e |= static_cast<uint32_t>(kt[a] - walk.box[a].begin) << (10 * a);
+      table()[i] = e;
+    }
+  }
+
+  // Coordinates of spatial tile i.
+  __device__ __forceinline__ void spatial_coordinates(int i, int* kt) const {
+    const Problem& p = P.p;
+    if (tabulated()) {
+      const uint32_t e = table()[i];
+      GNA_FOR_AXES(a, p.rank) kt[a] = walk.box[a].begin + static_cast<int>((e >> (10 * a)) & 1023u);
+    } else {
+      classify_spatial(i, kt);
+    }
+  }
+
+  __device__ PairClass classify(int i) const {
+    if (i >= walk.spatial) {
+      const int first = (i - walk.spatial) * BN;
+      return first + BN <= walk.additional ? PairClass::full : PairClass::partial;
+    }
+    if (tabulated()) return static_cast<PairClass>(table()[i] >> 30);
+    int kt[kMaxRank];
+    return classify_spatial(i, kt);
+  }
+
   // First tile index >= i that is not empty (walk.total if none).
   __device__ int next_tile(int i, PairClass* cls) const {
-    int kt[kMaxRank];
     for (; i < walk.total; ++i) {
-      *cls = classify(i, kt);
+      *cls = classify(i);
       if (*cls != PairClass::empty) break;
     }
     return i;
@@ -137,7 +198,7 @@ struct ForwardCta {
     const Problem& p = P.p;
     constexpr int kChunks = D / 8;
     const uint32_t base = smem_address(smem + Smem::kQ);
-    for (int c = threadIdx.x; c < kForwardRowsQ * kChunks; c += blockDim.x) {
+    for (int c = threadIdx.x; c < kRowsQ * kChunks; c += blockDim.x) {
       const int row = c / kChunks, ch = c % kChunks;
       int ig[kMaxRank], x[kMaxRank];
       const bool valid = geo.coordinates(q_rows()[row], q_base, ig);
@@ -176,7 +237,7 @@ struct ForwardCta {
     }
     // Spatial tile: first token's offset once, then per-row deltas from the shared table.
     int kt[kMaxRank], kt_base[kMaxRank];
-    walk.tile_coordinates(i, p.rank, kt);
+    spatial_coordinates(i, kt);
     int64_t k_first = b * P.k.stride_batch + hk * P.k.stride_head;
     int64_t v_first = b * P.v.stride_batch + hk * P.v.stride_head;
     GNA_FOR_AXES(a, p.rank) {
@@ -189,66 +250,100 @@ struct ForwardCta {
     load_rows<VTile, kChunksV>(P.v.data + v_first, v_delta(), v_base, full, kt_base);
   }
 
-  // One K or V tile: each thread copies fixed 16-byte chunks of fixed rows; rows of a full
-  // pair are all real keys, so only partial pairs check their rows against the group.
+  // One K or V tile: each thread copies one 16-byte column chunk of rows row_first + it * kStep;
+  // rows of a full pair are all real keys, so only partial pairs check their rows against the
+  // group. kStep is a multiple of the swizzle period, so every destination is one add away from
+  // the first, and the thread index is read afresh (volatile) so that the compiler rebuilds these
+  // few values per call instead of holding them in registers through the GEMMs.
   template <typename Tile, int CHUNKS>
   __device__ __forceinline__ void load_rows(const T* first, const int64_t* delta, uint32_t base,
                                             bool full, const int* kt_base) {
     constexpr int kThreads = kForwardWarps * 32;
+    constexpr int kStep = kThreads / CHUNKS;
+    static_assert(kStep % 8 == 0, "row step must keep the swizzle phase");
+    const int tid = thread_index();
+    const int row_first = tid / CHUNKS, ch = tid % CHUNKS;
+    const uint32_t dst = base + Tile::offset(row_first, ch * 8);
 #pragma unroll
-    for (int it = 0; it < BN * CHUNKS / kThreads; ++it) {
-      const int c = threadIdx.x + it * kThreads;
-      const int row = c / CHUNKS, ch = c % CHUNKS;
+    for (int it = 0; it < BN / kStep; ++it) {
+      const int row = row_first + it * kStep;
       bool valid = true;
       if (!full) {
         int jg[kMaxRank];
         valid = geo.coordinates(kv_rows()[row], kt_base, jg);
       }
       const T* src = valid ? first + delta[row] + ch * 8 : P.k.data;
-      cp_async_16(base + Tile::offset(row, ch * 8), src, valid);
+      cp_async_16(dst + it * kStep * CHUNKS * 16, src, valid);
     }
   }
 };
 
-// Per-thread state of a warp's 16 query rows (rows g and g + 8 of the warp's slice).
-template <typename T, int D, int DV>
+// Per-thread state of a warp's MB m-blocks of 16 query rows (rows g and g + 8 of each).
+template <typename T, int D, int DV, int MB>
 struct ForwardWarp {
   static constexpr int BN = kForwardRowsKV;
-  static constexpr int kNB = BN / 8;  // n-blocks of S
-  uint32_t qf[D / 16][4];
-  float acc[DV / 8][4];
-  float m[2], l[2];
-  Range win[2][kMaxRank];  // key windows of the two rows (partial tiles)
+  using Cta = ForwardCta<T, D, DV, MB>;
+  float acc[MB][DV / 8][4];
+  float m[MB][2], l[MB][2];
 
   __device__ void init() {
 #pragma unroll
-    for (int i = 0; i < DV / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-    m[0] = m[1] = -INFINITY;
-    l[0] = l[1] = 0.f;
+    for (int mb = 0; mb < MB; ++mb) {
+#pragma unroll
+      for (int i = 0; i < DV / 8; ++i) acc[mb][i][0] = acc[mb][i][1] = acc[mb][i][2] = acc[mb][i][3] = 0.f;
+      m[mb][0] = m[mb][1] = -INFINITY;
+      l[mb][0] = l[mb][1] = 0.f;
+    }
   }
 
-  // MASK: 0 none, 1 spatial per-element mask, 2 additional-token count mask.
+  // Keys per softmax step: the whole 64-key tile with one m-block; 32 with two, so that S of
+  // both m-blocks (2 x 32 keys) fits next to the 2 x 16 x DV accumulators without spills.
+  static constexpr int kStep = MB == 1 ? BN : BN / 2;
+  static constexpr int kNB = kStep / 8;  // n-blocks of S per step
+
+  // MASK: 0 none, 1 spatial per-element mask, 2 additional-token count mask. q_smem: the
+  // address of this warp's first Q row; row0: this thread's first row in the tile.
   template <int MASK>
-  __device__ __forceinline__ void tile(const ForwardCta<T, D, DV>& cta, uint32_t k_smem,
+  __device__ __forceinline__ void tile(const Cta& cta, uint32_t q_smem, int row0, uint32_t k_smem,
                                        uint32_t v_smem, float scale_log2, const int* kt_base,
                                        int add_valid) {
+#pragma unroll
+    for (int step = 0; step < BN / kStep; ++step)
+      keys<MASK>(cta, step, q_smem, row0, k_smem, v_smem, scale_log2, kt_base, add_valid);
+  }
+
+  template <int MASK>
+  __device__ __forceinline__ void keys(const Cta& cta, int step, uint32_t q_smem, int row0,
+                                       uint32_t k_smem, uint32_t v_smem, float scale_log2,
+                                       const int* kt_base, int add_valid) {
+    using QTile = typename Cta::QTile;
     using KTile = SmemTile<BN, D>;
     using VTile = SmemTile<BN, DV>;
     const int lane = threadIdx.x % 32;
-    const typename KTile::Cursor kc = KTile::cursor((lane % 8) + (lane / 16) * 8, (lane / 8) % 2);
-    const typename VTile::Cursor vc = VTile::cursor((lane % 8) + ((lane / 8) % 2) * 8, lane / 16);
-    float s[kNB][4];
+    const auto qc = QTile::lean_cursor(lane % 16, lane / 16);
+    const auto kc = KTile::lean_cursor((lane % 8) + (lane / 16) * 8, (lane / 8) % 2);
+    const auto vc = VTile::lean_cursor((lane % 8) + ((lane / 8) % 2) * 8, lane / 16);
+    const int key0 = step * kStep;  // first key of this step in the tile
+    float s[MB][kNB][4];
 #pragma unroll
-    for (int nb = 0; nb < kNB; ++nb) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
+    for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+      for (int nb = 0; nb < kNB; ++nb) s[mb][nb][0] = s[mb][nb][1] = s[mb][nb][2] = s[mb][nb][3] = 0.f;
     // S = Q K^T
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t qf[MB][4];
+#pragma unroll
+      for (int mb = 0; mb < MB; ++mb) ldmatrix_x4(qf[mb], q_smem + qc.at(mb, ks));
 #pragma unroll
       for (int np = 0; np < kNB / 2; ++np) {
         uint32_t b[4];
-        ldmatrix_x4(b, k_smem + kc.at(np, ks));
-        Mma<T>::run(s[2 * np], qf[ks], b[0], b[1]);
-        Mma<T>::run(s[2 * np + 1], qf[ks], b[2], b[3]);
+        ldmatrix_x4(b, k_smem + kc.at(key0 / 16 + np, ks));
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb) {
+          Mma<T>::run(s[mb][2 * np], qf[mb], b[0], b[1]);
+          Mma<T>::run(s[mb][2 * np + 1], qf[mb], b[2], b[3]);
+        }
       }
     }
     const int t = lane % 4;
@@ -258,14 +353,18 @@ struct ForwardWarp {
       for (int nb = 0; nb < kNB; ++nb) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = nb * 8 + 2 * t + e;
+          const int col = key0 + nb * 8 + 2 * t + e;
           int jg[kMaxRank];
           const bool key_valid = cta.geo.coordinates(cta.kv_rows()[col], kt_base, jg);
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            bool attend = key_valid;
-            GNA_FOR_AXES(a, p.rank) attend = attend && win[r][a].contains(jg[a]);
-            if (!attend) s[nb][2 * r + e] = -INFINITY;
+          for (int mb = 0; mb < MB; ++mb) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const Range* win = cta.windows() + (row0 + mb * 16 + 8 * r) * kMaxRank;
+              bool attend = key_valid;
+              GNA_FOR_AXES(a, p.rank) attend = attend && win[a].contains(jg[a]);
+              if (!attend) s[mb][nb][2 * r + e] = -INFINITY;
+            }
           }
         }
       }
@@ -274,94 +373,125 @@ struct ForwardWarp {
       for (int nb = 0; nb < kNB; ++nb)
 #pragma unroll
         for (int e = 0; e < 2; ++e)
-          if (nb * 8 + 2 * t + e >= add_valid) s[nb][e] = s[nb][2 + e] = -INFINITY;
+          if (key0 + nb * 8 + 2 * t + e >= add_valid)
+#pragma unroll
+            for (int mb = 0; mb < MB; ++mb) s[mb][nb][e] = s[mb][nb][2 + e] = -INFINITY;
     }
-    // Online softmax in the log2 domain.
+    // Online softmax in the log2 domain (the scale folded into one FMA per score).
+    float correction[MB][2];
+    bool rescale = false;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
+    for (int mb = 0; mb < MB; ++mb) {
 #pragma unroll
-      for (int nb = 0; nb < kNB; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * r], s[nb][2 * r + 1]));
-      mx = quad_max(mx) * scale_log2;
-      const float m_new = fmaxf(m[r], mx);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      const float correction = fast_exp2(m[r] - m_use);
-      m[r] = m_new;
-      float sum = 0.f;
+      for (int r = 0; r < 2; ++r) {
+        float mx = -INFINITY;
 #pragma unroll
-      for (int nb = 0; nb < kNB; ++nb) {
-        s[nb][2 * r] = fast_exp2(s[nb][2 * r] * scale_log2 - m_use);
-        s[nb][2 * r + 1] = fast_exp2(s[nb][2 * r + 1] * scale_log2 - m_use);
-        sum += s[nb][2 * r] + s[nb][2 * r + 1];
+        for (int nb = 0; nb < kNB; ++nb) mx = fmaxf(mx, fmaxf(s[mb][nb][2 * r], s[mb][nb][2 * r + 1]));
+        mx = quad_max(mx) * scale_log2;
+        const float m_new = fmaxf(m[mb][r], mx);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;
+        correction[mb][r] = fast_exp2(m[mb][r] - m_use);
+        rescale = rescale || m_new != m[mb][r];
+        m[mb][r] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int nb = 0; nb < kNB; ++nb) {
+          s[mb][nb][2 * r] = fast_exp2(fmaf(s[mb][nb][2 * r], scale_log2, -m_use));
+          s[mb][nb][2 * r + 1] = fast_exp2(fmaf(s[mb][nb][2 * r + 1], scale_log2, -m_use));
+          sum += s[mb][nb][2 * r] + s[mb][nb][2 * r + 1];
+        }
+        l[mb][r] = l[mb][r] * correction[mb][r] + sum;
       }
-      l[r] = l[r] * correction + sum;
+    }
+    // Once the running maxima settle, most steps leave every row's maximum unchanged: the
+    // warp then skips the accumulator rescale.
+    if (__any_sync(0xffffffffu, rescale)) {
 #pragma unroll
-      for (int i = 0; i < DV / 8; ++i) {
-        acc[i][2 * r] *= correction;
-        acc[i][2 * r + 1] *= correction;
-      }
+      for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+        for (int i = 0; i < DV / 8; ++i) {
+          acc[mb][i][0] *= correction[mb][0];
+          acc[mb][i][1] *= correction[mb][0];
+          acc[mb][i][2] *= correction[mb][1];
+          acc[mb][i][3] *= correction[mb][1];
+        }
     }
     // O += P V
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      uint32_t a[4];
-      a[0] = Mma<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = Mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    for (int kk = 0; kk < kStep / 16; ++kk) {
+      uint32_t a[MB][4];
+#pragma unroll
+      for (int mb = 0; mb < MB; ++mb) {
+        a[mb][0] = Mma<T>::pack(s[mb][2 * kk][0], s[mb][2 * kk][1]);
+        a[mb][1] = Mma<T>::pack(s[mb][2 * kk][2], s[mb][2 * kk][3]);
+        a[mb][2] = Mma<T>::pack(s[mb][2 * kk + 1][0], s[mb][2 * kk + 1][1]);
+        a[mb][3] = Mma<T>::pack(s[mb][2 * kk + 1][2], s[mb][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dp = 0; dp < DV / 16; ++dp) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, v_smem + vc.at(kk, dp));
-        Mma<T>::run(acc[2 * dp], a, b[0], b[1]);
-        Mma<T>::run(acc[2 * dp + 1], a, b[2], b[3]);
+        ldmatrix_x4_trans(b, v_smem + vc.at(key0 / 16 + kk, dp));
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb) {
+          Mma<T>::run(acc[mb][2 * dp], a[mb], b[0], b[1]);
+          Mma<T>::run(acc[mb][2 * dp + 1], a[mb], b[2], b[3]);
+        }
       }
     }
   }
 };
 
-template <typename T, int D, int DV>
+template <typename T, int D, int DV, int MB>
 __global__ void __launch_bounds__(kForwardWarps * 32, 2)
     fused_forward_kernel(const __grid_constant__ ForwardParams<T> P) {
   extern __shared__ __align__(128) char smem[];
-  using Cta = ForwardCta<T, D, DV>;
+  using Cta = ForwardCta<T, D, DV, MB>;
   using Smem = typename Cta::Smem;
   const Problem& p = P.p;
-  Cta cta(P, smem);
+  Cta setup(P, smem);
 
   // Which slice and Q tile.
-  cta.b = blockIdx.y / p.heads_q;
-  cta.h = blockIdx.y % p.heads_q;
-  cta.hk = cta.h / (p.heads_q / p.heads_kv);
-  cta.geo.rank = p.rank;
+  setup.b = blockIdx.y / p.heads_q;
+  setup.h = blockIdx.y % p.heads_q;
+  setup.hk = setup.h / (p.heads_q / p.heads_kv);
+  setup.geo.rank = p.rank;
   int group = blockIdx.z, tile = blockIdx.x;
   GNA_FOR_AXES_REVERSE(a, p.rank) {
-    cta.geo.group[a] = group % p.axes[a].dilation;
+    setup.geo.group[a] = group % p.axes[a].dilation;
     group /= p.axes[a].dilation;
-    cta.geo.n[a] = group_length(p.axes[a], cta.geo.group[a]);
-    cta.qt[a] = tile % P.q_tiles[a];
+    setup.geo.n[a] = group_length(p.axes[a], setup.geo.group[a]);
+    setup.qt[a] = tile % P.q_tiles[a];
     tile /= P.q_tiles[a];
-    if (cta.qt[a] >= tiles_along(cta.geo.n[a], P.tile_q[a])) return;  // shorter group
-    cta.q_base[a] = cta.qt[a] * P.tile_q[a];
+    if (setup.qt[a] >= tiles_along(setup.geo.n[a], P.tile_q[a])) return;  // shorter group
+    setup.q_base[a] = setup.qt[a] * P.tile_q[a];
   }
   // The KV tiles this Q tile visits.
-  cta.walk.spatial = 1;
+  setup.walk.spatial = 1;
   GNA_FOR_AXES(a, p.rank) {
-    cta.walk.box[a] = kv_tiles_for_q_tile(p.axes[a], cta.geo.n[a], cta.qt[a], P.tile_q[a],
+    setup.walk.box[a] = kv_tiles_for_q_tile(p.axes[a], setup.geo.n[a], setup.qt[a], P.tile_q[a],
                                           P.tile_kv[a]);
-    cta.walk.spatial *= cta.walk.box[a].size();
+    setup.walk.spatial *= setup.walk.box[a].size();
   }
-  cta.walk.additional = p.additional_kv;
-  cta.walk.total = cta.walk.spatial + (p.additional_kv + Cta::BN - 1) / Cta::BN;
+  setup.walk.additional = p.additional_kv;
+  setup.walk.total = setup.walk.spatial + (p.additional_kv + Cta::BN - 1) / Cta::BN;
+
+  // The CTA's geometry and walk live in shared memory from here on: the main loop reloads the
+  // few values it needs instead of holding two dozen registers next to the accumulators.
+  __shared__ __align__(16) unsigned char cta_storage[sizeof(Cta)];
+  if (threadIdx.x == 0) new (cta_storage) Cta(setup);
+  __syncthreads();
+  Cta& cta = *reinterpret_cast<Cta*>(cta_storage);
 
   int kv_volume = 1;
   for (int a = 0; a < p.rank; ++a) kv_volume *= P.tile_kv[a];
-  for (int r = threadIdx.x; r < kForwardRowsQ; r += blockDim.x)
+  for (int r = threadIdx.x; r < Cta::kRowsQ; r += blockDim.x)
     cta.q_rows()[r] = pack_row(P.tile_q, p.rank, r, P.q_volume);
   for (int r = threadIdx.x; r < kForwardRowsKV; r += blockDim.x)
     cta.kv_rows()[r] = pack_row(P.tile_kv, p.rank, r, kv_volume);
   __syncthreads();
   cta.build_kv_deltas();
+  cta.build_windows();
+  cta.build_table();
   __syncthreads();
 
   PairClass cls = PairClass::empty, next_cls = PairClass::empty;
@@ -371,38 +501,19 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 2)
   cp_async_commit();
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  ForwardWarp<T, D, DV> w;
+  ForwardWarp<T, D, DV, MB> w;
   w.init();
-  // Key windows of this thread's two rows (for partial tiles).
-  const int row0 = warp * 16 + lane / 4;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    int ig[kMaxRank];
-    const uint32_t packed = cta.q_rows()[row0 + 8 * r];
-    cta.geo.coordinates(packed, cta.q_base, ig);
-    GNA_FOR_AXES(a, p.rank) {
-      // Padding rows get some window; their results are never stored.
-      const int q = (packed & kPaddingRow) ? 0 : min_i(ig[a], cta.geo.n[a] - 1);
-      w.win[r][a] = key_window(p.axes[a], cta.geo.n[a], q);
-    }
-  }
+  const int warp_row = warp * 16 * MB;     // first Q row of this warp
+  const int row0 = warp_row + lane / 4;    // this thread's first row
+  const uint32_t q_smem = smem_address(smem + Smem::kQ) + warp_row * D * 2;
 
   int stage = 0;
-  bool q_loaded = false;
   while (i < cta.walk.total) {
     const int next = cta.next_tile(i + 1, &next_cls);
     if (next < cta.walk.total) cta.load_kv(next, stage ^ 1, next_cls);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    if (!q_loaded) {
-      using QTile = typename Smem::QTile;
-      const uint32_t q_smem = smem_address(smem + Smem::kQ);
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks)
-        ldmatrix_x4(w.qf[ks], q_smem + QTile::offset(warp * 16 + lane % 16, ks * 16 + (lane / 16) * 8));
-      q_loaded = true;
-    }
     int kt[kMaxRank], kt_base[kMaxRank];
 
     const uint32_t k_smem = smem_address(smem + Smem::kK + stage * Smem::KTile::kBytes);
@@ -410,15 +521,15 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 2)
     if (i >= cta.walk.spatial) {
       const int valid = cta.walk.additional - (i - cta.walk.spatial) * Cta::BN;
       if (cls == PairClass::full)
-        w.template tile<0>(cta, k_smem, v_smem, P.scale_log2, kt_base, valid);
+        w.template tile<0>(cta, q_smem, row0, k_smem, v_smem, P.scale_log2, kt_base, valid);
       else
-        w.template tile<2>(cta, k_smem, v_smem, P.scale_log2, kt_base, valid);
+        w.template tile<2>(cta, q_smem, row0, k_smem, v_smem, P.scale_log2, kt_base, valid);
     } else if (cls == PairClass::full) {
-      w.template tile<0>(cta, k_smem, v_smem, P.scale_log2, kt_base, 0);
+      w.template tile<0>(cta, q_smem, row0, k_smem, v_smem, P.scale_log2, kt_base, 0);
     } else {
-      cta.walk.tile_coordinates(i, p.rank, kt);
+      cta.spatial_coordinates(i, kt);
       GNA_FOR_AXES(a, p.rank) kt_base[a] = kt[a] * P.tile_kv[a];
-      w.template tile<1>(cta, k_smem, v_smem, P.scale_log2, kt_base, 0);
+      w.template tile<1>(cta, q_smem, row0, k_smem, v_smem, P.scale_log2, kt_base, 0);
     }
     __syncthreads();  // stage is overwritten by the load issued in the next iteration
     stage ^= 1;
@@ -430,23 +541,26 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 2)
   // Epilogue: O = acc / l, LSE = (m + log2 l) * ln 2.
   const int t = lane % 4;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    int ig[kMaxRank], x[kMaxRank];
-    const bool valid = cta.geo.coordinates(cta.q_rows()[row0 + 8 * r], cta.q_base, ig);
-    const float l = quad_sum(w.l[r]);
-    if (!valid) continue;
-    GNA_FOR_AXES(a, p.rank) x[a] = coordinate_of(p.axes[a], cta.geo.group[a], ig[a]);
-    const float inv = 1.f / l;
-    T* out = P.o.at(cta.b, x, p.rank, cta.h);
+  for (int mb = 0; mb < MB; ++mb) {
 #pragma unroll
-    for (int i2 = 0; i2 < DV / 8; ++i2) {
-      typename std::conditional<std::is_same<T, __half>::value, __half2, __nv_bfloat162>::type v2;
-      v2.x = cuda::from_float<T>(w.acc[i2][2 * r] * inv);
-      v2.y = cuda::from_float<T>(w.acc[i2][2 * r + 1] * inv);
-      *reinterpret_cast<decltype(v2)*>(out + i2 * 8 + 2 * t) = v2;
+    for (int r = 0; r < 2; ++r) {
+      int ig[kMaxRank], x[kMaxRank];
+      const bool valid = cta.geo.coordinates(cta.q_rows()[row0 + mb * 16 + 8 * r], cta.q_base, ig);
+      const float l = quad_sum(w.l[mb][r]);
+      if (!valid) continue;
+      GNA_FOR_AXES(a, p.rank) x[a] = coordinate_of(p.axes[a], cta.geo.group[a], ig[a]);
+      const float inv = 1.f / l;
+      T* out = P.o.at(cta.b, x, p.rank, cta.h);
+#pragma unroll
+      for (int i2 = 0; i2 < DV / 8; ++i2) {
+        typename std::conditional<std::is_same<T, __half>::value, __half2, __nv_bfloat162>::type v2;
+        v2.x = cuda::from_float<T>(w.acc[mb][i2][2 * r] * inv);
+        v2.y = cuda::from_float<T>(w.acc[mb][i2][2 * r + 1] * inv);
+        *reinterpret_cast<decltype(v2)*>(out + i2 * 8 + 2 * t) = v2;
+      }
+      if (P.write_lse && t == 0)
+        *P.lse.at(cta.b, x, p.rank, cta.h) = (w.m[mb][r] + log2f(l)) * 0.69314718055994531f;
     }
-    if (P.write_lse && t == 0)
-      *P.lse.at(cta.b, x, p.rank, cta.h) = (w.m[r] + log2f(l)) * 0.69314718055994531f;
   }
 }
 

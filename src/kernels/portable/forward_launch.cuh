@@ -7,8 +7,8 @@
 
 namespace gna::portable {
 
-template <typename T, int D, int DV>
-void launch_forward(const ForwardCall& call, const TilePlan& plan) {
+template <typename T, int D, int DV, int MB>
+void launch_forward_mb(const ForwardCall& call, const TilePlan& plan) {
   const Problem& p = call.problem;
   ForwardParams<T> P;
   P.p = p;
@@ -37,13 +37,22 @@ void launch_forward(const ForwardCall& call, const TilePlan& plan) {
   P.write_lse = call.lse != nullptr;
   if (call.lse) P.lse = cuda::token_tensor<float>(*call.lse, p.rank);
 
-  using Smem = ForwardSmem<D, DV>;
-  auto kernel = fused_forward_kernel<T, D, DV>;
+  using Smem = ForwardSmem<D, DV, MB>;
+  auto kernel = fused_forward_kernel<T, D, DV, MB>;
   GNA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       Smem::kBytes));
   const dim3 grid(q_tiles_total, p.batch * p.heads_q, groups);
   kernel<<<grid, kForwardWarps * 32, Smem::kBytes, static_cast<cudaStream_t>(call.stream)>>>(P);
   GNA_CUDA_CHECK_LAUNCH();
+}
+
+// Q tiles of more than 64 tokens run with two m-blocks per warp.
+template <typename T, int D, int DV>
+void launch_forward(const ForwardCall& call, const TilePlan& plan) {
+  if (plan.q.volume(call.problem.rank) > forward_rows_q(1))
+    launch_forward_mb<T, D, DV, 2>(call, plan);
+  else
+    launch_forward_mb<T, D, DV, 1>(call, plan);
 }
 
 

@@ -109,6 +109,20 @@ struct SmemTile {
       return base + static_cast<uint32_t>(row_block16 * 16 * kChunks * 16 + (j / 4) * 128) + off[j % 4];
     }
   };
+  // The same addresses from two registers: the swizzled chunk of column chunk 2 j + c is
+  // (2 j) ^ (c ^ x), so the lane's part is one XOR term and each address costs one LOP.
+  struct LeanCursor {
+    uint32_t base;  // row_lane's row
+    uint32_t y;     // (c ^ x) * 16
+    __device__ __forceinline__ uint32_t at(int row_block16, int j) const {
+      return base + static_cast<uint32_t>(row_block16 * 16 * kChunks * 16 + (j / 4) * 128) +
+             ((static_cast<uint32_t>(j % 4) * 32) ^ y);
+    }
+  };
+  __device__ __forceinline__ static LeanCursor lean_cursor(int row_lane, int c) {
+    const int x = (row_lane / kRowsPerPhase) % kPhases;
+    return LeanCursor{static_cast<uint32_t>(row_lane * kChunks * 16), static_cast<uint32_t>((c ^ x) * 16)};
+  }
   __device__ __forceinline__ static Cursor cursor(int row_lane, int c) {
     Cursor cur;
     const int x = (row_lane / kRowsPerPhase) % kPhases;
@@ -119,6 +133,14 @@ struct SmemTile {
     return cur;
   }
 };
+
+// threadIdx.x read with a volatile instruction: values derived from it are recomputed where used
+// rather than hoisted and held in registers across a loop.
+__device__ __forceinline__ int thread_index() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+  return t;
+}
 
 // 2^x with the hardware approximation (flushes denormal results to zero, exact at -inf -> 0).
 __device__ __forceinline__ float fast_exp2(float x) {

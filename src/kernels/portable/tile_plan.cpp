@@ -9,6 +9,9 @@ namespace gna::portable {
 namespace {
 
 constexpr double kPartialWeight = 0.25;  // extra cost of a masked pair relative to a dense one
+// Throughput of the forward with 128-row Q tiles (two m-blocks per warp) relative to 64-row
+// tiles on dense pairs.
+constexpr double kWideForwardSpeedup = 1.5;
 
 struct AxisScore {
   double visited = 0;
@@ -56,6 +59,7 @@ TilePlan score_tiles(const Problem& p, const TileShape& q, const TileShape& kv) 
   }
   plan.visited_pairs = visited;
   plan.partial_pairs = visited - full;
+  plan.cost = visited + kPartialWeight * (visited - full);
   return plan;
 }
 
@@ -89,10 +93,17 @@ TilePlan choose_tiles(const Problem& p, int rows_q, int rows_kv) {
         best.kv = kv;
         best.visited_pairs = visited;
         best.partial_pairs = visited - full;
+        best.cost = cost;
       }
     }
   }
   return best;
+}
+
+TilePlan choose_forward_tiles(const Problem& p) {
+  const TilePlan narrow = choose_tiles(p, 64, 64);
+  const TilePlan wide = choose_tiles(p, 128, 64);
+  return wide.cost * 2 / kWideForwardSpeedup < narrow.cost ? wide : narrow;
 }
 
 bool valid_tile(const TileShape& t, int rank, int rows, bool exact, const char* what,

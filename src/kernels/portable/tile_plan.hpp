@@ -16,6 +16,7 @@ struct TilePlan {
   TileShape kv;
   double visited_pairs = 0;  // (Q tile, KV tile) pairs visited in one dilation group
   double partial_pairs = 0;
+  double cost = 0;           // visited pairs, partial ones weighted for their mask cost
 };
 
 // Visited and partial pair counts of one tile choice (dilation group 0).
@@ -23,6 +24,10 @@ TilePlan score_tiles(const Problem& p, const TileShape& q, const TileShape& kv);
 
 // Best shapes with exactly rows_q and rows_kv tokens (powers of two).
 TilePlan choose_tiles(const Problem& p, int rows_q, int rows_kv);
+
+// Forward tiles: the best 64-row and the best 128-row Q shape (64-token KV tiles), the cheaper
+// once each pair's cost is scaled by its Q rows and the 128-row kernel's measured speed-up.
+TilePlan choose_forward_tiles(const Problem& p);
 
 // Checks a caller-forced shape: every side >= 1 and <= 1023, the volume at most `rows` (exactly
 // `rows` when exact); writes why not.
