@@ -51,6 +51,9 @@ def ref(g):
 def options(device, backend="auto"):
     o = _lib.Options()
     o.backend = backend.encode() if backend and backend != "auto" else None
+    # torch.use_deterministic_algorithms(True) asks for the same bits every run: the backward
+    # then runs a deterministic kernel (or a backend without atomics).
+    o.deterministic = 1 if torch.are_deterministic_algorithms_enabled() else 0
     if device.type == "cuda":
         o.stream = torch.cuda.current_stream(device).cuda_stream
     return o

@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import gna
-from conftest import (TOLERANCE, block_mask, dense_attention, device_backend_or_skip,
-                      device_backends, qkv, randn, rel_error)
+from conftest import (TOLERANCE, block_mask, cuda_devices_or_skip, dense_attention,
+                      device_backend_or_skip, device_backends, qkv, randn, rel_error)
 
 F64 = TOLERANCE[torch.float64]
 NA = {1: gna.na1d, 2: gna.na2d, 3: gna.na3d}
@@ -254,3 +254,26 @@ def test_cuda_respects_current_stream():
     ref = gna.na2d(q * 2.0, k, v, 5)
     assert rel_error(out, ref) < 1e-3
     assert rel_error(expected, ref) > 1e-2
+
+
+def test_cuda_deterministic_backward_is_bitwise_repeatable():
+    """torch.use_deterministic_algorithms(True) selects a deterministic backward: the same bits
+    on every run (the atomics-based kernels are not chosen then)."""
+    cuda_devices_or_skip()
+    q, k, v = qkv(2, (24, 40), 4, 128, dtype=torch.bfloat16, device="cuda")
+    device_backend_or_skip(q, k, v, 13)
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        backend = gna.selected_backend(q, k, v, 13, backward=True)
+        assert backend != "portable", "the portable backward adds dQ with atomics"
+        runs = []
+        for _ in range(3):
+            inputs = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+            out = gna.na2d(*inputs, 13)
+            runs.append(torch.autograd.grad(out, inputs, torch.ones_like(out)))
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    for other in runs[1:]:
+        for a, b in zip(runs[0], other):
+            assert torch.equal(a, b), f"backend {backend}: gradients differ between runs"

@@ -122,6 +122,10 @@ bool supports_forward(const ForwardCall& call, std::string* why) {
 
 bool supports_backward(const BackwardCall& call, std::string* why) {
   if (!supports_problem(call.problem, call.in, call.options, false, why)) return false;
+  if (call.options.deterministic) {  // dQ is accumulated with atomics in arrival order
+    if (why) *why = "portable: no deterministic backward (dQ uses atomic additions)";
+    return false;
+  }
   // Gradient buffers are checked by dispatch before any backend runs (selection has none).
   return aligned_rows(call.d_out, "d_out", why);
 }
