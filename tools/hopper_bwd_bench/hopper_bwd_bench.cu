@@ -2,7 +2,9 @@
 // given on the command line, and prints one JSON object per case: median milliseconds of the
 // backward and of forward + backward, effective backward TFLOP/s (attended pairs only,
 // 2.5 x the forward's 4 * B * H * N * keys_per_query * D), and the tiles used.
-//   hopper_bwd_bench [--case NAME] [--reps N] [--deterministic] [--list]
+//   hopper_bwd_bench [--case NAME] [--reps N] [--deterministic] [--forward BACKEND] [--list]
+// --forward picks the backend whose forward produces O and LSE (and is timed in forward +
+// backward; default hopper).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -93,13 +95,16 @@ std::pair<double, double> time_ms(const std::function<void()>& f, int reps_hint)
   return {times[times.size() / 2], times.front()};
 }
 
-void run_case(const Case& c, int reps_hint, bool deterministic) {
+void run_case(const Case& c, int reps_hint, bool deterministic, const char* forward_backend) {
   using namespace gna;
   const gna::Backend* be = nullptr;
-  for (const auto& b : registered_backends())
+  const gna::Backend* fe = nullptr;
+  for (const auto& b : registered_backends()) {
     if (b.name == "hopper") be = &b;
-  if (!be) {
-    std::fprintf(stderr, "no hopper backend\n");
+    if (b.name == forward_backend) fe = &b;
+  }
+  if (!be || !fe) {
+    std::fprintf(stderr, "no hopper or %s backend\n", forward_backend);
     std::exit(1);
   }
   int64_t tokens = 1;
@@ -164,12 +169,12 @@ void run_case(const Case& c, int reps_hint, bool deterministic) {
     return;
   }
   std::fprintf(stderr, "%s forward:\n", c.name);
-  const auto f = time_ms([&] { be->forward(fwd); }, 1);
+  const auto f = time_ms([&] { fe->forward(fwd); }, 1);
   std::fprintf(stderr, "%s backward:\n", c.name);
   const auto b = time_ms([&] { be->backward(bwd); }, reps_hint);
   const auto fb = time_ms(
       [&] {
-        be->forward(fwd);
+        fe->forward(fwd);
         be->backward(bwd);
       },
       reps_hint);
@@ -177,11 +182,11 @@ void run_case(const Case& c, int reps_hint, bool deterministic) {
   const double flops = 2.5 * 4.0 * c.batch * c.heads * static_cast<double>(tokens) * kpq * c.dim;
   const hopper::BwdTiles t = hopper::choose_backward_tiles(bwd.problem, bwd.options);
   std::printf(
-      "{\"case\": \"%s\", \"deterministic\": %d, \"bwd_ms\": %.4f, \"bwd_min_ms\": %.4f, "
+      "{\"case\": \"%s\", \"forward\": \"%s\", \"deterministic\": %d, \"bwd_ms\": %.4f, \"bwd_min_ms\": %.4f, "
       "\"fwd_bwd_ms\": %.4f, \"fwd_ms\": %.4f, \"tflops\": %.1f, \"keys_per_query\": %.1f, \"flop_bound\": %.3f, "
       "\"q_tile\": [%d, %d, %d], \"kv_tile\": [%d, %d, %d], \"visited_pairs\": %.0f, "
       "\"full_fraction\": %.3f}\n",
-      c.name, deterministic ? 1 : 0, b.first, b.second, fb.first, f.first, flops / b.first / 1e9, kpq,
+      c.name, forward_backend, deterministic ? 1 : 0, b.first, b.second, fb.first, f.first, flops / b.first / 1e9, kpq,
       tokens / kpq, t.q.size[0], t.q.size[1], t.q.size[2], t.kv.size[0], t.kv.size[1],
       t.kv.size[2], t.visited_pairs, t.full_pairs / std::max(1.0, t.visited_pairs));
   std::fflush(stdout);
@@ -196,18 +201,21 @@ int main(int argc, char** argv) {
   const char* only = nullptr;
   int reps = 0;
   bool deterministic = false;
+  const char* forward_backend = "hopper";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--case") && i + 1 < argc) {
       only = argv[++i];
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--forward") && i + 1 < argc) {
+      forward_backend = argv[++i];
     } else if (!std::strcmp(argv[i], "--deterministic")) {
       deterministic = true;
     } else if (!std::strcmp(argv[i], "--list")) {
       for (const Case& c : kCases) std::printf("%s\n", c.name);
       return 0;
     } else {
-      std::fprintf(stderr, "usage: hopper_bwd_bench [--case NAME] [--reps N] [--deterministic] [--list]\n");
+      std::fprintf(stderr, "usage: hopper_bwd_bench [--case NAME] [--reps N] [--deterministic] [--forward BACKEND] [--list]\n");
       return 2;
     }
   }
@@ -215,7 +223,7 @@ int main(int argc, char** argv) {
   for (const Case& c : kCases) {
     if (only && std::strcmp(only, c.name) != 0) continue;
     found = true;
-    run_case(c, reps, deterministic);
+    run_case(c, reps, deterministic, forward_backend);
   }
   if (!found) {
     std::fprintf(stderr, "unknown case %s\n", only);

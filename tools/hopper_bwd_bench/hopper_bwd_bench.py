@@ -100,11 +100,12 @@ def main():
     ap.add_argument("--reps", type=int, default=0)
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--deterministic", action="store_true")
+    ap.add_argument("--forward", default="hopper", help="backend of the forward (O, LSE)")
     args = ap.parse_args()
     cases = args.cases or list(DENSE)
     ours = {}
     for c in cases:
-        cmd = [args.bench, "--case", c, "--reps", str(args.reps)]
+        cmd = [args.bench, "--case", c, "--reps", str(args.reps), "--forward", args.forward]
         if args.deterministic:
             cmd.append("--deterministic")
         try:
