@@ -49,7 +49,7 @@ __global__ void reference_forward(Problem p, RefTensors t, bool bf16) {
     }
   }
   const int64_t qoff = b * t.q_batch + tok * t.q_tok + h * t.q_head;
-  float qv[128];
+  float qv[256];
   for (int d = 0; d < D; ++d) qv[d] = load_elem(t.q, qoff + d, bf16);
 
   auto attends = [&](int64_t key) {
@@ -71,7 +71,7 @@ __global__ void reference_forward(Problem p, RefTensors t, bool bf16) {
     if (attends(j)) mx = fmaxf(mx, score(t.k, b * t.k_batch + j * t.k_tok + hk * t.k_head));
   for (int j = 0; j < p.additional_kv; ++j)
     mx = fmaxf(mx, score(t.add_k, b * t.add_batch + j * t.add_tok + hk * t.add_head));
-  float acc[128];
+  float acc[256];
   for (int d = 0; d < D; ++d) acc[d] = 0.f;
   float sum = 0.f;
   for (int64_t j = 0; j < n + p.additional_kv; ++j) {

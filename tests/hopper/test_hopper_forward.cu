@@ -83,6 +83,7 @@ struct Config {
   bool packed_qkv = false;  // Q, K, V as views of one [B, tokens, 3, H, D] buffer
   TileShape q_tile, kv_tile;  // zeros: default choice
   bool autotune = false;
+  hopper::Schedule schedule;  // persistent on a few CTAs: every CTA walks many items
 
   std::string describe() const {
     char buf[512];
@@ -97,6 +98,10 @@ struct Config {
                        packed_qkv ? " packed" : "", params.scale, q_tile.size[0], q_tile.size[1],
                        q_tile.size[2], kv_tile.size[0], kv_tile.size[1], kv_tile.size[2],
                        autotune ? " autotune" : "");
+    const char* kinds[] = {"auto", "grid", "persistent"};
+    std::snprintf(buf + n, sizeof buf - n, " schedule %s ctas %d %s %s", kinds[schedule.kind],
+                  schedule.ctas, schedule.dynamic ? "dynamic" : "round-robin",
+                  schedule.longest_first ? "longest-first" : "plain");
     return buf;
   }
 };
@@ -129,17 +134,26 @@ Config random_config(std::mt19937_64& rng, int rank) {
   c.batch = uni(1, 3);
   c.heads_kv = uni(1, 2);
   c.heads_q = c.heads_kv * uni(1, 3);
-  const int dims[3] = {32, 64, 128};
-  c.dim = dims[uni(0, 2)];
+  const int dims[4] = {32, 64, 128, 256};
+  c.dim = dims[uni(0, 3)];
   c.bf16 = uni(0, 1) == 0;
   c.additional = uni(0, 4) == 0 ? uni(1, 300) : 0;
   c.packed_qkv = uni(0, 3) == 0;
   c.params.scale = uni(0, 3) == 0 ? 0.5f / std::sqrt(static_cast<float>(c.dim)) : 0.f;
   for (int a = 0; a < 3; ++a) c.q_tile.size[a] = c.kv_tile.size[a] = 0;
   c.autotune = uni(0, 9) == 0;
-  if (uni(0, 2) == 0) {  // force random tile shapes (powers of two, 128 tokens)
+  const int sched = uni(0, 9);
+  if (sched >= 4) {
+    c.schedule.kind = hopper::Schedule::persistent;
+    c.schedule.ctas = uni(1, 7);
+    c.schedule.dynamic = uni(0, 1) == 0;
+    c.schedule.longest_first = uni(0, 1) == 0;
+  } else if (sched == 3) {
+    c.schedule.kind = hopper::Schedule::one_cta_per_item;
+  }
+  if (uni(0, 2) == 0) {  // force random tile shapes (powers of two; 128 tokens, KV 64 at d256)
     for (TileShape* t : {&c.q_tile, &c.kv_tile}) {
-      int left = 7;
+      int left = t == &c.kv_tile && c.dim > 128 ? 6 : 7;
       for (int a = 0; a < rank; ++a) {
         const int e = a == rank - 1 ? left : uni(0, left);
         t->size[a] = 1 << e;
@@ -281,12 +295,15 @@ std::string run_config(const Config& c, uint64_t seed, bool cross_check) {
     cleanup();
     return "unsupported: " + why;
   }
+  hopper::set_schedule(c.schedule);
   try {
     be->forward(call);
   } catch (const Error& e) {
+    hopper::set_schedule(hopper::Schedule{});
     cleanup();
     return std::string("forward threw: ") + e.what();
   }
+  hopper::set_schedule(hopper::Schedule{});
   cudaError_t err = cudaDeviceSynchronize();
   if (err != cudaSuccess) {
     cleanup();

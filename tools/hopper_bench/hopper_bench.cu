@@ -2,7 +2,9 @@
 // line) and prints one JSON object per case: median milliseconds over the repetitions, effective
 // TFLOP/s (attended pairs only, 4 * B * H * N * keys_per_query * D), the tiles used and the
 // tile-wise bound of those tiles (dense KV tiles / KV tiles of the worst Q tile).
-//   hopper_bench [--case NAME] [--reps N] [--list]
+//   hopper_bench [--case NAME] [--reps N] [--schedule S] [--list]
+// S: auto (default), grid (one CTA per item), persistent, persistent-static (round robin),
+// persistent-plain (dynamic, plain order).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -37,6 +39,7 @@ const Case kCases[] = {
     {"flux4k_80x80_s16", 2, {256, 256, 1}, {80, 80, 1}, {16, 16, 1}, 1, 24, 128},
     {"flux4k_80x80_s1", 2, {256, 256, 1}, {80, 80, 1}, {1, 1, 1}, 1, 24, 128},
     {"hunyuan_dense_d64", 3, {30, 48, 80}, {30, 48, 80}, {1, 1, 1}, 1, 24, 64},
+    {"hunyuan_dense_d256", 3, {30, 48, 80}, {30, 48, 80}, {1, 1, 1}, 1, 24, 256},
     {"nat_56x56_7x7_b128_d32", 2, {56, 56, 1}, {7, 7, 1}, {1, 1, 1}, 128, 2, 32},
 };
 
@@ -154,12 +157,41 @@ void run_case(const Case& c, int reps_hint) {
 
 }  // namespace
 
+bool parse_schedule(const char* name, gna::hopper::Schedule* s) {
+  using gna::hopper::Schedule;
+  *s = Schedule{};
+  if (!std::strcmp(name, "auto")) return true;
+  if (!std::strcmp(name, "grid")) {
+    s->kind = Schedule::one_cta_per_item;
+    return true;
+  }
+  s->kind = Schedule::persistent;
+  if (!std::strcmp(name, "persistent")) return true;
+  if (!std::strcmp(name, "persistent-static")) {
+    s->dynamic = false;
+    return true;
+  }
+  if (!std::strcmp(name, "persistent-plain")) {
+    s->longest_first = false;
+    return true;
+  }
+  return false;
+}
+
 int main(int argc, char** argv) {
   const char* only = nullptr;
   int reps = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--case") && i + 1 < argc) only = argv[++i];
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--schedule") && i + 1 < argc) {
+      gna::hopper::Schedule s;
+      if (!parse_schedule(argv[++i], &s)) {
+        std::fprintf(stderr, "unknown schedule %s\n", argv[i]);
+        return 2;
+      }
+      gna::hopper::set_schedule(s);
+    }
     else if (!std::strcmp(argv[i], "--list")) {
       for (const Case& c : kCases) std::printf("%s\n", c.name);
       return 0;

@@ -1,13 +1,14 @@
-// Instantiations of the forward kernel for head dim 32 (bf16 and fp16).
+// Instantiations of the forward kernels for head dim 32 (bf16 and fp16).
 #include "kernels/hopper/fwd_instance.cuh"
 
 namespace gna::hopper {
 
-void launch_d32(bool bf16, const void* maps, const FwdParams& p, int grid, void* stream) {
+void launch_d32(bool bf16, const void* maps, const FwdParams& p, int grid, bool persistent,
+               void* stream) {
   if (bf16)
-    launch_forward_kernel<32, Bf16Tag>(maps, p, grid, stream);
+    launch_forward_kernel<32, Bf16Tag>(maps, p, grid, persistent, stream);
   else
-    launch_forward_kernel<32, F16Tag>(maps, p, grid, stream);
+    launch_forward_kernel<32, F16Tag>(maps, p, grid, persistent, stream);
 }
 
 }  // namespace gna::hopper

@@ -13,38 +13,47 @@
 
 #include "gna/core/tiling.hpp"
 #include "kernels/hopper/fwd_params.hpp"
+#include "kernels/hopper/fwd_wgmma_d256.cuh"
 #include "kernels/hopper/ptx.cuh"
 
 namespace gna::hopper {
 
 constexpr int kStages = 2;
 constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
-constexpr int kProducerRegs = 40;
-constexpr int kConsumerRegs = 232;
+// Register split (128 * producer + 256 * consumer <= 64 K): head dim 256 keeps 128 O
+// accumulators per thread and takes the largest consumer share.
+constexpr int producer_regs(int head_dim) { return head_dim > 128 ? 24 : 40; }
+constexpr int consumer_regs(int head_dim) { return head_dim > 128 ? 240 : 232; }
 constexpr int kClassTable = 256;  // per-axis class entries kept in shared memory
 
-// Shared-memory image of a [128 tokens x D] tile: D split into boxes of at most 64 elements
-// (128 bytes, the widest swizzled TMA box), each box 128 rows of kRowBytes, swizzled.
-template <int D>
+// Shared-memory image of a [Rows tokens x D] tile: D split into boxes of at most 64 elements
+// (128 bytes, the widest swizzled TMA box), each box Rows rows of kRowBytes, swizzled.
+template <int D, int Rows = kTileTokens>
 struct TileLayout {
   static constexpr int kBoxCols = D < 64 ? D : 64;
   static constexpr int kRowBytes = kBoxCols * 2;
   static constexpr int kBoxes = D / kBoxCols;
-  static constexpr int kBoxBytes = kTileTokens * kRowBytes;
+  static constexpr int kBoxBytes = Rows * kRowBytes;
   static constexpr int kTileBytes = kBoxes * kBoxBytes;
   static constexpr uint32_t kSwizzleMode = kRowBytes == 128 ? 1 : (kRowBytes == 64 ? 2 : 3);
   static constexpr int kChunksPerRow = kRowBytes / 16;
 };
 
 template <int D>
+using KvLayout = TileLayout<D, kv_tile_tokens(D)>;
+
+template <int D>
 struct SharedStorage {
   alignas(1024) uint8_t q[TileLayout<D>::kTileBytes];
-  alignas(1024) uint8_t k[kStages][TileLayout<D>::kTileBytes];
-  alignas(1024) uint8_t v[kStages][TileLayout<D>::kTileBytes];
+  alignas(1024) uint8_t k[kStages][KvLayout<D>::kTileBytes];
+  alignas(1024) uint8_t v[kStages][KvLayout<D>::kTileBytes];
   uint64_t q_full;
   uint64_t k_full[kStages], k_empty[kStages];
   uint64_t v_full[kStages], v_empty[kStages];
   uint8_t axis_class[kAxes][kClassTable];  // PairClass per KV tile of each axis range
+  // Head dim 256: the consumers' per-row key windows (begin, width per row and axis) live here
+  // instead of in registers, next to the 128 O accumulators per thread.
+  int row_window[D > 128 ? 4 * kAxes : 1][D > 128 ? 256 : 1];
 };
 
 template <int D>
@@ -68,7 +77,8 @@ struct KvWalk {
   int additional;  // tiles of additional keys
 };
 
-__device__ __forceinline__ KvWalk make_walk(const FwdParams& p, const int (&qt)[kAxes]) {
+__device__ __forceinline__ KvWalk make_walk(const FwdParams& p, const int (&qt)[kAxes],
+                                            int kv_tokens = kTileTokens) {
   KvWalk w;
   w.spatial = 1;
 #pragma unroll
@@ -79,7 +89,7 @@ __device__ __forceinline__ KvWalk make_walk(const FwdParams& p, const int (&qt)[
     w.size[a] = r.size();
     w.spatial *= w.size[a];
   }
-  w.additional = (p.additional_kv + kTileTokens - 1) / kTileTokens;
+  w.additional = (p.additional_kv + kv_tokens - 1) / kv_tokens;
   return w;
 }
 
@@ -125,6 +135,8 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, SharedStorage<
                                               const CUtensorMap* tm_av, const int (&qt)[kAxes],
                                               int head, int batch) {
   using L = TileLayout<D>;
+  using KL = KvLayout<D>;
+  constexpr int kKv = kv_tile_tokens(D);
   const int head_kv = head / p.heads_per_kv;
   const int x_base = batch * p.axes[0].extent;  // batches folded into the outermost axis
   mbar_expect_tx(&s.q_full, L::kTileBytes);
@@ -133,7 +145,7 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, SharedStorage<
     tma_load_5d(s.q + box * L::kBoxBytes, tm_q, &s.q_full, box * L::kBoxCols, head,
                 qt[2] * p.q_tile[2], qt[1] * p.q_tile[1], x_base + qt[0] * p.q_tile[0]);
 
-  const KvWalk w = make_walk(p, qt);
+  const KvWalk w = make_walk(p, qt, kKv);
   int it = 0;
   KvCursor cur;
   cursor_begin(cur);
@@ -147,7 +159,7 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, SharedStorage<
       mk = tm_k;
       mv = tm_v;
     } else {
-      c2 = (cur.t - w.spatial) * kTileTokens;
+      c2 = (cur.t - w.spatial) * kKv;
       c3 = p.batch_offset + batch;
       c4 = 0;
       mk = tm_ak;
@@ -156,16 +168,16 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, SharedStorage<
     const int stage = it % kStages;
     const uint32_t phase = (it / kStages) & 1;
     mbar_wait(&s.k_empty[stage], phase ^ 1);
-    mbar_expect_tx(&s.k_full[stage], L::kTileBytes);
+    mbar_expect_tx(&s.k_full[stage], KL::kTileBytes);
 #pragma unroll
-    for (int box = 0; box < L::kBoxes; ++box)
-      tma_load_5d(s.k[stage] + box * L::kBoxBytes, mk, &s.k_full[stage], box * L::kBoxCols,
+    for (int box = 0; box < KL::kBoxes; ++box)
+      tma_load_5d(s.k[stage] + box * KL::kBoxBytes, mk, &s.k_full[stage], box * KL::kBoxCols,
                   head_kv, c2, c3, c4);
     mbar_wait(&s.v_empty[stage], phase ^ 1);
-    mbar_expect_tx(&s.v_full[stage], L::kTileBytes);
+    mbar_expect_tx(&s.v_full[stage], KL::kTileBytes);
 #pragma unroll
-    for (int box = 0; box < L::kBoxes; ++box)
-      tma_load_5d(s.v[stage] + box * L::kBoxBytes, mv, &s.v_full[stage], box * L::kBoxCols,
+    for (int box = 0; box < KL::kBoxes; ++box)
+      tma_load_5d(s.v[stage] + box * KL::kBoxBytes, mv, &s.v_full[stage], box * KL::kBoxCols,
                   head_kv, c2, c3, c4);
     ++it;
   }
@@ -189,31 +201,44 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
                                               const int (&qt)[kAxes], int head, int batch,
                                               int consumer) {
   using L = TileLayout<D>;
-  constexpr int kS = kTileTokens / 2;  // S accumulators per thread (64 x 128 per warpgroup)
+  using KL = KvLayout<D>;
+  constexpr int kKv = kv_tile_tokens(D);  // keys per KV tile
+  constexpr int kS = kKv / 2;             // S accumulators per thread (64 x kKv per warpgroup)
   constexpr int kO = D / 2;            // O accumulators per thread (64 x D)
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
   const int quad = lane % 4;
   const int row_in_wg = warp * 16 + lane / 4;  // and + 8
 
-  // Per row (2 per thread): validity and the key window per axis (group coordinates).
+  // Per row (2 per thread): the key window per axis (group coordinates).
+  constexpr bool kWindowsInSmem = D > 128;
+  const int ctid = threadIdx.x - 128;
   int key_begin[2][kAxes], key_width[2][kAxes];
-  bool row_valid[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     int local[kAxes];
     tile_local(consumer * 64 + row_in_wg + 8 * i, p.q_tile, local);
-    row_valid[i] = true;
 #pragma unroll
     for (int a = 0; a < kAxes; ++a) {
       const int n = p.axes[a].extent;
       const int c = qt[a] * p.q_tile[a] + local[a];
-      row_valid[i] = row_valid[i] && c < n;
       const Range kw = key_window(p.axes[a], n, min_i(c, n - 1));
       key_begin[i][a] = kw.begin;
       key_width[i][a] = kw.size();
+      if constexpr (kWindowsInSmem) {
+        s.row_window[(i * kAxes + a) * 2][ctid] = kw.begin;
+        s.row_window[(i * kAxes + a) * 2 + 1][ctid] = kw.size();
+      }
     }
   }
+  auto window_begin = [&](int i, int a) {
+    if constexpr (kWindowsInSmem) return s.row_window[(i * kAxes + a) * 2][ctid];
+    else return key_begin[i][a];
+  };
+  auto window_width = [&](int i, int a) {
+    if constexpr (kWindowsInSmem) return s.row_window[(i * kAxes + a) * 2 + 1][ctid];
+    else return key_width[i][a];
+  };
 
   float o[kO];
 #pragma unroll
@@ -224,7 +249,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
 
   const uint32_t q_base = smem_addr(s.q) + consumer * 64 * L::kRowBytes;
 
-  const KvWalk w = make_walk(p, qt);
+  const KvWalk w = make_walk(p, qt, kKv);
   const int total = w.spatial + w.additional;
 
   // Per-axis pair classes of this Q tile's KV ranges, computed once into shared memory (or on
@@ -249,7 +274,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
   };
   auto tile_info = [&](const KvCursor& c) {
     TileInfo ti;
-    ti.key_limit = kTileTokens;
+    ti.key_limit = kKv;
     ti.partial = false;
     if (c.t < w.spatial) {
       PairClass cls = PairClass::full;
@@ -264,7 +289,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
       ti.partial = cls == PairClass::partial;
     } else {
       ti.kt[0] = ti.kt[1] = ti.kt[2] = 0;
-      ti.key_limit = min_i(kTileTokens, p.additional_kv - (c.t - w.spatial) * kTileTokens);
+      ti.key_limit = min_i(kKv, p.additional_kv - (c.t - w.spatial) * kKv);
     }
     return ti;
   };
@@ -277,18 +302,18 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
       const int within = (kk * 16 % L::kBoxCols) * 2;
       const uint64_t da = make_smem_desc(q_base + box * L::kBoxBytes + within, 16,
                                          8 * L::kRowBytes, L::kSwizzleMode);
-      const uint64_t db = make_smem_desc(k_base + box * L::kBoxBytes + within, 16,
-                                         8 * L::kRowBytes, L::kSwizzleMode);
-      WgmmaSS<kTileTokens, Tag>::run(sacc, da, db, kk > 0);
+      const uint64_t db = make_smem_desc(k_base + box * KL::kBoxBytes + within, 16,
+                                         8 * KL::kRowBytes, KL::kSwizzleMode);
+      WgmmaSS<kKv, Tag>::run(sacc, da, db, kk > 0);
     }
     wgmma_commit();
   };
-  auto issue_pv = [&](const uint32_t (&pa)[kTileTokens / 4], int stage) {
+  auto issue_pv = [&](const uint32_t (&pa)[kKv / 4], int stage) {
     const uint32_t v_base = smem_addr(s.v[stage]);
 #pragma unroll
-    for (int k = 0; k < kTileTokens / 16; ++k) {
-      const uint64_t db = make_smem_desc(v_base + k * 16 * L::kRowBytes, L::kBoxBytes,
-                                         8 * L::kRowBytes, L::kSwizzleMode);
+    for (int k = 0; k < kKv / 16; ++k) {
+      const uint64_t db = make_smem_desc(v_base + k * 16 * KL::kRowBytes, KL::kBoxBytes,
+                                         8 * KL::kRowBytes, KL::kSwizzleMode);
       WgmmaRS<D, Tag>::run(o, &pa[k * 4], db);
     }
     wgmma_commit();
@@ -296,13 +321,16 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
   // Masks S (partial pairs: the per-axis rule; additional-KV tail: keys beyond the count).
   auto apply_mask = [&](float (&sacc)[kS], const int (&kt)[kAxes], bool partial, int key_limit) {
     if (partial) {
-      int lo[2][kAxes];
+      int lo[2][kAxes], width[2][kAxes];
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
-        for (int a = 0; a < kAxes; ++a) lo[i][a] = key_begin[i][a] - kt[a] * p.kv_tile[a];
+        for (int a = 0; a < kAxes; ++a) {
+          lo[i][a] = window_begin(i, a) - kt[a] * p.kv_tile[a];
+          width[i][a] = window_width(i, a);
+        }
 #pragma unroll
-      for (int j = 0; j < kTileTokens / 8; ++j)
+      for (int j = 0; j < kKv / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           int local[kAxes];
@@ -313,13 +341,13 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
 #pragma unroll
             for (int a = 0; a < kAxes; ++a)
               ok = ok && static_cast<unsigned>(local[a] - lo[i][a]) <
-                             static_cast<unsigned>(key_width[i][a]);
+                             static_cast<unsigned>(width[i][a]);
             if (!ok) sacc[j * 4 + i * 2 + e] = -INFINITY;
           }
         }
-    } else if (key_limit < kTileTokens) {
+    } else if (key_limit < kKv) {
 #pragma unroll
-      for (int j = 0; j < kTileTokens / 8; ++j)
+      for (int j = 0; j < kKv / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e)
           if (j * 8 + quad * 2 + e >= key_limit) {
@@ -334,7 +362,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
     for (int i = 0; i < 2; ++i) {
       float mx = -INFINITY;
 #pragma unroll
-      for (int j = 0; j < kTileTokens / 8; ++j)
+      for (int j = 0; j < kKv / 8; ++j)
         mx = fmaxf(mx, fmaxf(sacc[j * 4 + i * 2], sacc[j * 4 + i * 2 + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
@@ -344,7 +372,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
       row_max[i] = m_new;
       float sum = 0.f;
 #pragma unroll
-      for (int j = 0; j < kTileTokens / 8; ++j)
+      for (int j = 0; j < kKv / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const float pv = fast_exp2(fmaf(sacc[j * 4 + i * 2 + e], scale_log2, -m_use));
@@ -363,9 +391,9 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
       o[j * 4 + 3] *= correction[1];
     }
   };
-  auto pack_p = [&](const float (&sacc)[kS], uint32_t (&pa)[kTileTokens / 4]) {
+  auto pack_p = [&](const float (&sacc)[kS], uint32_t (&pa)[kKv / 4]) {
 #pragma unroll
-    for (int k = 0; k < kTileTokens / 16; ++k) {
+    for (int k = 0; k < kKv / 16; ++k) {
       pa[k * 4 + 0] = pack2<Tag>(sacc[8 * k + 0], sacc[8 * k + 1]);
       pa[k * 4 + 1] = pack2<Tag>(sacc[8 * k + 2], sacc[8 * k + 3]);
       pa[k * 4 + 2] = pack2<Tag>(sacc[8 * k + 4], sacc[8 * k + 5]);
@@ -380,7 +408,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
   const int my_turn = 3 + consumer, other_turn = 3 + (consumer ^ 1);
   KvCursor cur;
   cursor_begin(cur);
-  uint32_t pa[kTileTokens / 4];
+  uint32_t pa[kKv / 4];
   float sacc[kS];
   float correction[2];
   if (total > 0) {
@@ -464,13 +492,17 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
   if (p.lse != nullptr && quad == 0) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      if (!row_valid[i]) continue;
       int local[kAxes];
       tile_local(consumer * 64 + row_in_wg + 8 * i, p.q_tile, local);
+      bool valid = true;
       int64_t off = batch * p.lse_batch_stride + head * p.lse_head_stride;
 #pragma unroll
-      for (int a = 0; a < kAxes; ++a)
-        off += static_cast<int64_t>(qt[a] * p.q_tile[a] + local[a]) * p.lse_axis_stride[a];
+      for (int a = 0; a < kAxes; ++a) {
+        const int c = qt[a] * p.q_tile[a] + local[a];
+        valid = valid && c < p.axes[a].extent;
+        off += static_cast<int64_t>(c) * p.lse_axis_stride[a];
+      }
+      if (!valid) continue;
       const float lse = row_sum[i] > 0.f ? (row_max[i] + __log2f(row_sum[i])) * 0.69314718056f
                                          : -INFINITY;
       p.lse[off] = lse;
@@ -539,11 +571,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (warpgroup == 0) {
-    regs_decrease<kProducerRegs>();
+    regs_decrease<producer_regs(D)>();
     if (threadIdx.x == 0)
       producer_loop<D>(p, s, &tm_q, &tm_k, &tm_v, &tm_ak, &tm_av, qt, head, batch);
   } else {
-    regs_increase<kConsumerRegs>();
+    regs_increase<consumer_regs(D)>();
     consumer_loop<D, Tag>(p, s, qt, head, batch, warpgroup - 1);
   }
 }

@@ -15,6 +15,7 @@
 #include "gna/core/error.hpp"
 #include "kernels/hopper/fwd_kernel.cuh"
 #include "kernels/hopper/fwd_launch.hpp"
+#include "kernels/hopper/fwd_schedule.hpp"
 #include "kernels/hopper/tma_host.hpp"
 
 namespace gna::hopper {
@@ -47,7 +48,7 @@ AxisStats axis_stats(const AxisRule& rule, int n, int tq, int tkv) {
   return st;
 }
 
-void check_tile(const TileShape& t, int rank, const char* name) {
+void check_tile(const TileShape& t, int rank, const char* name, int tokens) {
   int64_t v = 1;
   for (int a = 0; a < rank; ++a) {
     if (t.size[a] < 1 || (t.size[a] & (t.size[a] - 1)) != 0)
@@ -55,8 +56,8 @@ void check_tile(const TileShape& t, int rank, const char* name) {
                    t.size[a]);
     v *= t.size[a];
   }
-  if (v != kTileTokens)
-    fail_invalid("hopper: ", name, " tile must hold ", kTileTokens, " tokens, got ", v);
+  if (v != tokens)
+    fail_invalid("hopper: ", name, " tile must hold ", tokens, " tokens, got ", v);
 }
 
 TileChoice evaluate(const Problem& p, const TileShape& q, const TileShape& kv) {
@@ -84,10 +85,10 @@ TileChoice evaluate(const Problem& p, const TileShape& q, const TileShape& kv) {
   return c;
 }
 
-// All power-of-two shapes of kTileTokens tokens over `rank` axes.
-std::vector<TileShape> tile_shapes(int rank) {
+// All power-of-two shapes of `tokens` tokens over `rank` axes.
+std::vector<TileShape> tile_shapes(int rank, int tokens) {
   std::vector<TileShape> out;
-  const int total = pow2_log(kTileTokens);
+  const int total = pow2_log(tokens);
   for (int e0 = 0; e0 <= total; ++e0)
     for (int e1 = 0; e1 <= total - e0; ++e1) {
       const int e2 = total - e0 - e1;
@@ -128,8 +129,9 @@ std::vector<TileChoice> ranked_tiles(const Problem& p, const KernelOptions& opti
     forced_q = forced_q || options.q_tile.size[a] > 1;
     forced_kv = forced_kv || options.kv_tile.size[a] > 1;
   }
-  if (forced_q) check_tile(options.q_tile, p.rank, "Q");
-  if (forced_kv) check_tile(options.kv_tile, p.rank, "KV");
+  const int kv_tokens = kv_tile_tokens(p.dim_qk);
+  if (forced_q) check_tile(options.q_tile, p.rank, "Q", kTileTokens);
+  if (forced_kv) check_tile(options.kv_tile, p.rank, "KV", kv_tokens);
   auto same = [&](const TileShape& a, const TileShape& b) {
     for (int i = 0; i < p.rank; ++i)
       if (a.size[i] != b.size[i]) return false;
@@ -138,7 +140,7 @@ std::vector<TileChoice> ranked_tiles(const Problem& p, const KernelOptions& opti
 
   static std::mutex mu;
   static std::map<std::tuple<Signature, std::vector<int>>, std::vector<TileChoice>> cache;
-  std::vector<int> forced{forced_q ? 1 : 0, forced_kv ? 1 : 0};
+  std::vector<int> forced{forced_q ? 1 : 0, forced_kv ? 1 : 0, kv_tokens};
   for (int a = 0; a < p.rank; ++a) {
     forced.push_back(forced_q ? options.q_tile.size[a] : 0);
     forced.push_back(forced_kv ? options.kv_tile.size[a] : 0);
@@ -149,11 +151,12 @@ std::vector<TileChoice> ranked_tiles(const Problem& p, const KernelOptions& opti
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
-  const std::vector<TileShape> shapes = tile_shapes(p.rank);
+  const std::vector<TileShape> q_shapes = tile_shapes(p.rank, kTileTokens);
+  const std::vector<TileShape> kv_shapes = tile_shapes(p.rank, kv_tokens);
   std::vector<std::pair<double, TileChoice>> scored;
-  for (const TileShape& q : shapes) {
+  for (const TileShape& q : q_shapes) {
     if (forced_q && !same(q, options.q_tile)) continue;
-    for (const TileShape& kv : shapes) {
+    for (const TileShape& kv : kv_shapes) {
       if (forced_kv && !same(kv, options.kv_tile)) continue;
       const TileChoice c = evaluate(p, q, kv);
       scored.emplace_back(choice_cost(c), c);
@@ -183,8 +186,9 @@ bool supports(const ForwardCall& call, std::string* why) {
   if (!have_tensor_map_encoder()) return no("the driver has no cuTensorMapEncodeTiled");
   if (p.dtype != DType::bf16 && p.dtype != DType::f16)
     return no(std::string("dtype ") + dtype_name(p.dtype) + " not supported (supported: bf16, f16)");
-  if (p.dim_qk != 32 && p.dim_qk != 64 && p.dim_qk != 128)
-    return no("head dim " + std::to_string(p.dim_qk) + " not supported (supported: 32, 64, 128)");
+  if (p.dim_qk != 32 && p.dim_qk != 64 && p.dim_qk != 128 && p.dim_qk != 256)
+    return no("head dim " + std::to_string(p.dim_qk) +
+              " not supported (supported: 32, 64, 128, 256)");
   if (p.dim_v != p.dim_qk)
     return no("value head dim " + std::to_string(p.dim_v) + " must equal the query/key head dim " +
               std::to_string(p.dim_qk));
@@ -214,6 +218,35 @@ bool supports(const ForwardCall& call, std::string* why) {
 }
 
 namespace {
+
+std::mutex schedule_mu;
+Schedule schedule_setting;
+
+// The persistent kernel hides a fixed cost of about three KV tile times per item (Q and first
+// K/V latency, the first S and last P V, the O store), but its consumer loop runs 3-11% slower
+// than the one-item kernel's (H100 A/B, docs/hopper_forward.md). It pays off when items are
+// short and fill the GPU more than once: fewer than kPersistentMaxKvTiles KV tiles per item on
+// average (NA 56x56 7x7, d32: 0.68 against 0.83 ms; FLUX stride 16x16 at 50 tiles per item is
+// 3% slower). Sets the work hand-out fields of `fp` and the grid.
+constexpr double kPersistentMaxKvTiles = 24;
+
+bool use_persistent(FwdParams& fp, int head_dim, int device, void* stream, int* grid) {
+  const Schedule sched = current_schedule();
+  fp.tile_order = nullptr;
+  fp.work_counter = nullptr;
+  if (head_dim > 128) return false;  // no persistent kernel for head dim 256
+  if (sched.kind == Schedule::one_cta_per_item) return false;
+  const int sms = sm_count(device);
+  const bool persistent =
+      sched.kind == Schedule::persistent ||
+      (fp.items > sms && mean_kv_tiles(fp) < kPersistentMaxKvTiles);
+  if (!persistent) return false;
+  int ctas = sched.ctas > 0 ? sched.ctas : sms;
+  *grid = ctas < fp.items ? ctas : fp.items;
+  if (sched.longest_first) fp.tile_order = longest_first_order(fp, device, stream);
+  if (sched.dynamic) fp.work_counter = work_counter(device, stream);
+  return true;
+}
 
 void run_with_tiles(const ForwardCall& call, const TileChoice& tiles) {
   const Problem& p = call.problem;
@@ -281,7 +314,7 @@ void run_with_tiles(const ForwardCall& call, const TileChoice& tiles) {
         d.stride_bytes[3] = t.strides[0] * es;
         d.box[0] = D < 64 ? D : 64;
         d.box[1] = 1;
-        d.box[2] = kTileTokens;
+        d.box[2] = kv_tile_tokens(D);
         d.box[3] = 1;
         d.box[4] = 1;
         encode_map(&maps[3 + which], d, t.data, p.dtype, D);
@@ -290,14 +323,18 @@ void run_with_tiles(const ForwardCall& call, const TileChoice& tiles) {
       maps[3] = maps[1];
       maps[4] = maps[2];
     }
-    const int grid = fp.q_tiles_per_image * p.heads_q * plan.per_run;
+    fp.items = fp.q_tiles_per_image * p.heads_q * plan.per_run;
+    int grid = fp.items;
+    const bool persistent = use_persistent(fp, D, q.device, call.stream, &grid);
     const bool bf16 = p.dtype == DType::bf16;
     if (D == 32)
-      launch_d32(bf16, maps, fp, grid, call.stream);
+      launch_d32(bf16, maps, fp, grid, persistent, call.stream);
     else if (D == 64)
-      launch_d64(bf16, maps, fp, grid, call.stream);
+      launch_d64(bf16, maps, fp, grid, persistent, call.stream);
+    else if (D == 128)
+      launch_d128(bf16, maps, fp, grid, persistent, call.stream);
     else
-      launch_d128(bf16, maps, fp, grid, call.stream);
+      launch_d256(bf16, maps, fp, grid, persistent, call.stream);
   }
 }
 
@@ -352,6 +389,16 @@ TileChoice autotuned_tiles(const ForwardCall& call) {
 }
 
 }  // namespace
+
+void set_schedule(const Schedule& s) {
+  std::lock_guard<std::mutex> lock(schedule_mu);
+  schedule_setting = s;
+}
+
+Schedule current_schedule() {
+  std::lock_guard<std::mutex> lock(schedule_mu);
+  return schedule_setting;
+}
 
 void forward(const ForwardCall& call) {
   if (call.options.autotune) {

@@ -29,9 +29,28 @@ std::vector<TileChoice> ranked_tiles(const Problem& p, const KernelOptions& opti
 bool supports(const ForwardCall& call, std::string* why);
 void forward(const ForwardCall& call);
 
+// How work items (Q tile, head, batch) map to CTAs. automatic: the persistent kernel when the
+// items fill the GPU more than once and are short (few KV tiles each), else one CTA per item
+// (fwd_launch.cu says why). Tests and benchmarks override it process-wide (ctas > 0 caps the
+// persistent grid, so that every CTA walks many items).
+struct Schedule {
+  enum Kind { automatic, one_cta_per_item, persistent } kind = automatic;
+  int ctas = 0;
+  bool longest_first = true;  // persistent: items in longest-first order per image and head
+  bool dynamic = true;        // persistent: a global counter hands items out (else round robin)
+};
+void set_schedule(const Schedule& s);
+Schedule current_schedule();
+
 // Kernel launchers, one per (head dim, dtype): defined in the fwd_d*.cu instantiation files.
-void launch_d32(bool bf16, const void* maps, const FwdParams& p, int grid, void* stream);
-void launch_d64(bool bf16, const void* maps, const FwdParams& p, int grid, void* stream);
-void launch_d128(bool bf16, const void* maps, const FwdParams& p, int grid, void* stream);
+// grid: CTAs; persistent: the persistent kernel (else one CTA per item).
+void launch_d32(bool bf16, const void* maps, const FwdParams& p, int grid, bool persistent,
+                void* stream);
+void launch_d64(bool bf16, const void* maps, const FwdParams& p, int grid, bool persistent,
+                void* stream);
+void launch_d128(bool bf16, const void* maps, const FwdParams& p, int grid, bool persistent,
+                 void* stream);
+void launch_d256(bool bf16, const void* maps, const FwdParams& p, int grid, bool persistent,
+                 void* stream);
 
 }  // namespace gna::hopper

@@ -12,7 +12,11 @@
 namespace gna::hopper {
 
 constexpr int kAxes = 3;
-constexpr int kTileTokens = 128;  // Q tile rows and KV tile keys
+constexpr int kTileTokens = 128;  // Q tile rows (and KV tile keys up to head dim 128)
+
+// Keys per KV tile: head dim 256 takes 64-key tiles, so that K and V stay double-buffered
+// next to the 64 KB Q tile in shared memory and O (128 registers per thread) fits beside S.
+constexpr int kv_tile_tokens(int head_dim) { return head_dim > 128 ? 64 : kTileTokens; }
 
 struct FwdParams {
   AxisRule axes[kAxes];     // extent = group length, dilation 1
@@ -26,6 +30,13 @@ struct FwdParams {
   int heads_per_kv;         // heads_q / heads_kv
   int additional_kv;        // extra keys (0: none)
   float scale_log2;         // scale * log2(e)
+  // Persistent kernel: work items (Q tile, head, batch) = q_tiles_per_image * heads_q * batches,
+  // item k is tile order[k % q_tiles_per_image] (tile k % q_tiles_per_image without an order)
+  // of image and head k / q_tiles_per_image; work_counter (two ints, zero between launches)
+  // hands items out dynamically, round robin without it.
+  int items;
+  const int* tile_order;
+  int* work_counter;
   // Output O [.., Hq, Dv] and LSE [.., Hq] (float32), element strides; the base pointers are
   // already offset to this launch's dilation group and first batch, axis strides multiplied by
   // the dilation.

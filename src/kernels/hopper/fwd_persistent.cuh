@@ -1,0 +1,518 @@
+// The persistent Hopper forward kernel: one CTA per SM walks a list of work items (128-token Q
+// tile, head, batch), taken from a global counter (dynamic, longest first when the host passes
+// an order) or round robin. The producer thread streams the KV tiles of consecutive items through
+// one K/V ring without a break and tags each stage with what the consumers need (item, tile
+// class, key offsets); Q is double-buffered so the next item's Q arrives while the current one
+// finishes. The consumers pipeline across items: the first S = Q K^T of the next item is issued
+// together with the last P V of the current one, and the current item's epilogue runs while the
+// other consumer warpgroup holds the tensor cores. Everything per tile (mask, softmax, GEMMs) is
+// the same as in the one-CTA-per-item kernel (fwd_kernel.cuh).
+#pragma once
+
+#include "kernels/hopper/fwd_kernel.cuh"
+
+namespace gna::hopper {
+
+// Register split: the producer walks more state than in the one-item kernel. setmaxnreg moves
+// registers within the CTA's launch allocation (384 threads x 168), so 128 * producer +
+// 256 * consumer must stay within 64512.
+constexpr int kPersistentProducerRegs = 72;
+constexpr int kPersistentConsumerRegs = 216;
+
+// What the consumers need about the KV tile in a stage, written by the producer before the
+// stage's K load is armed (the mbarrier's arrive releases it, the consumers' wait acquires it).
+struct StageTag {
+  int tile;        // Q tile of the work item (linear index inside the image)
+  int head_batch;  // head + heads_q * batch
+  int flags;       // kFirstTile | kPartialTile | kEndOfWork
+  int key_limit;   // real keys of the tile (< 128 only for the last additional-KV tile)
+  int kv_origin[kAxes];  // first key of the KV tile per axis (group coordinates)
+  int unused;
+};
+constexpr int kFirstTile = 1;    // first KV tile of a work item
+constexpr int kPartialTile = 2;  // the pair needs the per-axis mask
+constexpr int kEndOfWork = 4;    // no KV tile: the CTA's work is done
+
+template <int D>
+struct PersistentStorage {
+  alignas(1024) uint8_t q[2][TileLayout<D>::kTileBytes];  // item j uses q[j % 2]; also O staging
+  alignas(1024) uint8_t k[kStages][TileLayout<D>::kTileBytes];
+  alignas(1024) uint8_t v[kStages][TileLayout<D>::kTileBytes];
+  StageTag tag[kStages];
+  uint64_t q_full[2], q_empty[2];
+  uint64_t k_full[kStages], k_empty[kStages];
+  uint64_t v_full[kStages], v_empty[kStages];
+};
+
+template <int D>
+constexpr int persistent_shared_bytes() {
+  return static_cast<int>(sizeof(PersistentStorage<D>)) + 1024;  // + alignment slack
+}
+
+// Q tile coordinates of a linear tile index (row-major over axes 0, 1, 2).
+__device__ __forceinline__ void tile_coords(const FwdParams& p, int tile, int (&qt)[kAxes]) {
+  qt[2] = tile % p.q_tiles[2];
+  qt[1] = (tile / p.q_tiles[2]) % p.q_tiles[1];
+  qt[0] = tile / (p.q_tiles[2] * p.q_tiles[1]);
+}
+
+// Work item k: tiles of an image run fastest (concurrent CTAs share K/V in L2); within an image
+// and head the host's order (longest first) when given.
+__device__ __forceinline__ void decode_item(const FwdParams& p, int k, int& tile, int& head_batch) {
+  const int r = k % p.q_tiles_per_image;
+  head_batch = k / p.q_tiles_per_image;
+  tile = p.tile_order != nullptr ? __ldg(p.tile_order + r) : r;
+}
+
+template <int D>
+__device__ __forceinline__ void persistent_producer(const FwdParams& p, PersistentStorage<D>& s,
+                                                    const CUtensorMap* tm_q,
+                                                    const CUtensorMap* tm_k,
+                                                    const CUtensorMap* tm_v,
+                                                    const CUtensorMap* tm_ak,
+                                                    const CUtensorMap* tm_av) {
+  using L = TileLayout<D>;
+  int k = blockIdx.x;
+  int j = 0;   // items of this CTA
+  int it = 0;  // KV tiles of this CTA
+  while (k < p.items) {
+    int tile, hb;
+    decode_item(p, k, tile, hb);
+    const int head = hb % p.heads_q;
+    const int head_kv = head / p.heads_per_kv;
+    const int x_base = hb / p.heads_q * p.axes[0].extent;  // batches folded into axis 0
+    int qt[kAxes];
+    tile_coords(p, tile, qt);
+
+    const int qb = j & 1;
+    mbar_wait(&s.q_empty[qb], ((j >> 1) & 1) ^ 1);
+    mbar_expect_tx(&s.q_full[qb], L::kTileBytes);
+#pragma unroll
+    for (int box = 0; box < L::kBoxes; ++box)
+      tma_load_5d(s.q[qb] + box * L::kBoxBytes, tm_q, &s.q_full[qb], box * L::kBoxCols, head,
+                  qt[2] * p.q_tile[2], qt[1] * p.q_tile[1], x_base + qt[0] * p.q_tile[0]);
+
+    const int first_it = it;
+    // One KV tile into the next stage, tagged for the consumers.
+    auto emit = [&](int flags, int key_limit, int o0, int o1, int o2, int c2, int c3, int c4,
+                    const CUtensorMap* mk, const CUtensorMap* mv) {
+      const int stage = it % kStages;
+      const uint32_t phase = (it / kStages) & 1;
+      mbar_wait(&s.k_empty[stage], phase ^ 1);
+      StageTag& tag = s.tag[stage];
+      tag.tile = tile;
+      tag.head_batch = hb;
+      tag.flags = flags | (it == first_it ? kFirstTile : 0);
+      tag.key_limit = key_limit;
+      tag.kv_origin[0] = o0;
+      tag.kv_origin[1] = o1;
+      tag.kv_origin[2] = o2;
+      mbar_expect_tx(&s.k_full[stage], L::kTileBytes);
+#pragma unroll
+      for (int box = 0; box < L::kBoxes; ++box)
+        tma_load_5d(s.k[stage] + box * L::kBoxBytes, mk, &s.k_full[stage], box * L::kBoxCols,
+                    head_kv, c2, c3, c4);
+      mbar_wait(&s.v_empty[stage], phase ^ 1);
+      mbar_expect_tx(&s.v_full[stage], L::kTileBytes);
+#pragma unroll
+      for (int box = 0; box < L::kBoxes; ++box)
+        tma_load_5d(s.v[stage] + box * L::kBoxBytes, mv, &s.v_full[stage], box * L::kBoxCols,
+                    head_kv, c2, c3, c4);
+      ++it;
+    };
+    // The box of KV tiles from the core, classes per axis computed where that axis' tile
+    // changes, then the additional-KV tiles.
+    Range r[kAxes];
+#pragma unroll
+    for (int a = 0; a < kAxes; ++a)
+      r[a] = kv_tiles_for_q_tile(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a], p.kv_tile[a]);
+    for (int k0 = r[0].begin; k0 < r[0].end; ++k0) {
+      const PairClass c0 = classify_axis_tiles(p.axes[0], p.axes[0].extent, qt[0], k0,
+                                               p.q_tile[0], p.kv_tile[0]);
+      for (int k1 = r[1].begin; k1 < r[1].end; ++k1) {
+        const PairClass c01 = combine(c0, classify_axis_tiles(p.axes[1], p.axes[1].extent, qt[1],
+                                                              k1, p.q_tile[1], p.kv_tile[1]));
+        for (int k2 = r[2].begin; k2 < r[2].end; ++k2) {
+          const PairClass c = combine(c01, classify_axis_tiles(p.axes[2], p.axes[2].extent,
+                                                               qt[2], k2, p.q_tile[2],
+                                                               p.kv_tile[2]));
+          const int o0 = k0 * p.kv_tile[0], o1 = k1 * p.kv_tile[1], o2 = k2 * p.kv_tile[2];
+          emit(c == PairClass::partial ? kPartialTile : 0, kTileTokens, o0, o1, o2, o2, o1,
+               x_base + o0, tm_k, tm_v);
+        }
+      }
+    }
+    for (int a0 = 0; a0 < p.additional_kv; a0 += kTileTokens)
+      emit(0, min_i(kTileTokens, p.additional_kv - a0), 0, 0, 0, a0,
+           p.batch_offset + hb / p.heads_q, 0, tm_ak, tm_av);
+    ++j;
+    // The next item, asked for once this item's loads are issued (the producer runs two
+    // stages ahead of the consumers, which hides the atomic's latency).
+    k = p.work_counter != nullptr ? atomicAdd(p.work_counter, 1) + gridDim.x : k + gridDim.x;
+  }
+  if (p.work_counter != nullptr) {
+    // Every CTA has made its last request (the one past the end); the last CTA to get here
+    // resets the counter for the next launch on this stream.
+    __threadfence();
+    if (atomicAdd(p.work_counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+      atomicExch(p.work_counter, 0);
+      atomicExch(p.work_counter + 1, 0);
+    }
+  }
+  // End of work: a stage with no data, only the tag.
+  const int stage = it % kStages;
+  mbar_wait(&s.k_empty[stage], ((it / kStages) & 1) ^ 1);
+  s.tag[stage].flags = kEndOfWork;
+  mbar_arrive(&s.k_full[stage]);
+}
+
+// Per-row state of a consumer thread for one work item (2 rows per thread).
+struct RowWindows {
+  int begin[2][kAxes], width[2][kAxes];
+};
+
+template <int D, typename Tag>
+__device__ __forceinline__ void persistent_consumer(const FwdParams& p, PersistentStorage<D>& s,
+                                                    int consumer) {
+  using L = TileLayout<D>;
+  constexpr int kS = kTileTokens / 2;  // S accumulators per thread (64 x 128 per warpgroup)
+  constexpr int kO = D / 2;            // O accumulators per thread (64 x D)
+  const int lane = threadIdx.x % 32;
+  const int warp = (threadIdx.x / 32) % 4;
+  const int quad = lane % 4;
+  const int row_in_wg = warp * 16 + lane / 4;  // and + 8
+  const float scale_log2 = p.scale_log2;
+
+  RowWindows win;
+  auto begin_item = [&](int tile) {
+    int qt[kAxes];
+    tile_coords(p, tile, qt);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      int local[kAxes];
+      tile_local(consumer * 64 + row_in_wg + 8 * i, p.q_tile, local);
+#pragma unroll
+      for (int a = 0; a < kAxes; ++a) {
+        const int n = p.axes[a].extent;
+        const int c = qt[a] * p.q_tile[a] + local[a];
+        const Range kw = key_window(p.axes[a], n, min_i(c, n - 1));
+        win.begin[i][a] = kw.begin;
+        win.width[i][a] = kw.size();
+      }
+    }
+  };
+
+  float o[kO];
+#pragma unroll
+  for (int i = 0; i < kO; ++i) o[i] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY};  // log2 domain (scaled)
+  float row_sum[2] = {0.f, 0.f};              // this thread's partial sums
+  const uint32_t q_row_offset = consumer * 64 * L::kRowBytes;
+
+  auto issue_qk = [&](float (&sacc)[kS], int qb, int stage) {
+    const uint32_t q_base = smem_addr(s.q[qb]) + q_row_offset;
+    const uint32_t k_base = smem_addr(s.k[stage]);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int box = kk * 16 / L::kBoxCols;
+      const int within = (kk * 16 % L::kBoxCols) * 2;
+      const uint64_t da = make_smem_desc(q_base + box * L::kBoxBytes + within, 16,
+                                         8 * L::kRowBytes, L::kSwizzleMode);
+      const uint64_t db = make_smem_desc(k_base + box * L::kBoxBytes + within, 16,
+                                         8 * L::kRowBytes, L::kSwizzleMode);
+      WgmmaSS<kTileTokens, Tag>::run(sacc, da, db, kk > 0);
+    }
+    wgmma_commit();
+  };
+  auto issue_pv = [&](const uint32_t (&pa)[kTileTokens / 4], int stage) {
+    const uint32_t v_base = smem_addr(s.v[stage]);
+#pragma unroll
+    for (int k = 0; k < kTileTokens / 16; ++k) {
+      const uint64_t db = make_smem_desc(v_base + k * 16 * L::kRowBytes, L::kBoxBytes,
+                                         8 * L::kRowBytes, L::kSwizzleMode);
+      WgmmaRS<D, Tag>::run(o, &pa[k * 4], db);
+    }
+    wgmma_commit();
+  };
+  // Masks S: partial pairs get the per-axis rule, the additional-KV tail the key count.
+  auto apply_mask = [&](float (&sacc)[kS], const StageTag& tag) {
+    if (tag.flags & kPartialTile) {
+      int lo[2][kAxes];
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int a = 0; a < kAxes; ++a) lo[i][a] = win.begin[i][a] - tag.kv_origin[a];
+#pragma unroll
+      for (int j = 0; j < kTileTokens / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          int local[kAxes];
+          tile_local(j * 8 + quad * 2 + e, p.kv_tile, local);
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            bool ok = true;
+#pragma unroll
+            for (int a = 0; a < kAxes; ++a)
+              ok = ok && static_cast<unsigned>(local[a] - lo[i][a]) <
+                             static_cast<unsigned>(win.width[i][a]);
+            if (!ok) sacc[j * 4 + i * 2 + e] = -INFINITY;
+          }
+        }
+    } else if (tag.key_limit < kTileTokens) {
+#pragma unroll
+      for (int j = 0; j < kTileTokens / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          if (j * 8 + quad * 2 + e >= tag.key_limit) {
+            sacc[j * 4 + e] = -INFINITY;
+            sacc[j * 4 + 2 + e] = -INFINITY;
+          }
+    }
+  };
+  auto softmax = [&](float (&sacc)[kS], float (&correction)[2]) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kTileTokens / 8; ++j)
+        mx = fmaxf(mx, fmaxf(sacc[j * 4 + i * 2], sacc[j * 4 + i * 2 + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+      const float m_new = fmaxf(row_max[i], mx * scale_log2);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      correction[i] = fast_exp2(row_max[i] - m_use);
+      row_max[i] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kTileTokens / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pv = fast_exp2(fmaf(sacc[j * 4 + i * 2 + e], scale_log2, -m_use));
+          sacc[j * 4 + i * 2 + e] = pv;
+          sum += pv;
+        }
+      row_sum[i] = row_sum[i] * correction[i] + sum;
+    }
+  };
+  auto pack_p = [&](const float (&sacc)[kS], uint32_t (&pa)[kTileTokens / 4]) {
+#pragma unroll
+    for (int k = 0; k < kTileTokens / 16; ++k) {
+      pa[k * 4 + 0] = pack2<Tag>(sacc[8 * k + 0], sacc[8 * k + 1]);
+      pa[k * 4 + 1] = pack2<Tag>(sacc[8 * k + 2], sacc[8 * k + 3]);
+      pa[k * 4 + 2] = pack2<Tag>(sacc[8 * k + 4], sacc[8 * k + 5]);
+      pa[k * 4 + 3] = pack2<Tag>(sacc[8 * k + 6], sacc[8 * k + 7]);
+    }
+  };
+  // Epilogue of a finished item: normalise, stage this warpgroup's rows in its own rows of the
+  // item's Q buffer (its last S = Q K^T is done), store to the heads-last output, then release
+  // the Q buffer to the producer.
+  auto epilogue = [&](int tile, int hb, int qb, const float (&m)[2], const float (&l_part)[2]) {
+    int qt[kAxes];
+    tile_coords(p, tile, qt);
+    const int head = hb % p.heads_q, batch = hb / p.heads_q;
+    uint8_t* stage_rows = s.q[qb];
+    float inv[2], l_row[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float l = l_part[i];
+      l += __shfl_xor_sync(0xffffffff, l, 1);
+      l += __shfl_xor_sync(0xffffffff, l, 2);
+      l_row[i] = l;
+      inv[i] = l > 0.f ? 1.f / l : 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = consumer * 64 + row_in_wg + 8 * i;
+        const int col = j * 8 + quad * 2;
+        const int box = col / L::kBoxCols;
+        const int cc = col % L::kBoxCols;
+        const int chunk = (cc / 8) ^ (r % L::kChunksPerRow);
+        uint8_t* dst = stage_rows + box * L::kBoxBytes + r * L::kRowBytes + chunk * 16 + (cc % 8) * 2;
+        *reinterpret_cast<uint32_t*>(dst) =
+            pack2<Tag>(o[j * 4 + i * 2] * inv[i], o[j * 4 + i * 2 + 1] * inv[i]);
+      }
+    if (p.lse != nullptr && quad == 0) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        int local[kAxes];
+        tile_local(consumer * 64 + row_in_wg + 8 * i, p.q_tile, local);
+        bool valid = true;
+        int64_t off = batch * p.lse_batch_stride + head * p.lse_head_stride;
+#pragma unroll
+        for (int a = 0; a < kAxes; ++a) {
+          const int c = qt[a] * p.q_tile[a] + local[a];
+          valid = valid && c < p.axes[a].extent;
+          off += static_cast<int64_t>(c) * p.lse_axis_stride[a];
+        }
+        if (valid)
+          p.lse[off] = l_row[i] > 0.f ? (m[i] + __log2f(l_row[i])) * 0.69314718056f : -INFINITY;
+      }
+    }
+    named_barrier_sync(1 + consumer, 128);
+    constexpr int kChunks = D * 2 / 16;  // 16-byte chunks per output row
+    const int tid = threadIdx.x % 128;
+    for (int idx = tid; idx < 64 * kChunks; idx += 128) {
+      const int r = consumer * 64 + idx / kChunks;
+      const int ch = idx % kChunks;
+      int local[kAxes];
+      tile_local(r, p.q_tile, local);
+      bool valid = true;
+      int64_t off = batch * p.o_batch_stride + head * p.o_head_stride + ch * 8;
+#pragma unroll
+      for (int a = 0; a < kAxes; ++a) {
+        const int c = qt[a] * p.q_tile[a] + local[a];
+        valid = valid && c < p.axes[a].extent;
+        off += static_cast<int64_t>(c) * p.o_axis_stride[a];
+      }
+      if (!valid) continue;
+      const int box = ch / L::kChunksPerRow;
+      const int chunk = (ch % L::kChunksPerRow) ^ (r % L::kChunksPerRow);
+      const uint4 val = *reinterpret_cast<const uint4*>(stage_rows + box * L::kBoxBytes +
+                                                       r * L::kRowBytes + chunk * 16);
+      *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.o) + off) = val;
+    }
+    // The producer's next TMA write to this buffer must follow these generic accesses.
+    fence_proxy_async_smem();
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&s.q_empty[qb]);
+  };
+
+  // Ping-pong: the two consumer warpgroups take turns issuing their GEMMs (named barriers 3
+  // and 4), so one warpgroup's softmax or epilogue runs while the other's GEMMs hold the tensor
+  // cores; the first consumer goes first.
+  const int my_turn = 3 + consumer, other_turn = 3 + (consumer ^ 1);
+  if (consumer == 1) named_barrier_arrive(3, 256);
+  mbar_wait(&s.k_full[0], 0);
+  if (s.tag[0].flags & kEndOfWork) {  // no item for this CTA
+    if (consumer == 0) named_barrier_sync(my_turn, 256);
+    return;
+  }
+  int item_tile = s.tag[0].tile, item_hb = s.tag[0].head_batch;
+  int j = 0;  // items of this CTA: item j's Q is in q[j % 2]
+  begin_item(item_tile);
+  mbar_wait(&s.q_full[0], 0);
+  uint32_t pa[kTileTokens / 4];
+  float sacc[kS];
+  float correction[2];
+  named_barrier_sync(my_turn, 256);
+  wgmma_fence();
+  issue_qk(sacc, 0, 0);
+  named_barrier_arrive(other_turn, 256);
+  wgmma_wait<0>();
+  fence_regs(sacc);
+  {
+    const StageTag tag = s.tag[0];
+    apply_mask(sacc, tag);
+  }
+  if (lane == 0) mbar_arrive(&s.k_empty[0]);
+  softmax(sacc, correction);
+  pack_p(sacc, pa);
+  int it = 1;
+  for (;; ++it) {
+    const int stage = it % kStages;
+    const uint32_t phase = (it / kStages) & 1;
+    const int prev_stage = (it - 1) % kStages;
+    const uint32_t prev_phase = ((it - 1) / kStages) & 1;
+    mbar_wait(&s.k_full[stage], phase);
+    const int flags = s.tag[stage].flags;
+    if (flags & kEndOfWork) break;
+    // A new item: keep the finished one's row statistics for its epilogue, start afresh.
+    const bool first = flags & kFirstTile;
+    int done_tile = item_tile, done_hb = item_hb;
+    float done_max[2] = {row_max[0], row_max[1]}, done_sum[2] = {row_sum[0], row_sum[1]};
+    if (first) {
+      item_tile = s.tag[stage].tile;
+      item_hb = s.tag[stage].head_batch;
+      row_max[0] = row_max[1] = -INFINITY;
+      row_sum[0] = row_sum[1] = 0.f;
+      begin_item(item_tile);
+      ++j;
+      mbar_wait(&s.q_full[j & 1], (j >> 1) & 1);
+    }
+    mbar_wait(&s.v_full[prev_stage], prev_phase);
+    named_barrier_sync(my_turn, 256);
+    wgmma_fence();
+    issue_qk(sacc, j & 1, stage);
+    issue_pv(pa, prev_stage);
+    named_barrier_arrive(other_turn, 256);
+    wgmma_wait<1>();
+    fence_regs(sacc);
+    {
+      const StageTag tag = s.tag[stage];
+      apply_mask(sacc, tag);
+    }
+    if (lane == 0) mbar_arrive(&s.k_empty[stage]);
+    softmax(sacc, correction);
+    wgmma_wait<0>();
+    fence_regs(o);
+    if (lane == 0) mbar_arrive(&s.v_empty[prev_stage]);
+    if (first) {
+      epilogue(done_tile, done_hb, (j - 1) & 1, done_max, done_sum);
+#pragma unroll
+      for (int i = 0; i < kO; ++i) o[i] = 0.f;
+    } else if (__any_sync(0xffffffff, correction[0] != 1.f || correction[1] != 1.f)) {
+      // Most iterations leave every row max of the warp unchanged: skip the multiplies.
+#pragma unroll
+      for (int c = 0; c < D / 8; ++c) {
+        o[c * 4 + 0] *= correction[0];
+        o[c * 4 + 1] *= correction[0];
+        o[c * 4 + 2] *= correction[1];
+        o[c * 4 + 3] *= correction[1];
+      }
+    }
+    pack_p(sacc, pa);
+  }
+  const int last = (it - 1) % kStages;
+  mbar_wait(&s.v_full[last], ((it - 1) / kStages) & 1);
+  named_barrier_sync(my_turn, 256);
+  wgmma_fence();
+  issue_pv(pa, last);
+  named_barrier_arrive(other_turn, 256);
+  wgmma_wait<0>();
+  fence_regs(o);
+  if (lane == 0) mbar_arrive(&s.v_empty[last]);
+  epilogue(item_tile, item_hb, j & 1, row_max, row_sum);
+  if (consumer == 0) named_barrier_sync(my_turn, 256);  // the second consumer's last turn
+}
+
+template <int D, typename Tag>
+__global__ void __launch_bounds__(kThreads, 1)
+    persistent_forward_kernel(const __grid_constant__ CUtensorMap tm_q,
+                              const __grid_constant__ CUtensorMap tm_k,
+                              const __grid_constant__ CUtensorMap tm_v,
+                              const __grid_constant__ CUtensorMap tm_ak,
+                              const __grid_constant__ CUtensorMap tm_av,
+                              const __grid_constant__ FwdParams p) {
+  extern __shared__ uint8_t smem_raw[];
+  auto& s = *reinterpret_cast<PersistentStorage<D>*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  const int warpgroup = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    prefetch_tensor_map(&tm_q);
+    prefetch_tensor_map(&tm_k);
+    prefetch_tensor_map(&tm_v);
+    for (int i = 0; i < 2; ++i) {
+      mbar_init(&s.q_full[i], 1);
+      mbar_init(&s.q_empty[i], 8);  // one arrival per consumer warp
+    }
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(&s.k_full[i], 1);
+      mbar_init(&s.v_full[i], 1);
+      mbar_init(&s.k_empty[i], 8);
+      mbar_init(&s.v_empty[i], 8);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+  if (warpgroup == 0) {
+    regs_decrease<kPersistentProducerRegs>();
+    if (threadIdx.x == 0) persistent_producer<D>(p, s, &tm_q, &tm_k, &tm_v, &tm_ak, &tm_av);
+  } else {
+    regs_increase<kPersistentConsumerRegs>();
+    persistent_consumer<D, Tag>(p, s, warpgroup - 1);
+  }
+}
+
+}  // namespace gna::hopper
