@@ -11,7 +11,6 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
-#include <new>
 #include <type_traits>
 
 #include "gna/core/tiling.hpp"
@@ -78,6 +77,17 @@ struct KvWalk {
   }
 };
 
+// Which (batch, head, dilation group, Q tile) a CTA computes and the KV tiles it visits. Kept in
+// shared memory: the main loop reloads the few values it needs instead of holding two dozen
+// registers next to the accumulators.
+struct ForwardCtaState {
+  GroupGeometry geo;
+  int qt[kMaxRank];      // Q tile coordinates
+  int q_base[kMaxRank];  // first group coordinate of the Q tile per axis
+  int b, h, hk;
+  KvWalk walk;
+};
+
 template <typename T, int D, int DV, int MB>
 struct ForwardCta {
   using Smem = ForwardSmem<D, DV, MB>;
@@ -87,15 +97,19 @@ struct ForwardCta {
   using VTile = typename Smem::VTile;
   static constexpr int BN = kForwardRowsKV;
 
+  // The parameters and the dynamic shared memory are known to the compiler; the CTA's state is
+  // in shared memory (see ForwardCtaState), reached through references.
   const ForwardParams<T>& P;
   char* smem;
-  GroupGeometry geo;
-  int qt[kMaxRank];       // Q tile coordinates
-  int q_base[kMaxRank];   // first group coordinate of the Q tile per axis
-  int b, h, hk;
-  KvWalk walk;
+  GroupGeometry& geo;
+  int (&qt)[kMaxRank];
+  int (&q_base)[kMaxRank];
+  int &b, &h, &hk;
+  KvWalk& walk;
 
-  __device__ ForwardCta(const ForwardParams<T>& params, char* s) : P(params), smem(s) {}
+  __device__ ForwardCta(const ForwardParams<T>& params, char* s, ForwardCtaState& st)
+      : P(params), smem(s), geo(st.geo), qt(st.qt), q_base(st.q_base), b(st.b), h(st.h),
+        hk(st.hk), walk(st.walk) {}
 
   __device__ uint32_t* q_rows() const { return reinterpret_cast<uint32_t*>(smem + Smem::kQRows); }
   __device__ uint32_t* kv_rows() const { return reinterpret_cast<uint32_t*>(smem + Smem::kKVRows); }
@@ -448,7 +462,7 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 2)
   using Cta = ForwardCta<T, D, DV, MB>;
   using Smem = typename Cta::Smem;
   const Problem& p = P.p;
-  Cta setup(P, smem);
+  ForwardCtaState setup;
 
   // Which slice and Q tile.
   setup.b = blockIdx.y / p.heads_q;
@@ -475,12 +489,10 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 2)
   setup.walk.additional = p.additional_kv;
   setup.walk.total = setup.walk.spatial + (p.additional_kv + Cta::BN - 1) / Cta::BN;
 
-  // The CTA's geometry and walk live in shared memory from here on: the main loop reloads the
-  // few values it needs instead of holding two dozen registers next to the accumulators.
-  __shared__ __align__(16) unsigned char cta_storage[sizeof(Cta)];
-  if (threadIdx.x == 0) new (cta_storage) Cta(setup);
+  __shared__ ForwardCtaState state;
+  if (threadIdx.x == 0) state = setup;
   __syncthreads();
-  Cta& cta = *reinterpret_cast<Cta*>(cta_storage);
+  Cta cta(P, smem, state);
 
   int kv_volume = 1;
   for (int a = 0; a < p.rank; ++a) kv_volume *= P.tile_kv[a];
