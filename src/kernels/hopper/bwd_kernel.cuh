@@ -410,6 +410,7 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
     fence_regs(dq);
     fence_regs(dk);
     fence_regs(dv);
+    __syncwarp();  // every lane's LSE / delta reads come before the release of the stage
     if (lane == 0) mbar_arrive(&s.q_empty[stage]);
 
     // dQ into the fp32 accumulator (rows outside the image skipped).
