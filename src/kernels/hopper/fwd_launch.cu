@@ -223,7 +223,7 @@ std::mutex schedule_mu;
 Schedule schedule_setting;
 
 // The persistent kernel hides a fixed cost of about three KV tile times per item (Q and first
-// K/V latency, the first S and last P V, the O store), but its consumer loop runs 3-11% slower
+// K/V latency, the first S and last P V, the O store), but its consumer loop runs 3-12% slower
 // than the one-item kernel's (H100 A/B, docs/hopper_forward.md). It pays off when items are
 // short and fill the GPU more than once: fewer than kPersistentMaxKvTiles KV tiles per item on
 // average (NA 56x56 7x7, d32: 0.68 against 0.83 ms; FLUX stride 16x16 at 50 tiles per item is
