@@ -11,35 +11,13 @@
 #include <vector>
 
 #include "gna/core/error.hpp"
+#include "gna/core/tile_candidates.hpp"
 #include "kernels/common/cuda_check.hpp"
 #include "kernels/hopper/bwd_launch.hpp"
 #include "kernels/hopper/tma_host.hpp"
 
 namespace gna::hopper {
 namespace {
-
-int log2_int(int v) {
-  int l = 0;
-  while ((1 << l) < v) ++l;
-  return l;
-}
-
-// Power-of-two shapes of `tokens` tokens over `rank` axes.
-std::vector<TileShape> shapes_of(int rank, int tokens) {
-  std::vector<TileShape> out;
-  const int total = log2_int(tokens);
-  for (int e0 = 0; e0 <= total; ++e0)
-    for (int e1 = 0; e1 <= total - e0; ++e1) {
-      const int e2 = total - e0 - e1;
-      if ((rank < 3 && e2 != 0) || (rank < 2 && e1 != 0)) continue;
-      TileShape t;
-      t.size[0] = 1 << e0;
-      if (rank > 1) t.size[1] = 1 << e1;
-      if (rank > 2) t.size[2] = 1 << e2;
-      out.push_back(t);
-    }
-  return out;
-}
 
 // Visited and full (KV tile, Q tile) pairs of one image and head (group 0 of each axis).
 BwdTiles evaluate(const Problem& p, const TileShape& q, const TileShape& kv) {
@@ -52,16 +30,10 @@ BwdTiles evaluate(const Problem& p, const TileShape& q, const TileShape& kv) {
     const int n = group_length(rule, 0);
     rule.extent = n;
     rule.dilation = 1;
-    double v = 0, f = 0;
-    for (int kt = 0; kt < tiles_along(n, kv.size[a]); ++kt) {
-      const Range r = q_tiles_for_kv_tile(rule, n, kt, q.size[a], kv.size[a]);
-      for (int qt = r.begin; qt < r.end; ++qt) {
-        v += 1;
-        f += classify_axis_tiles(rule, n, qt, kt, q.size[a], kv.size[a]) == PairClass::full;
-      }
-    }
-    visited *= v;
-    full *= f;
+    const AxisPairStats st =
+        axis_pair_stats(rule, n, q.size[a], kv.size[a], PairWalk::per_kv_tile);
+    visited *= st.visited;
+    full *= st.full;
   }
   c.visited_pairs = visited;
   c.full_pairs = full;
@@ -102,9 +74,9 @@ BwdTiles choose_backward_tiles(const Problem& p, const KernelOptions& options) {
   constexpr double kPartialExtra = 0.25;  // mask cost of a partial pair, in dense pairs
   BwdTiles best;
   double best_cost = -1;
-  for (const TileShape& q : shapes_of(p.rank, kBwdQRows)) {
+  for (const TileShape& q : power_of_two_tile_shapes(p.rank, kBwdQRows)) {
     if (fq && !std::equal(q.size, q.size + p.rank, options.q_tile.size)) continue;
-    for (const TileShape& kv : shapes_of(p.rank, kBwdKvRows)) {
+    for (const TileShape& kv : power_of_two_tile_shapes(p.rank, kBwdKvRows)) {
       if (fkv && !std::equal(kv.size, kv.size + p.rank, options.kv_tile.size)) continue;
       const BwdTiles c = evaluate(p, q, kv);
       const double cost = c.visited_pairs + kPartialExtra * (c.visited_pairs - c.full_pairs);

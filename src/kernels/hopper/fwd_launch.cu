@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gna/core/error.hpp"
+#include "gna/core/tile_candidates.hpp"
 #include "kernels/hopper/fwd_kernel.cuh"
 #include "kernels/hopper/fwd_launch.hpp"
 #include "kernels/hopper/fwd_schedule.hpp"
@@ -20,33 +21,6 @@
 
 namespace gna::hopper {
 namespace {
-
-int pow2_log(int v) {
-  int l = 0;
-  while ((1 << l) < v) ++l;
-  return l;
-}
-
-// Per-axis tile statistics over one group of length n: sum and max of visited KV tiles per Q
-// tile, and the number of fully dense pairs.
-struct AxisStats {
-  double visited = 0, full = 0, max_visited = 0;
-  int q_tiles = 0, kv_tiles = 0;
-};
-
-AxisStats axis_stats(const AxisRule& rule, int n, int tq, int tkv) {
-  AxisStats st;
-  st.q_tiles = tiles_along(n, tq);
-  st.kv_tiles = tiles_along(n, tkv);
-  for (int qt = 0; qt < st.q_tiles; ++qt) {
-    const Range r = kv_tiles_for_q_tile(rule, n, qt, tq, tkv);
-    st.visited += r.size();
-    st.max_visited = std::max<double>(st.max_visited, r.size());
-    for (int kt = r.begin; kt < r.end; ++kt)
-      st.full += classify_axis_tiles(rule, n, qt, kt, tq, tkv) == PairClass::full;
-  }
-  return st;
-}
 
 void check_tile(const TileShape& t, int rank, const char* name, int tokens) {
   int64_t v = 1;
@@ -70,10 +44,11 @@ TileChoice evaluate(const Problem& p, const TileShape& q, const TileShape& kv) {
     const int n = group_length(rule, 0);
     rule.extent = n;
     rule.dilation = 1;
-    const AxisStats st = axis_stats(rule, n, q.size[a], kv.size[a]);
+    const AxisPairStats st =
+        axis_pair_stats(rule, n, q.size[a], kv.size[a], PairWalk::per_q_tile);
     visited *= st.visited;
     full *= st.full;
-    mx *= st.max_visited;
+    mx *= st.max_box;
     dense *= st.kv_tiles;
     q_tiles *= st.q_tiles;
   }
@@ -83,23 +58,6 @@ TileChoice evaluate(const Problem& p, const TileShape& q, const TileShape& kv) {
   c.dense_kv_tiles = dense;
   c.q_tiles = q_tiles;
   return c;
-}
-
-// All power-of-two shapes of `tokens` tokens over `rank` axes.
-std::vector<TileShape> tile_shapes(int rank, int tokens) {
-  std::vector<TileShape> out;
-  const int total = pow2_log(tokens);
-  for (int e0 = 0; e0 <= total; ++e0)
-    for (int e1 = 0; e1 <= total - e0; ++e1) {
-      const int e2 = total - e0 - e1;
-      if ((rank < 3 && e2 != 0) || (rank < 2 && e1 != 0)) continue;
-      TileShape t;
-      t.size[0] = 1 << e0;
-      if (rank > 1) t.size[1] = 1 << e1;
-      if (rank > 2) t.size[2] = 1 << e2;
-      out.push_back(t);
-    }
-  return out;
 }
 
 // Cost of a choice in units of one dense (Q tile, KV tile) pair: partial pairs pay for the mask.
@@ -151,8 +109,8 @@ std::vector<TileChoice> ranked_tiles(const Problem& p, const KernelOptions& opti
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
-  const std::vector<TileShape> q_shapes = tile_shapes(p.rank, kTileTokens);
-  const std::vector<TileShape> kv_shapes = tile_shapes(p.rank, kv_tokens);
+  const std::vector<TileShape> q_shapes = power_of_two_tile_shapes(p.rank, kTileTokens);
+  const std::vector<TileShape> kv_shapes = power_of_two_tile_shapes(p.rank, kv_tokens);
   std::vector<std::pair<double, TileChoice>> scored;
   for (const TileShape& q : q_shapes) {
     if (forced_q && !same(q, options.q_tile)) continue;

@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "gna/core/tile_candidates.hpp"
+
 namespace gna::portable {
 namespace {
 
@@ -32,19 +34,6 @@ AxisScore score_axis(const AxisRule& a, int tq, int tkv) {
   return s;
 }
 
-// All shapes of power-of-two sides with product `rows`.
-void shapes(int rank, int axis, int rows, TileShape cur, std::vector<TileShape>* out) {
-  if (axis == rank - 1) {
-    cur.size[axis] = rows;
-    out->push_back(cur);
-    return;
-  }
-  for (int t = 1; t <= rows; t *= 2) {
-    cur.size[axis] = t;
-    shapes(rank, axis + 1, rows / t, cur, out);
-  }
-}
-
 }  // namespace
 
 TilePlan score_tiles(const Problem& p, const TileShape& q, const TileShape& kv) {
@@ -64,9 +53,8 @@ TilePlan score_tiles(const Problem& p, const TileShape& q, const TileShape& kv) 
 }
 
 TilePlan choose_tiles(const Problem& p, int rows_q, int rows_kv) {
-  std::vector<TileShape> qs, kvs;
-  shapes(p.rank, 0, rows_q, TileShape{}, &qs);
-  shapes(p.rank, 0, rows_kv, TileShape{}, &kvs);
+  const std::vector<TileShape> qs = power_of_two_tile_shapes(p.rank, rows_q);
+  const std::vector<TileShape> kvs = power_of_two_tile_shapes(p.rank, rows_kv);
   // Per-axis scores are shared by many candidates.
   std::map<std::pair<int, int>, AxisScore> memo[kMaxRank];
   auto axis_score = [&](int a, int tq, int tkv) {

@@ -1,0 +1,84 @@
+// Tile candidates and per-axis pair statistics against brute-force enumeration of the pairs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <tuple>
+
+#include "gna/core/tile_candidates.hpp"
+#include "support/test_support.hpp"
+
+namespace gna::test {
+namespace {
+
+TEST(TileCandidates, PowerOfTwoShapesAreEveryFactorisationOnce) {
+  for (int rank = 1; rank <= 3; ++rank)
+    for (int tokens : {1, 2, 64, 128}) {
+      const std::vector<TileShape> shapes = power_of_two_tile_shapes(rank, tokens);
+      std::set<std::tuple<int, int, int>> seen;
+      for (const TileShape& t : shapes) {
+        EXPECT_EQ(t.volume(rank), tokens);
+        for (int a = 0; a < 3; ++a) {
+          EXPECT_EQ(t.size[a] & (t.size[a] - 1), 0) << "side not a power of two";
+          if (a >= rank) EXPECT_EQ(t.size[a], 1) << "unused axis must stay 1";
+        }
+        EXPECT_TRUE(seen.insert({t.size[0], t.size[1], t.size[2]}).second) << "duplicate shape";
+      }
+      int e = 0;
+      while ((1 << e) < tokens) ++e;
+      // Compositions of e into `rank` non-negative parts.
+      const size_t expected = rank == 1 ? 1 : rank == 2 ? e + 1 : (e + 1) * (e + 2) / 2;
+      EXPECT_EQ(shapes.size(), expected) << "rank " << rank << " tokens " << tokens;
+      // Ordered by axis 0, then axis 1.
+      EXPECT_TRUE(std::is_sorted(shapes.begin(), shapes.end(), [](const TileShape& x,
+                                                                  const TileShape& y) {
+        return std::make_pair(x.size[0], x.size[1]) < std::make_pair(y.size[0], y.size[1]);
+      }));
+    }
+}
+
+TEST(TileCandidates, AxisPairStatsCountTheNonEmptyAndFullPairs) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (int t = 0; t < 2000; ++t) {
+    AxisRule a = random_axis(rng, 64);
+    const int n = group_length(a, 0);
+    a.extent = n;  // inside one dilation group
+    a.dilation = 1;
+    const int tq = rand_int(rng, 1, 17), tk = rand_int(rng, 1, 17);
+    double nonempty = 0, full = 0;
+    std::vector<int> per_q(tiles_along(n, tq)), per_kv(tiles_along(n, tk));
+    for (int qt = 0; qt < tiles_along(n, tq); ++qt)
+      for (int kt = 0; kt < tiles_along(n, tk); ++kt) {
+        const Range qs = tile_rows(n, tq, qt), ks = tile_rows(n, tk, kt);
+        bool any = false, all = true;
+        for (int i = qs.begin; i < qs.end; ++i)
+          for (int j = kt * tk; j < (kt + 1) * tk; ++j) {
+            const bool att = j < ks.end && axis_attends(a, i, j);
+            any |= att;
+            all &= att;
+          }
+        nonempty += any;
+        full += any && all;
+        per_q[qt] += any;
+        per_kv[kt] += any;
+      }
+    const auto fwd = axis_pair_stats(a, n, tq, tk, PairWalk::per_q_tile);
+    const auto bwd = axis_pair_stats(a, n, tq, tk, PairWalk::per_kv_tile);
+    SCOPED_TRACE("L=" + std::to_string(n) + " K=" + std::to_string(a.window) + " s=" +
+                 std::to_string(a.stride) + " c=" + std::to_string(a.causal) + " tq=" +
+                 std::to_string(tq) + " tk=" + std::to_string(tk));
+    EXPECT_EQ(fwd.visited, nonempty);
+    EXPECT_EQ(bwd.visited, nonempty);
+    EXPECT_EQ(fwd.full, full);
+    EXPECT_EQ(bwd.full, full);
+    EXPECT_EQ(fwd.max_box, *std::max_element(per_q.begin(), per_q.end()));
+    EXPECT_EQ(bwd.max_box, *std::max_element(per_kv.begin(), per_kv.end()));
+    EXPECT_EQ(fwd.q_tiles, tiles_along(n, tq));
+    EXPECT_EQ(fwd.kv_tiles, tiles_along(n, tk));
+  }
+}
+
+}  // namespace
+}  // namespace gna::test
