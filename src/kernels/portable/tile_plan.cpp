@@ -15,23 +15,9 @@ constexpr double kPartialWeight = 0.25;  // extra cost of a masked pair relative
 // tiles on dense pairs.
 constexpr double kWideForwardSpeedup = 1.5;
 
-struct AxisScore {
-  double visited = 0;
-  double full = 0;
-};
-
-AxisScore score_axis(const AxisRule& a, int tq, int tkv) {
-  const int n = group_length(a, 0);
-  AxisScore s;
-  for (int qt = 0; qt < tiles_along(n, tq); ++qt) {
-    const Range box = kv_tiles_for_q_tile(a, n, qt, tq, tkv);
-    for (int kt = box.begin; kt < box.end; ++kt) {
-      const PairClass c = classify_axis_tiles(a, n, qt, kt, tq, tkv);
-      if (c != PairClass::empty) s.visited += 1;
-      if (c == PairClass::full) s.full += 1;
-    }
-  }
-  return s;
+// Pairs of one axis in dilation group 0 (the visited boxes hold no empty pair).
+AxisPairStats score_axis(const AxisRule& a, int tq, int tkv) {
+  return axis_pair_stats(a, group_length(a, 0), tq, tkv, PairWalk::per_q_tile);
 }
 
 }  // namespace
@@ -42,7 +28,7 @@ TilePlan score_tiles(const Problem& p, const TileShape& q, const TileShape& kv) 
   plan.kv = kv;
   double visited = 1, full = 1;
   for (int a = 0; a < p.rank; ++a) {
-    const AxisScore s = score_axis(p.axes[a], q.size[a], kv.size[a]);
+    const AxisPairStats s = score_axis(p.axes[a], q.size[a], kv.size[a]);
     visited *= s.visited;
     full *= s.full;
   }
@@ -56,11 +42,11 @@ TilePlan choose_tiles(const Problem& p, int rows_q, int rows_kv) {
   const std::vector<TileShape> qs = power_of_two_tile_shapes(p.rank, rows_q);
   const std::vector<TileShape> kvs = power_of_two_tile_shapes(p.rank, rows_kv);
   // Per-axis scores are shared by many candidates.
-  std::map<std::pair<int, int>, AxisScore> memo[kMaxRank];
+  std::map<std::pair<int, int>, AxisPairStats> memo[kMaxRank];
   auto axis_score = [&](int a, int tq, int tkv) {
     auto it = memo[a].find({tq, tkv});
     if (it != memo[a].end()) return it->second;
-    const AxisScore s = score_axis(p.axes[a], tq, tkv);
+    const AxisPairStats s = score_axis(p.axes[a], tq, tkv);
     memo[a][{tq, tkv}] = s;
     return s;
   };
@@ -70,7 +56,7 @@ TilePlan choose_tiles(const Problem& p, int rows_q, int rows_kv) {
     for (const TileShape& kv : kvs) {
       double visited = 1, full = 1;
       for (int a = 0; a < p.rank; ++a) {
-        const AxisScore s = axis_score(a, q.size[a], kv.size[a]);
+        const AxisPairStats s = axis_score(a, q.size[a], kv.size[a]);
         visited *= s.visited;
         full *= s.full;
       }
