@@ -15,20 +15,14 @@
 #include <string>
 #include <vector>
 
+#include "bench_support/bench_support.cuh"
 #include "api/backend.hpp"
 #include "gna/attention_params.hpp"
 #include "kernels/hopper/fwd_launch.hpp"
 
 namespace {
 
-struct Case {
-  const char* name;
-  int rank;
-  int extent[3];
-  int window[3];
-  int stride[3];
-  int batch, heads, dim;
-};
+using gna::bench::Case;
 
 // window == extent on every axis is dense attention.
 const Case kCases[] = {
@@ -43,26 +37,9 @@ const Case kCases[] = {
     {"nat_56x56_7x7_b128_d32", 2, {56, 56, 1}, {7, 7, 1}, {1, 1, 1}, 128, 2, 32},
 };
 
-#define CHECK(x)                                                                        \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                     \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
+#define CHECK(x) GNA_BENCH_CHECK(x)
 
-__global__ void fill(uint16_t* x, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    const float u = (h & 0xFFFF) / 65536.f * 2.f - 1.f;
-    __nv_bfloat16 b = __float2bfloat16(u);
-    x[i] = *reinterpret_cast<uint16_t*>(&b);
-  }
-}
+using gna::bench::fill_bf16;
 
 void run_case(const Case& c, int reps_hint) {
   using namespace gna;
@@ -81,9 +58,9 @@ void run_case(const Case& c, int reps_hint) {
   CHECK(cudaMalloc(&k, n * 2));
   CHECK(cudaMalloc(&v, n * 2));
   CHECK(cudaMalloc(&o, n * 2));
-  fill<<<1024, 256>>>(q, n, 1);
-  fill<<<1024, 256>>>(k, n, 2);
-  fill<<<1024, 256>>>(v, n, 3);
+  fill_bf16<<<1024, 256>>>(q, n, 1);
+  fill_bf16<<<1024, 256>>>(k, n, 2);
+  fill_bf16<<<1024, 256>>>(v, n, 3);
   AttentionParams params;
   params.rank = c.rank;
   for (int a = 0; a < c.rank; ++a) {

@@ -16,20 +16,14 @@
 #include <string>
 #include <vector>
 
+#include "bench_support/bench_support.cuh"
 #include "api/backend.hpp"
 #include "gna/attention_params.hpp"
 #include "kernels/hopper/bwd_launch.hpp"
 
 namespace {
 
-struct Case {
-  const char* name;
-  int rank;
-  int extent[3];
-  int window[3];
-  int stride[3];
-  int batch, heads, dim;
-};
+using gna::bench::Case;
 
 // window == extent on every axis is dense attention.
 const Case kCases[] = {
@@ -42,26 +36,9 @@ const Case kCases[] = {
     {"probe_1d_dense_8k", 1, {8192, 1, 1}, {8192, 1, 1}, {1, 1, 1}, 1, 4, 128},
 };
 
-#define CHECK(x)                                                                        \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                     \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
+#define CHECK(x) GNA_BENCH_CHECK(x)
 
-__global__ void fill(uint16_t* x, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    const float u = (h & 0xFFFF) / 65536.f * 2.f - 1.f;
-    __nv_bfloat16 b = __float2bfloat16(u);
-    x[i] = *reinterpret_cast<uint16_t*>(&b);
-  }
-}
+using gna::bench::fill_bf16;
 
 // Median and minimum milliseconds of f over reps runs (reps 0: about 2 s worth, 5 to 100).
 std::pair<double, double> time_ms(const std::function<void()>& f, int reps_hint) {
@@ -115,10 +92,10 @@ void run_case(const Case& c, int reps_hint, bool deterministic, const char* forw
   float* lse;
   for (uint16_t** b : {&q, &k, &v, &o, &d_o, &dq, &dk, &dv}) CHECK(cudaMalloc(b, n * 2));
   CHECK(cudaMalloc(&lse, rows * 4));
-  fill<<<1024, 256>>>(q, n, 1);
-  fill<<<1024, 256>>>(k, n, 2);
-  fill<<<1024, 256>>>(v, n, 3);
-  fill<<<1024, 256>>>(d_o, n, 4);
+  fill_bf16<<<1024, 256>>>(q, n, 1);
+  fill_bf16<<<1024, 256>>>(k, n, 2);
+  fill_bf16<<<1024, 256>>>(v, n, 3);
+  fill_bf16<<<1024, 256>>>(d_o, n, 4);
   AttentionParams params;
   params.rank = c.rank;
   for (int a = 0; a < c.rank; ++a) {
