@@ -107,28 +107,15 @@ bool supports_backward(const BackwardCall& call, std::string* why) {
   if (p.dim_v != p.dim_qk)
     return no("value head dim " + std::to_string(p.dim_v) + " must equal the query/key head dim " +
               std::to_string(p.dim_qk));
-  auto aligned = [&](const TensorRef& t, const char* name, std::string* m) {
-    if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
-      *m = std::string(name) + ": data pointer must be 16-byte aligned";
-      return false;
-    }
-    for (int i = 0; i + 1 < t.rank; ++i)
-      if (t.strides[i] % 8 != 0 && t.shape[i] > 1) {
-        *m = std::string(name) + ": stride of dim " + std::to_string(i) +
-             " must be a multiple of 8 elements (16 bytes), got " + std::to_string(t.strides[i]);
-        return false;
-      }
-    return true;
-  };
   std::string m;
-  if (!aligned(call.in.q, "query", &m) || !aligned(call.in.k, "key", &m) ||
-      !aligned(call.in.v, "value", &m))
+  if (!tma_readable(call.in.q, "query", &m) || !tma_readable(call.in.k, "key", &m) ||
+      !tma_readable(call.in.v, "value", &m))
     return no(m);
   // d_out is absent when dispatch only selects a backend; the call itself always has it.
-  if (call.d_out.data != nullptr && !aligned(call.d_out, "d_out", &m)) return no(m);
+  if (call.d_out.data != nullptr && !tma_readable(call.d_out, "d_out", &m)) return no(m);
   if (p.additional_kv > 0 &&
-      (!aligned(*call.in.additional_k, "additional keys", &m) ||
-       !aligned(*call.in.additional_v, "additional values", &m)))
+      (!tma_readable(*call.in.additional_k, "additional keys", &m) ||
+       !tma_readable(*call.in.additional_v, "additional values", &m)))
     return no(m);
   return true;
 }

@@ -151,26 +151,13 @@ bool supports(const ForwardCall& call, std::string* why) {
     return no("value head dim " + std::to_string(p.dim_v) + " must equal the query/key head dim " +
               std::to_string(p.dim_qk));
   if (call.lse && call.lse->dtype != DType::f32) return no("LSE must be float32");
-  auto aligned = [&](const TensorRef& t, const char* name, std::string* m) {
-    if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
-      *m = std::string(name) + ": data pointer must be 16-byte aligned";
-      return false;
-    }
-    for (int i = 0; i + 1 < t.rank; ++i)
-      if (t.strides[i] % 8 != 0 && t.shape[i] > 1) {
-        *m = std::string(name) + ": stride of dim " + std::to_string(i) +
-             " must be a multiple of 8 elements (16 bytes), got " + std::to_string(t.strides[i]);
-        return false;
-      }
-    return true;
-  };
   std::string m;
-  if (!aligned(call.in.q, "query", &m) || !aligned(call.in.k, "key", &m) ||
-      !aligned(call.in.v, "value", &m) || !aligned(call.out, "output", &m))
+  if (!tma_readable(call.in.q, "query", &m) || !tma_readable(call.in.k, "key", &m) ||
+      !tma_readable(call.in.v, "value", &m) || !tma_readable(call.out, "output", &m))
     return no(m);
   if (call.in.additional_k &&
-      (!aligned(*call.in.additional_k, "additional keys", &m) ||
-       !aligned(*call.in.additional_v, "additional values", &m)))
+      (!tma_readable(*call.in.additional_k, "additional keys", &m) ||
+       !tma_readable(*call.in.additional_v, "additional values", &m)))
     return no(m);
   return true;
 }

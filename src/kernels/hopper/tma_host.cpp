@@ -37,6 +37,20 @@ bool is_sm90(int device) {
 
 bool have_tensor_map_encoder() { return encode_tiled() != nullptr; }
 
+bool tma_readable(const TensorRef& t, const char* name, std::string* why) {
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
+    *why = std::string(name) + ": data pointer must be 16-byte aligned";
+    return false;
+  }
+  for (int i = 0; i + 1 < t.rank; ++i)
+    if (t.strides[i] % 8 != 0 && t.shape[i] > 1) {
+      *why = std::string(name) + ": stride of dim " + std::to_string(i) +
+             " must be a multiple of 8 elements (16 bytes), got " + std::to_string(t.strides[i]);
+      return false;
+    }
+  return true;
+}
+
 void encode_map(CUtensorMap* map, const MapDims& d, void* base, DType dtype, int head_dim) {
   const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
   const CUtensorMapSwizzle swizzle =

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 #include "gna/core/problem.hpp"
@@ -18,6 +19,10 @@ namespace gna::hopper {
 bool is_sm90(int device);
 // Whether the driver exposes cuTensorMapEncodeTiled.
 bool have_tensor_map_encoder();
+
+// Whether TMA can read the 16-bit tensor `name` as the kernels map it: a 16-byte aligned base
+// and every stride but the last a multiple of 8 elements. Otherwise writes the reason to `why`.
+bool tma_readable(const TensorRef& t, const char* name, std::string* why);
 
 // A 5-D tiled tensor map: dims (D, H, axis2, axis1, axis0').
 struct MapDims {
