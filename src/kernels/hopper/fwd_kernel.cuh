@@ -14,6 +14,7 @@
 #include "gna/core/tiling.hpp"
 #include "kernels/hopper/fwd_params.hpp"
 #include "kernels/hopper/fwd_wgmma_d256.cuh"
+#include "kernels/hopper/device_util.cuh"
 #include "kernels/hopper/ptx.cuh"
 
 namespace gna::hopper {
@@ -59,14 +60,6 @@ struct SharedStorage {
 template <int D>
 constexpr int shared_bytes() {
   return static_cast<int>(sizeof(SharedStorage<D>)) + 1024;  // + alignment slack
-}
-
-__device__ __forceinline__ int log2_pow2(int v) { return __ffs(v) - 1; }
-
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
 }
 
 // The KV tiles a Q tile visits: the per-axis boxes from the core, then the additional-KV tiles.
@@ -118,14 +111,6 @@ __device__ __forceinline__ void cursor_step(const KvWalk& w, KvCursor& c) {
       ++c.idx[0];
     }
   }
-}
-
-// Local coordinates of token r of a tile (row-major over axes 0, 1, 2; sizes are powers of two).
-__device__ __forceinline__ void tile_local(int r, const int (&size)[kAxes], int (&local)[kAxes]) {
-  const int s2 = log2_pow2(size[2]), s1 = log2_pow2(size[1]);
-  local[2] = r & (size[2] - 1);
-  local[1] = (r >> s2) & (size[1] - 1);
-  local[0] = r >> (s1 + s2);
 }
 
 template <int D>
@@ -181,19 +166,6 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, SharedStorage<
                   head_kv, c2, c3, c4);
     ++it;
   }
-}
-
-template <typename Tag>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pack2<Bf16Tag>(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<F16Tag>(float lo, float hi) {
-  __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
 }
 
 template <int D, typename Tag>
