@@ -285,25 +285,8 @@ void backward(const BackwardCall& call) {
       ++launch_index;
       encode_token_map(&maps[0], p_add, plan_add, s, call.in.q, bp.q_tile, D);
       encode_token_map(&maps[1], p_add, plan_add, s, call.d_out, bp.q_tile, D);
-      for (int which = 0; which < 2; ++which) {
-        const TensorRef& t = which == 0 ? *call.in.additional_k : *call.in.additional_v;
-        MapDims d{};
-        d.dim[0] = D;
-        d.dim[1] = t.shape[2];
-        d.dim[2] = t.shape[1];
-        d.dim[3] = t.shape[0];
-        d.dim[4] = 1;
-        d.stride_bytes[0] = t.strides[2] * es;
-        d.stride_bytes[1] = t.strides[1] * es;
-        d.stride_bytes[2] = t.strides[0] * es;
-        d.stride_bytes[3] = t.strides[0] * es;
-        d.box[0] = D < 64 ? D : 64;
-        d.box[1] = 1;
-        d.box[2] = kBwdKvRows;
-        d.box[3] = 1;
-        d.box[4] = 1;
-        encode_map(&maps[2 + which], d, t.data, p.dtype, D);
-      }
+      encode_additional_map(&maps[2], *call.in.additional_k, p.dtype, D, kBwdKvRows);
+      encode_additional_map(&maps[3], *call.in.additional_v, p.dtype, D, kBwdKvRows);
       const int grid = bp.kv_tiles_per_image * p.heads_kv * plan_add.per_run;
       launch_kernel(D, bf16, maps, bp, grid, stream);
     }

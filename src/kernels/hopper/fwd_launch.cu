@@ -245,25 +245,8 @@ void run_with_tiles(const ForwardCall& call, const TileChoice& tiles) {
     encode_token_map(&maps[1], p, plan, s, k, fp.kv_tile, D);
     encode_token_map(&maps[2], p, plan, s, v, fp.kv_tile, D);
     if (p.additional_kv > 0) {
-      for (int which = 0; which < 2; ++which) {
-        const TensorRef& t = which == 0 ? *call.in.additional_k : *call.in.additional_v;
-        MapDims d{};
-        d.dim[0] = D;
-        d.dim[1] = t.shape[2];
-        d.dim[2] = t.shape[1];
-        d.dim[3] = t.shape[0];
-        d.dim[4] = 1;
-        d.stride_bytes[0] = t.strides[2] * es;
-        d.stride_bytes[1] = t.strides[1] * es;
-        d.stride_bytes[2] = t.strides[0] * es;
-        d.stride_bytes[3] = t.strides[0] * es;
-        d.box[0] = D < 64 ? D : 64;
-        d.box[1] = 1;
-        d.box[2] = kv_tile_tokens(D);
-        d.box[3] = 1;
-        d.box[4] = 1;
-        encode_map(&maps[3 + which], d, t.data, p.dtype, D);
-      }
+      encode_additional_map(&maps[3], *call.in.additional_k, p.dtype, D, kv_tile_tokens(D));
+      encode_additional_map(&maps[4], *call.in.additional_v, p.dtype, D, kv_tile_tokens(D));
     } else {
       maps[3] = maps[1];
       maps[4] = maps[2];

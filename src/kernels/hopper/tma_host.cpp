@@ -65,6 +65,27 @@ void encode_map(CUtensorMap* map, const MapDims& d, void* base, DType dtype, int
          "]");
 }
 
+void encode_additional_map(CUtensorMap* map, const TensorRef& t, DType dtype, int head_dim,
+                           int box_tokens) {
+  const int es = dtype_size(dtype);
+  MapDims d{};
+  d.dim[0] = head_dim;
+  d.dim[1] = t.shape[2];
+  d.dim[2] = t.shape[1];
+  d.dim[3] = t.shape[0];
+  d.dim[4] = 1;
+  d.stride_bytes[0] = t.strides[2] * es;
+  d.stride_bytes[1] = t.strides[1] * es;
+  d.stride_bytes[2] = t.strides[0] * es;
+  d.stride_bytes[3] = t.strides[0] * es;
+  d.box[0] = head_dim < 64 ? head_dim : 64;
+  d.box[1] = 1;
+  d.box[2] = box_tokens;
+  d.box[3] = 1;
+  d.box[4] = 1;
+  encode_map(map, d, t.data, dtype, head_dim);
+}
+
 int64_t LaunchPlan::origin(const LaunchSlice& s, const TensorRef& t) const {
   int64_t e = s.run * t.strides[0];
   for (int a = 0; a < rank; ++a) e += s.group[a] * t.strides[1 + a];

@@ -33,6 +33,11 @@ struct MapDims {
 // 128-byte swizzle for head dims >= 64, else 64-byte; throws on failure.
 void encode_map(CUtensorMap* map, const MapDims& d, void* base, DType dtype, int head_dim);
 
+// Tensor map over additional keys or values [B, N, H, head_dim], box (min(head_dim, 64), 1,
+// box_tokens, 1, 1); the batch index is the outermost coordinate.
+void encode_additional_map(CUtensorMap* map, const TensorRef& t, DType dtype, int head_dim,
+                           int box_tokens);
+
 // One launch: a dilation-group combination and a run of batch indices.
 struct LaunchSlice {
   int run = 0;                 // batch index of the run's first batch
