@@ -13,6 +13,7 @@
 
 #include "gna/core/tiling.hpp"
 #include "kernels/hopper/fwd_params.hpp"
+#include "kernels/hopper/fwd_softmax.cuh"
 #include "kernels/hopper/fwd_wgmma_d256.cuh"
 #include "kernels/hopper/device_util.cuh"
 #include "kernels/hopper/ptx.cuh"
@@ -301,58 +302,13 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
           lo[i][a] = window_begin(i, a) - kt[a] * p.kv_tile[a];
           width[i][a] = window_width(i, a);
         }
-#pragma unroll
-      for (int j = 0; j < kKv / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          int local[kAxes];
-          tile_local(j * 8 + quad * 2 + e, p.kv_tile, local);
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            bool ok = true;
-#pragma unroll
-            for (int a = 0; a < kAxes; ++a)
-              ok = ok && static_cast<unsigned>(local[a] - lo[i][a]) <
-                             static_cast<unsigned>(width[i][a]);
-            if (!ok) sacc[j * 4 + i * 2 + e] = -INFINITY;
-          }
-        }
+      mask_outside_windows<kKv>(sacc, p.kv_tile, lo, width, quad);
     } else if (key_limit < kKv) {
-#pragma unroll
-      for (int j = 0; j < kKv / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-          if (j * 8 + quad * 2 + e >= key_limit) {
-            sacc[j * 4 + e] = -INFINITY;
-            sacc[j * 4 + 2 + e] = -INFINITY;
-          }
+      mask_beyond<kKv>(sacc, key_limit, quad);
     }
   };
-  // Online softmax in the exp2 domain (scale folded in): S becomes P (fp32, unnormalised).
   auto softmax = [&](float (&sacc)[kS], float (&correction)[2]) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kKv / 8; ++j)
-        mx = fmaxf(mx, fmaxf(sacc[j * 4 + i * 2], sacc[j * 4 + i * 2 + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-      const float m_new = fmaxf(row_max[i], mx * scale_log2);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      correction[i] = fast_exp2(row_max[i] - m_use);
-      row_max[i] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < kKv / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pv = fast_exp2(fmaf(sacc[j * 4 + i * 2 + e], scale_log2, -m_use));
-          sacc[j * 4 + i * 2 + e] = pv;
-          sum += pv;
-        }
-      row_sum[i] = row_sum[i] * correction[i] + sum;
-    }
+    online_softmax<kKv>(sacc, row_max, row_sum, scale_log2, correction);
   };
   auto rescale_o = [&](const float (&correction)[2]) {
 #pragma unroll
@@ -361,15 +317,6 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
       o[j * 4 + 1] *= correction[0];
       o[j * 4 + 2] *= correction[1];
       o[j * 4 + 3] *= correction[1];
-    }
-  };
-  auto pack_p = [&](const float (&sacc)[kS], uint32_t (&pa)[kKv / 4]) {
-#pragma unroll
-    for (int k = 0; k < kKv / 16; ++k) {
-      pa[k * 4 + 0] = pack2<Tag>(sacc[8 * k + 0], sacc[8 * k + 1]);
-      pa[k * 4 + 1] = pack2<Tag>(sacc[8 * k + 2], sacc[8 * k + 3]);
-      pa[k * 4 + 2] = pack2<Tag>(sacc[8 * k + 4], sacc[8 * k + 5]);
-      pa[k * 4 + 3] = pack2<Tag>(sacc[8 * k + 6], sacc[8 * k + 7]);
     }
   };
 
@@ -397,7 +344,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
     if (lane == 0) mbar_arrive(&s.k_empty[0]);
     apply_mask(sacc, ti.kt, ti.partial, ti.key_limit);
     softmax(sacc, correction);
-    pack_p(sacc, pa);
+    pack_p<kKv, Tag>(sacc, pa);
     int it = 1;
     for (; cur.t < total; ++it) {
       const int stage = it % kStages;
@@ -424,7 +371,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
       // Most iterations leave every row max of the warp unchanged: skip the 64 multiplies.
       if (__any_sync(0xffffffff, correction[0] != 1.f || correction[1] != 1.f))
         rescale_o(correction);
-      pack_p(sacc, pa);
+      pack_p<kKv, Tag>(sacc, pa);
     }
     const int last = (it - 1) % kStages;
     mbar_wait(&s.v_full[last], ((it - 1) / kStages) & 1);

@@ -242,66 +242,13 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
       for (int i = 0; i < 2; ++i)
 #pragma unroll
         for (int a = 0; a < kAxes; ++a) lo[i][a] = win.begin[i][a] - tag.kv_origin[a];
-#pragma unroll
-      for (int j = 0; j < kTileTokens / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          int local[kAxes];
-          tile_local(j * 8 + quad * 2 + e, p.kv_tile, local);
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            bool ok = true;
-#pragma unroll
-            for (int a = 0; a < kAxes; ++a)
-              ok = ok && static_cast<unsigned>(local[a] - lo[i][a]) <
-                             static_cast<unsigned>(win.width[i][a]);
-            if (!ok) sacc[j * 4 + i * 2 + e] = -INFINITY;
-          }
-        }
+      mask_outside_windows<kTileTokens>(sacc, p.kv_tile, lo, win.width, quad);
     } else if (tag.key_limit < kTileTokens) {
-#pragma unroll
-      for (int j = 0; j < kTileTokens / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-          if (j * 8 + quad * 2 + e >= tag.key_limit) {
-            sacc[j * 4 + e] = -INFINITY;
-            sacc[j * 4 + 2 + e] = -INFINITY;
-          }
+      mask_beyond<kTileTokens>(sacc, tag.key_limit, quad);
     }
   };
   auto softmax = [&](float (&sacc)[kS], float (&correction)[2]) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kTileTokens / 8; ++j)
-        mx = fmaxf(mx, fmaxf(sacc[j * 4 + i * 2], sacc[j * 4 + i * 2 + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-      const float m_new = fmaxf(row_max[i], mx * scale_log2);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      correction[i] = fast_exp2(row_max[i] - m_use);
-      row_max[i] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < kTileTokens / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pv = fast_exp2(fmaf(sacc[j * 4 + i * 2 + e], scale_log2, -m_use));
-          sacc[j * 4 + i * 2 + e] = pv;
-          sum += pv;
-        }
-      row_sum[i] = row_sum[i] * correction[i] + sum;
-    }
-  };
-  auto pack_p = [&](const float (&sacc)[kS], uint32_t (&pa)[kTileTokens / 4]) {
-#pragma unroll
-    for (int k = 0; k < kTileTokens / 16; ++k) {
-      pa[k * 4 + 0] = pack2<Tag>(sacc[8 * k + 0], sacc[8 * k + 1]);
-      pa[k * 4 + 1] = pack2<Tag>(sacc[8 * k + 2], sacc[8 * k + 3]);
-      pa[k * 4 + 2] = pack2<Tag>(sacc[8 * k + 4], sacc[8 * k + 5]);
-      pa[k * 4 + 3] = pack2<Tag>(sacc[8 * k + 6], sacc[8 * k + 7]);
-    }
+    online_softmax<kTileTokens>(sacc, row_max, row_sum, scale_log2, correction);
   };
   // Epilogue of a finished item: normalise, stage this warpgroup's rows in its own rows of the
   // item's Q buffer (its last S = Q K^T is done), store to the heads-last output, then release
@@ -408,7 +355,7 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
   }
   if (lane == 0) mbar_arrive(&s.k_empty[0]);
   softmax(sacc, correction);
-  pack_p(sacc, pa);
+  pack_p<kTileTokens, Tag>(sacc, pa);
   int it = 1;
   for (;; ++it) {
     const int stage = it % kStages;
@@ -462,7 +409,7 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
         o[c * 4 + 3] *= correction[1];
       }
     }
-    pack_p(sacc, pa);
+    pack_p<kTileTokens, Tag>(sacc, pa);
   }
   const int last = (it - 1) % kStages;
   mbar_wait(&s.v_full[last], ((it - 1) / kStages) & 1);

@@ -1,0 +1,92 @@
+// Masking, online softmax and P packing of the forward consumers, shared by the one-item and the
+// persistent kernels. They work on one warpgroup's m64nKeys S fragment: each thread holds rows
+// i = 0, 1 (lane / 4 and + 8) and, per 8-column group j, columns j * 8 + quad * 2 + e.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/hopper/device_util.cuh"
+
+namespace gna::hopper {
+
+// Partial pair: keys outside row i's window (per axis, begin lo[i][a] relative to the KV tile,
+// width[i][a]) get -inf; one unsigned compare per axis.
+template <int Keys>
+__device__ __forceinline__ void mask_outside_windows(float (&sacc)[Keys / 2],
+                                                     const int (&kv_tile)[kAxes],
+                                                     const int (&lo)[2][kAxes],
+                                                     const int (&width)[2][kAxes], int quad) {
+#pragma unroll
+  for (int j = 0; j < Keys / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      int local[kAxes];
+      tile_local(j * 8 + quad * 2 + e, kv_tile, local);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        bool ok = true;
+#pragma unroll
+        for (int a = 0; a < kAxes; ++a)
+          ok = ok && static_cast<unsigned>(local[a] - lo[i][a]) < static_cast<unsigned>(width[i][a]);
+        if (!ok) sacc[j * 4 + i * 2 + e] = -INFINITY;
+      }
+    }
+}
+
+// Additional-KV tail: keys at or beyond key_limit get -inf.
+template <int Keys>
+__device__ __forceinline__ void mask_beyond(float (&sacc)[Keys / 2], int key_limit, int quad) {
+#pragma unroll
+  for (int j = 0; j < Keys / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+      if (j * 8 + quad * 2 + e >= key_limit) {
+        sacc[j * 4 + e] = -INFINITY;
+        sacc[j * 4 + 2 + e] = -INFINITY;
+      }
+}
+
+// Online softmax in the exp2 domain (scale folded in): S becomes P (fp32, unnormalised); the
+// running row max / partial sums are updated and `correction` is what O must be scaled by.
+template <int Keys>
+__device__ __forceinline__ void online_softmax(float (&sacc)[Keys / 2], float (&row_max)[2],
+                                               float (&row_sum)[2], float scale_log2,
+                                               float (&correction)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < Keys / 8; ++j)
+      mx = fmaxf(mx, fmaxf(sacc[j * 4 + i * 2], sacc[j * 4 + i * 2 + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+    const float m_new = fmaxf(row_max[i], mx * scale_log2);
+    const float m_use = m_new == -INFINITY ? 0.f : m_new;
+    correction[i] = fast_exp2(row_max[i] - m_use);
+    row_max[i] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < Keys / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float pv = fast_exp2(fmaf(sacc[j * 4 + i * 2 + e], scale_log2, -m_use));
+        sacc[j * 4 + i * 2 + e] = pv;
+        sum += pv;
+      }
+    row_sum[i] = row_sum[i] * correction[i] + sum;
+  }
+}
+
+// P in the input dtype as the A operand registers of the P V wgmma.
+template <int Keys, typename Tag>
+__device__ __forceinline__ void pack_p(const float (&sacc)[Keys / 2], uint32_t (&pa)[Keys / 4]) {
+#pragma unroll
+  for (int k = 0; k < Keys / 16; ++k) {
+    pa[k * 4 + 0] = pack2<Tag>(sacc[8 * k + 0], sacc[8 * k + 1]);
+    pa[k * 4 + 1] = pack2<Tag>(sacc[8 * k + 2], sacc[8 * k + 3]);
+    pa[k * 4 + 2] = pack2<Tag>(sacc[8 * k + 4], sacc[8 * k + 5]);
+    pa[k * 4 + 3] = pack2<Tag>(sacc[8 * k + 6], sacc[8 * k + 7]);
+  }
+}
+
+}  // namespace gna::hopper
