@@ -97,17 +97,13 @@ bool supports_backward(const BackwardCall& call, std::string* why) {
     return false;
   };
   const Problem& p = call.problem;
-  if (call.in.q.on_host()) return no("needs CUDA tensors");
-  if (!is_sm90(call.in.q.device)) return no("needs an sm_90 (Hopper) device");
-  if (!have_tensor_map_encoder()) return no("the driver has no cuTensorMapEncodeTiled");
-  if (p.dtype != DType::bf16 && p.dtype != DType::f16)
-    return no(std::string("dtype ") + dtype_name(p.dtype) + " not supported (supported: bf16, f16)");
+  std::string m;
+  if (!device_and_dtype_supported(p, call.in.q, &m)) return no(m);
   if (p.dim_qk != 32 && p.dim_qk != 64 && p.dim_qk != 128)
     return no("head dim " + std::to_string(p.dim_qk) + " not supported (supported: 32, 64, 128)");
   if (p.dim_v != p.dim_qk)
     return no("value head dim " + std::to_string(p.dim_v) + " must equal the query/key head dim " +
               std::to_string(p.dim_qk));
-  std::string m;
   if (!tma_readable(call.in.q, "query", &m) || !tma_readable(call.in.k, "key", &m) ||
       !tma_readable(call.in.v, "value", &m))
     return no(m);

@@ -139,11 +139,8 @@ bool supports(const ForwardCall& call, std::string* why) {
     return false;
   };
   const Problem& p = call.problem;
-  if (call.in.q.on_host()) return no("needs CUDA tensors");
-  if (!is_sm90(call.in.q.device)) return no("needs an sm_90 (Hopper) device");
-  if (!have_tensor_map_encoder()) return no("the driver has no cuTensorMapEncodeTiled");
-  if (p.dtype != DType::bf16 && p.dtype != DType::f16)
-    return no(std::string("dtype ") + dtype_name(p.dtype) + " not supported (supported: bf16, f16)");
+  std::string m;
+  if (!device_and_dtype_supported(p, call.in.q, &m)) return no(m);
   if (p.dim_qk != 32 && p.dim_qk != 64 && p.dim_qk != 128 && p.dim_qk != 256)
     return no("head dim " + std::to_string(p.dim_qk) +
               " not supported (supported: 32, 64, 128, 256)");
@@ -151,7 +148,6 @@ bool supports(const ForwardCall& call, std::string* why) {
     return no("value head dim " + std::to_string(p.dim_v) + " must equal the query/key head dim " +
               std::to_string(p.dim_qk));
   if (call.lse && call.lse->dtype != DType::f32) return no("LSE must be float32");
-  std::string m;
   if (!tma_readable(call.in.q, "query", &m) || !tma_readable(call.in.k, "key", &m) ||
       !tma_readable(call.in.v, "value", &m) || !tma_readable(call.out, "output", &m))
     return no(m);

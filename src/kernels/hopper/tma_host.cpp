@@ -37,6 +37,20 @@ bool is_sm90(int device) {
 
 bool have_tensor_map_encoder() { return encode_tiled() != nullptr; }
 
+bool device_and_dtype_supported(const Problem& p, const TensorRef& q, std::string* why) {
+  if (q.on_host())
+    *why = "needs CUDA tensors";
+  else if (!is_sm90(q.device))
+    *why = "needs an sm_90 (Hopper) device";
+  else if (!have_tensor_map_encoder())
+    *why = "the driver has no cuTensorMapEncodeTiled";
+  else if (p.dtype != DType::bf16 && p.dtype != DType::f16)
+    *why = std::string("dtype ") + dtype_name(p.dtype) + " not supported (supported: bf16, f16)";
+  else
+    return true;
+  return false;
+}
+
 bool tma_readable(const TensorRef& t, const char* name, std::string* why) {
   if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
     *why = std::string(name) + ": data pointer must be 16-byte aligned";

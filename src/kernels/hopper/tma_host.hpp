@@ -20,6 +20,10 @@ bool is_sm90(int device);
 // Whether the driver exposes cuTensorMapEncodeTiled.
 bool have_tensor_map_encoder();
 
+// What every Hopper kernel needs: CUDA tensors on an sm_90 device, a driver that encodes tensor
+// maps, fp16/bf16 inputs. Otherwise writes the reason to `why`.
+bool device_and_dtype_supported(const Problem& p, const TensorRef& q, std::string* why);
+
 // Whether TMA can read the 16-bit tensor `name` as the kernels map it: a 16-byte aligned base
 // and every stride but the last a multiple of 8 elements. Otherwise writes the reason to `why`.
 bool tma_readable(const TensorRef& t, const char* name, std::string* why);
