@@ -27,7 +27,8 @@ __device__ __forceinline__ void mask_outside_windows(float (&sacc)[Keys / 2],
         bool ok = true;
 #pragma unroll
         for (int a = 0; a < kAxes; ++a)
-          ok = ok && static_cast<unsigned>(local[a] - lo[i][a]) < static_cast<unsigned>(width[i][a]);
+          ok = ok && static_cast<unsigned>(local[a] - lo[i][a]) <
+                         static_cast<unsigned>(width[i][a]);
         if (!ok) sacc[j * 4 + i * 2 + e] = -INFINITY;
       }
     }
