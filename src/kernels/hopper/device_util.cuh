@@ -11,12 +11,24 @@
 
 namespace gna::hopper {
 
+// Lane 0's copy of a value that every lane of the warp holds (read from shared memory, say) but
+// that the compiler cannot prove uniform: the broadcast lets it keep the value, and whatever is
+// derived from it (wgmma descriptors, branch conditions), in uniform registers.
+__device__ __forceinline__ int warp_uniform(int v) { return __shfl_sync(0xffffffff, v, 0); }
+
 __device__ __forceinline__ int log2_pow2(int v) { return __ffs(v) - 1; }
 
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+
+// A shared-memory wgmma descriptor (make_smem_desc) moved `bytes` further along: only the low
+// word changes, since the 14-bit address field cannot carry for addresses below 256 KB.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
 }
 
 // Local coordinates of token r of a tile (row-major over axes 0, 1, 2; sizes are powers of two).

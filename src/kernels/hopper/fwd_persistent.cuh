@@ -209,29 +209,30 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
   float row_sum[2] = {0.f, 0.f};              // this thread's partial sums
   const uint32_t q_row_offset = consumer * 64 * L::kRowBytes;
 
+  // wgmma descriptors of the first buffer of Q (this warpgroup's rows), K and V, built once;
+  // a buffer, stage or k-step only moves the start address. Buffer and stage indices are warp
+  // uniform, so the descriptors stay in uniform registers.
+  const uint64_t q_desc =
+      make_smem_desc(smem_addr(s.q[0]) + q_row_offset, 16, 8 * L::kRowBytes, L::kSwizzleMode);
+  const uint64_t k_desc = make_smem_desc(smem_addr(s.k[0]), 16, 8 * L::kRowBytes, L::kSwizzleMode);
+  const uint64_t v_desc =
+      make_smem_desc(smem_addr(s.v[0]), L::kBoxBytes, 8 * L::kRowBytes, L::kSwizzleMode);
   auto issue_qk = [&](float (&sacc)[kS], int qb, int stage) {
-    const uint32_t q_base = smem_addr(s.q[qb]) + q_row_offset;
-    const uint32_t k_base = smem_addr(s.k[stage]);
+    const uint64_t qd = desc_advance(q_desc, qb * L::kTileBytes);
+    const uint64_t kd = desc_advance(k_desc, stage * L::kTileBytes);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const int box = kk * 16 / L::kBoxCols;
-      const int within = (kk * 16 % L::kBoxCols) * 2;
-      const uint64_t da = make_smem_desc(q_base + box * L::kBoxBytes + within, 16,
-                                         8 * L::kRowBytes, L::kSwizzleMode);
-      const uint64_t db = make_smem_desc(k_base + box * L::kBoxBytes + within, 16,
-                                         8 * L::kRowBytes, L::kSwizzleMode);
-      WgmmaSS<kTileTokens, Tag>::run(sacc, da, db, kk > 0);
+      const int step = kk * 16 / L::kBoxCols * L::kBoxBytes + (kk * 16 % L::kBoxCols) * 2;
+      WgmmaSS<kTileTokens, Tag>::run(sacc, desc_advance(qd, step), desc_advance(kd, step),
+                                     kk > 0);
     }
     wgmma_commit();
   };
   auto issue_pv = [&](const uint32_t (&pa)[kTileTokens / 4], int stage) {
-    const uint32_t v_base = smem_addr(s.v[stage]);
+    const uint64_t vd = desc_advance(v_desc, stage * L::kTileBytes);
 #pragma unroll
-    for (int k = 0; k < kTileTokens / 16; ++k) {
-      const uint64_t db = make_smem_desc(v_base + k * 16 * L::kRowBytes, L::kBoxBytes,
-                                         8 * L::kRowBytes, L::kSwizzleMode);
-      WgmmaRS<D, Tag>::run(o, &pa[k * 4], db);
-    }
+    for (int k = 0; k < kTileTokens / 16; ++k)
+      WgmmaRS<D, Tag>::run(o, &pa[k * 4], desc_advance(vd, k * 16 * L::kRowBytes));
     wgmma_commit();
   };
   // Masks S: partial pairs get the per-axis rule, the additional-KV tail the key count.
@@ -332,7 +333,7 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
   const int my_turn = 3 + consumer, other_turn = 3 + (consumer ^ 1);
   if (consumer == 1) named_barrier_arrive(3, 256);
   mbar_wait(&s.k_full[0], 0);
-  if (s.tag[0].flags & kEndOfWork) {  // no item for this CTA
+  if (warp_uniform(s.tag[0].flags) & kEndOfWork) {  // no item for this CTA
     if (consumer == 0) named_barrier_sync(my_turn, 256);
     return;
   }
@@ -363,7 +364,7 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
     const int prev_stage = (it - 1) % kStages;
     const uint32_t prev_phase = ((it - 1) / kStages) & 1;
     mbar_wait(&s.k_full[stage], phase);
-    const int flags = s.tag[stage].flags;
+    const int flags = warp_uniform(s.tag[stage].flags);
     if (flags & kEndOfWork) break;
     // A new item: keep the finished one's row statistics for its epilogue, start afresh.
     const bool first = flags & kFirstTile;
@@ -458,7 +459,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) persistent_producer<D>(p, s, &tm_q, &tm_k, &tm_v, &tm_ak, &tm_av);
   } else {
     regs_increase<kPersistentConsumerRegs>();
-    persistent_consumer<D, Tag>(p, s, warpgroup - 1);
+    persistent_consumer<D, Tag>(p, s, warp_uniform(warpgroup - 1));
   }
 }
 
