@@ -220,7 +220,14 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
   float row_sum[2] = {0.f, 0.f};              // this thread's partial sums
   const float scale_log2 = p.scale_log2;
 
-  const uint32_t q_base = smem_addr(s.q) + consumer * 64 * L::kRowBytes;
+  // wgmma descriptors of this warpgroup's Q rows and of the first K and V stages, built once; a
+  // stage or k-step only moves the start address (desc_advance).
+  const uint64_t q_desc = make_smem_desc(smem_addr(s.q) + consumer * 64 * L::kRowBytes, 16,
+                                         8 * L::kRowBytes, L::kSwizzleMode);
+  const uint64_t k_desc =
+      make_smem_desc(smem_addr(s.k[0]), 16, 8 * KL::kRowBytes, KL::kSwizzleMode);
+  const uint64_t v_desc =
+      make_smem_desc(smem_addr(s.v[0]), KL::kBoxBytes, 8 * KL::kRowBytes, KL::kSwizzleMode);
 
   const KvWalk w = make_walk(p, qt, kKv);
   const int total = w.spatial + w.additional;
@@ -268,27 +275,21 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
   };
 
   auto issue_qk = [&](float (&sacc)[kS], int stage) {
-    const uint32_t k_base = smem_addr(s.k[stage]);
+    const uint64_t kd = desc_advance(k_desc, stage * KL::kTileBytes);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const int box = kk * 16 / L::kBoxCols;
       const int within = (kk * 16 % L::kBoxCols) * 2;
-      const uint64_t da = make_smem_desc(q_base + box * L::kBoxBytes + within, 16,
-                                         8 * L::kRowBytes, L::kSwizzleMode);
-      const uint64_t db = make_smem_desc(k_base + box * KL::kBoxBytes + within, 16,
-                                         8 * KL::kRowBytes, KL::kSwizzleMode);
-      WgmmaSS<kKv, Tag>::run(sacc, da, db, kk > 0);
+      WgmmaSS<kKv, Tag>::run(sacc, desc_advance(q_desc, box * L::kBoxBytes + within),
+                             desc_advance(kd, box * KL::kBoxBytes + within), kk > 0);
     }
     wgmma_commit();
   };
   auto issue_pv = [&](const uint32_t (&pa)[kKv / 4], int stage) {
-    const uint32_t v_base = smem_addr(s.v[stage]);
+    const uint64_t vd = desc_advance(v_desc, stage * KL::kTileBytes);
 #pragma unroll
-    for (int k = 0; k < kKv / 16; ++k) {
-      const uint64_t db = make_smem_desc(v_base + k * 16 * KL::kRowBytes, KL::kBoxBytes,
-                                         8 * KL::kRowBytes, KL::kSwizzleMode);
-      WgmmaRS<D, Tag>::run(o, &pa[k * 4], db);
-    }
+    for (int k = 0; k < kKv / 16; ++k)
+      WgmmaRS<D, Tag>::run(o, &pa[k * 4], desc_advance(vd, k * 16 * KL::kRowBytes));
     wgmma_commit();
   };
   // Masks S (partial pairs: the per-axis rule; additional-KV tail: keys beyond the count).
@@ -495,7 +496,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       producer_loop<D>(p, s, &tm_q, &tm_k, &tm_v, &tm_ak, &tm_av, qt, head, batch);
   } else {
     regs_increase<consumer_regs(D)>();
-    consumer_loop<D, Tag>(p, s, qt, head, batch, warpgroup - 1);
+    consumer_loop<D, Tag>(p, s, qt, head, batch, warp_uniform(warpgroup - 1));
   }
 }
 
