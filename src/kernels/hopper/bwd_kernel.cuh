@@ -8,8 +8,9 @@
 //   P^T = exp2(S^T * scale_log2 - LSE2), dS^T = P^T (dP^T - delta)
 //   dV += P^T dO, dK += dS^T Q           (wgmma RS, operands from registers, kept all along)
 //   dQ += dS K                           (dS^T staged in shared memory, wgmma SS transposed)
-// and add dQ into an fp32 accumulator with vector reductions (in deterministic mode in the
-// order of the KV tiles, one turn counter per Q tile). Head dim 128 splits dQ's columns between
+// and add dQ into an fp32 accumulator: each warp stages its 16 rows in shared memory and its
+// lanes issue one bulk reduce-add per row (in deterministic mode in the order of the KV tiles,
+// one turn counter per Q tile). Head dim 128 splits dQ's columns between
 // the warpgroups (all 128 keys each); smaller head dims let each warpgroup add its own keys'
 // part of every column.
 #pragma once
@@ -45,6 +46,25 @@ struct Tile {
 // dS^T: [128 keys][64 queries] 16-bit, 128-byte rows, 128-byte swizzle.
 constexpr int kDsBytes = kBwdKvRows * kBwdQRows * 2;
 
+// The CTA's work: KV tile, KV head, batch, and the box of Q tiles it visits.
+struct Work {
+  int kt[kAxes];     // KV tile per axis (spatial); kt[2] = additional tile (additional mode)
+  int head_kv, batch;
+  int q_begin[kAxes], q_size[kAxes];
+  int q_count;       // Q tiles per query head
+  bool rotate;
+  int rotation;      // first visit index
+};
+
+// dQ staging of one consumer warpgroup: 64 rows of its dQ columns in fp32, each row one bulk
+// reduce-add; rows padded by 32 bytes so that a warp's fragment stores hit distinct banks.
+template <int D>
+struct DqStage {
+  static constexpr int kCols = D == 128 ? 64 : D;  // head dim 128: columns split between warpgroups
+  static constexpr int kStride = kCols + 8;        // floats per staged row
+  static constexpr uint32_t kRowBytes = kCols * 4;  // bytes added per row
+};
+
 template <int D>
 struct SharedStorage {
   alignas(1024) uint8_t k[Tile<D, kBwdKvRows>::kTileBytes];
@@ -52,6 +72,10 @@ struct SharedStorage {
   alignas(1024) uint8_t q[kStages][Tile<D, kBwdQRows>::kTileBytes];
   alignas(1024) uint8_t d_o[kStages][Tile<D, kBwdQRows>::kTileBytes];
   alignas(1024) uint8_t ds[kStages][kDsBytes];
+  alignas(128) float dq[2][kBwdQRows][DqStage<D>::kStride];
+  // Per key row of the tile: its query window per axis (inverse rule), written and read by the
+  // thread owning the row (kept here instead of in registers, used by partial pairs only).
+  int key_q_lo[kBwdKvRows][kAxes], key_q_width[kBwdKvRows][kAxes];
   float lse2[kStages][kBwdQRows];
   float delta[kStages][kBwdQRows];
   uint64_t kv_full;
@@ -62,16 +86,6 @@ template <int D>
 constexpr int shared_bytes() {
   return static_cast<int>(sizeof(SharedStorage<D>)) + 1024;
 }
-
-// The CTA's work: KV tile, KV head, batch, and the box of Q tiles it visits.
-struct Work {
-  int kt[kAxes];     // KV tile per axis (spatial); kt[2] = additional tile (additional mode)
-  int head_kv, batch;
-  int q_begin[kAxes], q_size[kAxes];
-  int q_count;       // Q tiles per query head
-  bool rotate;
-  int rotation;      // first visit index
-};
 
 __device__ __forceinline__ Work make_work(const BwdParams& p) {
   Work w;
@@ -194,7 +208,7 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
   constexpr int kS = kBwdQRows / 2;               // S^T accumulators per thread (64 x 64)
   constexpr int kG = D / 2;                       // dK / dV accumulators per thread (64 x D)
   constexpr bool kSplitColumns = D == 128;        // dQ: columns split between warpgroups
-  constexpr int kDqN = kSplitColumns ? 64 : D;    // dQ columns per warpgroup
+  constexpr int kDqN = DqStage<D>::kCols;         // dQ columns per warpgroup
   constexpr int kDqKeys = kSplitColumns ? 128 : 64;
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
@@ -203,7 +217,6 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
   const int wtid = threadIdx.x % 128;
 
   // This thread's two key rows: validity and the query window per axis (inverse rule).
-  int q_lo[2][kAxes], q_width[2][kAxes];
   bool key_valid[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -211,7 +224,7 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
     if (p.additional) {
       key_valid[i] = w.kt[2] * kBwdKvRows + r < p.additional_kv;
 #pragma unroll
-      for (int a = 0; a < kAxes; ++a) q_lo[i][a] = q_width[i][a] = 0;
+      for (int a = 0; a < kAxes; ++a) s.key_q_lo[r][a] = s.key_q_width[r][a] = 0;
     } else {
       int local[kAxes];
       tile_local(r, p.kv_tile, local);
@@ -223,8 +236,8 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
         const bool ok = c < n;
         key_valid[i] = key_valid[i] && ok;
         const Range qw = query_window(p.axes[a], n, min_i(c, n - 1));
-        q_lo[i][a] = qw.begin;
-        q_width[i][a] = ok ? max_i(qw.end - qw.begin, 0) : 0;
+        s.key_q_lo[r][a] = qw.begin;
+        s.key_q_width[r][a] = ok ? max_i(qw.end - qw.begin, 0) : 0;
       }
     }
   }
@@ -287,12 +300,16 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
     fence_regs(dpacc);
 
     // Mask (partial pairs: per-axis inverse rule; invalid keys: always).
-    int lo[2][kAxes];
+    int lo[2][kAxes], q_width[2][kAxes];
     if (partial) {
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
-        for (int a = 0; a < kAxes; ++a) lo[i][a] = q_lo[i][a] - qt[a] * p.q_tile[a];
+        for (int a = 0; a < kAxes; ++a) {
+          const int r = wg * 64 + row_in_wg + 8 * i;
+          lo[i][a] = s.key_q_lo[r][a] - qt[a] * p.q_tile[a];
+          q_width[i][a] = s.key_q_width[r][a];
+        }
     }
     const float scale_log2 = p.scale_log2;
 #pragma unroll
@@ -385,7 +402,21 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
     __syncwarp();  // every lane's LSE / delta reads come before the release of the stage
     if (lane == 0) mbar_arrive(&s.q_empty[stage]);
 
-    // dQ into the fp32 accumulator (rows outside the image skipped).
+    // dQ through shared memory: the warp's previous bulk reductions must have read their rows
+    // before it overwrites them; the fence makes the stores visible to the async proxy.
+    bulk_wait_read<0>();
+    __syncwarp();
+    float(*stage_rows)[DqStage<D>::kStride] = s.dq[wg];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float* row = stage_rows[row_in_wg + 8 * i] + quad * 2;
+#pragma unroll
+      for (int j = 0; j < kDqN / 8; ++j)
+        *reinterpret_cast<float2*>(row + j * 8) = make_float2(dq[j * 4 + i * 2], dq[j * 4 + i * 2 + 1]);
+    }
+    fence_proxy_async_smem();
+    __syncwarp();
+
     int* turn = nullptr;
     if (p.turns != nullptr) {
       int rank;
@@ -407,10 +438,11 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
         while (ld_acquire(turn) < 2 * rank + wg) {
         }
       named_barrier_sync(1 + wg, 128);
+      fence_proxy_async_global();  // the turn's acquire comes before this warpgroup's reductions
     }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r = row_in_wg + 8 * i;
+    // Lanes 0-15 add one row each (rows outside the image skipped).
+    if (lane < 16) {
+      const int r = warp * 16 + lane;
       int local[kAxes];
       tile_local(r, p.q_tile, local);
       bool valid = true;
@@ -421,17 +453,21 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
         valid = valid && c < p.axes[a].extent;
         off += c * p.row_axis_stride[a];
       }
-      if (!valid) continue;
-      float* dst = p.dq_accum + off * D + (kSplitColumns ? wg * 64 : 0) + quad * 2;
-#pragma unroll
-      for (int j = 0; j < kDqN / 8; ++j) red_add_v2(dst + j * 8, dq[j * 4 + i * 2], dq[j * 4 + i * 2 + 1]);
+      if (valid)
+        bulk_reduce_add_f32(p.dq_accum + off * D + (kSplitColumns ? wg * 64 : 0), stage_rows[r],
+                            DqStage<D>::kRowBytes);
+      bulk_commit();
     }
     if (turn != nullptr) {
+      // The reductions are performed before the turn passes to the next KV tile.
+      bulk_wait<0>();
+      fence_proxy_async_global();
       __threadfence();
       named_barrier_sync(1 + wg, 128);
       if (wtid == 0) red_release_add(turn, 1);
     }
   }
+  bulk_wait_read<0>();  // the staged rows stay in shared memory until read
 
   // Epilogue: dK (scaled) and dV of this warpgroup's keys, rows outside the image skipped.
   const bool additional = p.additional != 0;
