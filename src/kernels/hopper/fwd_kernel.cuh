@@ -20,7 +20,10 @@
 
 namespace gna::hopper {
 
-constexpr int kStages = 2;
+constexpr int kStages = 2;  // K/V ring depth of the persistent kernel
+// K/V ring depth of the one-item kernel: three stages where they fit beside the Q tile (head
+// dim <= 128: 32 + 6 x 32 KB of the 227 KB), so a KV tile's load is issued two tiles ahead.
+constexpr int kv_stages(int head_dim) { return head_dim > 128 ? 2 : 3; }
 constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
 // Register split (128 * producer + 256 * consumer <= 64 K): head dim 256 keeps 128 O
 // accumulators per thread and takes the largest consumer share.
@@ -47,11 +50,11 @@ using KvLayout = TileLayout<D, kv_tile_tokens(D)>;
 template <int D>
 struct SharedStorage {
   alignas(1024) uint8_t q[TileLayout<D>::kTileBytes];
-  alignas(1024) uint8_t k[kStages][KvLayout<D>::kTileBytes];
-  alignas(1024) uint8_t v[kStages][KvLayout<D>::kTileBytes];
+  alignas(1024) uint8_t k[kv_stages(D)][KvLayout<D>::kTileBytes];
+  alignas(1024) uint8_t v[kv_stages(D)][KvLayout<D>::kTileBytes];
   uint64_t q_full;
-  uint64_t k_full[kStages], k_empty[kStages];
-  uint64_t v_full[kStages], v_empty[kStages];
+  uint64_t k_full[kv_stages(D)], k_empty[kv_stages(D)];
+  uint64_t v_full[kv_stages(D)], v_empty[kv_stages(D)];
   uint8_t axis_class[kAxes][kClassTable];  // PairClass per KV tile of each axis range
   // Head dim 256: the consumers' per-row key windows (begin, width per row and axis) live here
   // instead of in registers, next to the 128 O accumulators per thread.
@@ -151,8 +154,8 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, SharedStorage<
       mk = tm_ak;
       mv = tm_av;
     }
-    const int stage = it % kStages;
-    const uint32_t phase = (it / kStages) & 1;
+    const int stage = it % kv_stages(D);
+    const uint32_t phase = (it / kv_stages(D)) & 1;
     mbar_wait(&s.k_empty[stage], phase ^ 1);
     mbar_expect_tx(&s.k_full[stage], KL::kTileBytes);
 #pragma unroll
@@ -348,10 +351,10 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
     pack_p<kKv, Tag>(sacc, pa);
     int it = 1;
     for (; cur.t < total; ++it) {
-      const int stage = it % kStages;
-      const uint32_t phase = (it / kStages) & 1;
-      const int prev_stage = (it - 1) % kStages;
-      const uint32_t prev_phase = ((it - 1) / kStages) & 1;
+      const int stage = it % kv_stages(D);
+      const uint32_t phase = (it / kv_stages(D)) & 1;
+      const int prev_stage = (it - 1) % kv_stages(D);
+      const uint32_t prev_phase = ((it - 1) / kv_stages(D)) & 1;
       mbar_wait(&s.k_full[stage], phase);
       mbar_wait(&s.v_full[prev_stage], prev_phase);
       named_barrier_sync(my_turn, 256);
@@ -374,8 +377,8 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
         rescale_o(correction);
       pack_p<kKv, Tag>(sacc, pa);
     }
-    const int last = (it - 1) % kStages;
-    mbar_wait(&s.v_full[last], ((it - 1) / kStages) & 1);
+    const int last = (it - 1) % kv_stages(D);
+    mbar_wait(&s.v_full[last], ((it - 1) / kv_stages(D)) & 1);
     named_barrier_sync(my_turn, 256);
     wgmma_fence();
     issue_pv(pa, last);
@@ -480,7 +483,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     prefetch_tensor_map(&tm_k);
     prefetch_tensor_map(&tm_v);
     mbar_init(&s.q_full, 1);
-    for (int i = 0; i < kStages; ++i) {
+    for (int i = 0; i < kv_stages(D); ++i) {
       mbar_init(&s.k_full[i], 1);
       mbar_init(&s.v_full[i], 1);
       mbar_init(&s.k_empty[i], 8);  // one arrival per consumer warp
