@@ -72,10 +72,30 @@ __device__ __forceinline__ void persistent_producer(const FwdParams& p, Persiste
                                                     const CUtensorMap* tm_ak,
                                                     const CUtensorMap* tm_av) {
   using L = TileLayout<D>;
+  // Q of work item `item`, the CTA's item number `jq`, into buffer jq % 2.
+  auto load_q = [&](int item, int jq) {
+    int tile, hb;
+    decode_item(p, item, tile, hb);
+    int qt[kAxes];
+    tile_coords(p, tile, qt);
+    const int qb = jq & 1;
+    mbar_wait(&s.q_empty[qb], ((jq >> 1) & 1) ^ 1);
+    mbar_expect_tx(&s.q_full[qb], L::kTileBytes);
+#pragma unroll
+    for (int box = 0; box < L::kBoxes; ++box)
+      tma_load_5d(s.q[qb] + box * L::kBoxBytes, tm_q, &s.q_full[qb], box * L::kBoxCols,
+                  hb % p.heads_q, qt[2] * p.q_tile[2], qt[1] * p.q_tile[1],
+                  hb / p.heads_q * p.axes[0].extent + qt[0] * p.q_tile[0]);
+  };
   int k = blockIdx.x;
   int j = 0;   // items of this CTA
   int it = 0;  // KV tiles of this CTA
+  if (k < p.items) load_q(k, 0);
   while (k < p.items) {
+    // The next item, asked for at the start of this one: the atomic's latency and the next
+    // item's Q load (from DRAM: Q is read once) then hide behind this item's KV tiles.
+    const int next =
+        p.work_counter != nullptr ? atomicAdd(p.work_counter, 1) + gridDim.x : k + gridDim.x;
     int tile, hb;
     decode_item(p, k, tile, hb);
     const int head = hb % p.heads_q;
@@ -83,14 +103,15 @@ __device__ __forceinline__ void persistent_producer(const FwdParams& p, Persiste
     const int x_base = hb / p.heads_q * p.axes[0].extent;  // batches folded into axis 0
     int qt[kAxes];
     tile_coords(p, tile, qt);
-
-    const int qb = j & 1;
-    mbar_wait(&s.q_empty[qb], ((j >> 1) & 1) ^ 1);
-    mbar_expect_tx(&s.q_full[qb], L::kTileBytes);
-#pragma unroll
-    for (int box = 0; box < L::kBoxes; ++box)
-      tma_load_5d(s.q[qb] + box * L::kBoxBytes, tm_q, &s.q_full[qb], box * L::kBoxCols, head,
-                  qt[2] * p.q_tile[2], qt[1] * p.q_tile[1], x_base + qt[0] * p.q_tile[0]);
+    // The next item's Q goes into the buffer of the previous item, which the consumers release
+    // after its epilogue, i.e. during this item's first KV tile: issued after this item's
+    // kQPrefetchTile-th tile (the producer runs two stages ahead), or after its last.
+    constexpr int kQPrefetchTile = 3;
+    bool next_q_issued = next >= p.items;
+    auto prefetch_next_q = [&] {
+      if (!next_q_issued) load_q(next, j + 1);
+      next_q_issued = true;
+    };
 
     const int first_it = it;
     // One KV tile into the next stage, tagged for the consumers.
@@ -119,6 +140,7 @@ __device__ __forceinline__ void persistent_producer(const FwdParams& p, Persiste
         tma_load_5d(s.v[stage] + box * L::kBoxBytes, mv, &s.v_full[stage], box * L::kBoxCols,
                     head_kv, c2, c3, c4);
       ++it;
+      if (it - first_it == kQPrefetchTile) prefetch_next_q();
     };
     // The box of KV tiles from the core, classes per axis computed where that axis' tile
     // changes, then the additional-KV tiles.
@@ -145,10 +167,9 @@ __device__ __forceinline__ void persistent_producer(const FwdParams& p, Persiste
     for (int a0 = 0; a0 < p.additional_kv; a0 += kTileTokens)
       emit(0, min_i(kTileTokens, p.additional_kv - a0), 0, 0, 0, a0,
            p.batch_offset + hb / p.heads_q, 0, tm_ak, tm_av);
+    prefetch_next_q();
     ++j;
-    // The next item, asked for once this item's loads are issued (the producer runs two
-    // stages ahead of the consumers, which hides the atomic's latency).
-    k = p.work_counter != nullptr ? atomicAdd(p.work_counter, 1) + gridDim.x : k + gridDim.x;
+    k = next;
   }
   if (p.work_counter != nullptr) {
     // Every CTA has made its last request (the one past the end); the last CTA to get here
