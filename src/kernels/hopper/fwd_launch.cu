@@ -163,12 +163,12 @@ namespace {
 std::mutex schedule_mu;
 Schedule schedule_setting;
 
-// The persistent kernel hides a fixed cost of about three KV tile times per item (Q and first
-// K/V latency, the first S and last P V, the O store), but its consumer loop runs 3-12% slower
-// than the one-item kernel's (H100 A/B, docs/hopper_forward.md). It pays off when items are
-// short and fill the GPU more than once: fewer than kPersistentMaxKvTiles KV tiles per item on
-// average (NA 56x56 7x7, d32: 0.68 against 0.83 ms; FLUX stride 16x16 at 50 tiles per item is
-// 3% slower). Sets the work hand-out fields of `fp` and the grid.
+// The persistent kernel's KV loop runs at the one-item kernel's speed, but its item change is
+// not yet cheaper than a new CTA (the epilogue sits on the consumers' ping-pong path; H100 A/B
+// and profile, docs/hopper_forward.md v10). It pays off when items are short and fill the GPU
+// more than once: fewer than kPersistentMaxKvTiles KV tiles per item on average (NA 56x56 7x7,
+// d32: 0.70 against 0.81 ms; FLUX stride 16x16 at 50 tiles per item is 2% slower). Sets the
+// work hand-out fields of `fp` and the grid.
 constexpr double kPersistentMaxKvTiles = 24;
 
 bool use_persistent(FwdParams& fp, int head_dim, int device, void* stream, int* grid) {
