@@ -172,6 +172,18 @@ TEST(Portable, LargeAgainstGpuReference) {
     for (DType t : {DType::f16, DType::bf16}) compare_with_gpu_reference(L, t, backward);
 }
 
+// Boxes too large for the kernels' walk tables (forward: more than 1024 KV tiles per Q tile;
+// backward: more than 1024 Q tiles along an axis per KV tile) take the rule path.
+TEST(Portable, LargeBoxesAgainstGpuReference) {
+  GNA_SKIP_WITHOUT_GPU();
+  const bool backward = portable_backward_available();
+  const Large cases[] = {
+      {1, {70000}, {70000}, {1}, {1}, {false}, 1, 1, 32, 0},
+      {2, {256, 288}, {256, 288}, {1, 1}, {1, 1}, {false, false}, 1, 1, 32, 0},
+  };
+  for (const Large& L : cases) compare_with_gpu_reference(L, DType::bf16, backward);
+}
+
 // Refusals name the parameter and the limit.
 TEST(Portable, RefusesUnsupported) {
   GNA_SKIP_WITHOUT_GPU();

@@ -23,6 +23,11 @@ namespace gna::portable {
 
 constexpr int kBackwardRows = 64;  // Q tile and KV tile rows
 constexpr int kBackwardWarps = 4;
+// A spatial CTA whose box spans at most this many Q tiles along every axis tabulates, per axis
+// and offset in the box, the axis's pair class (bits 0-1) and whether the Q tile's rows along it
+// are all inside the group (bit 2); an item's class and rows-valid flag combine its axes' entries.
+constexpr int kBackwardAxisTable = 1024;
+constexpr uint8_t kAxisRowsValid = 4;
 
 template <typename T>
 struct BackwardParams {
@@ -60,34 +65,92 @@ struct BackwardSmem {
   static constexpr int kDelta = kLse + 2 * 4 * R;                // 2 stages x R floats
   static constexpr int kQRows = kDelta + 2 * 4 * R;              // packed row offsets
   static constexpr int kKVRows = kQRows + 4 * R;
-  static constexpr int kQDelta = kKVRows + 4 * R;                // element deltas per Q row
+  static constexpr int kQDelta = kKVRows + 4 * R;                // byte deltas per Q row
   static constexpr int kODelta = kQDelta + 8 * R;
   static constexpr int kLseDelta = kODelta + 8 * R;
   static constexpr int kLinDelta = kLseDelta + 8 * R;            // linear token delta
   static constexpr int kQWin = kLinDelta + 8 * R;               // query window per key row, axis
-  static constexpr int kBytes = kQWin + 8 * kMaxRank * R;
+  static constexpr int kTable = kQWin + 8 * kMaxRank * R;        // per-axis Q tile entries
+  static constexpr int kBytes = kTable + kMaxRank * kBackwardAxisTable;
 };
+
+// One pair of the walk: a query head and Q tile (of dilation group geo) against the CTA's KV tile.
+struct BackwardItem {
+  GroupGeometry geo;
+  int h;
+  int q_base[kMaxRank];
+  PairClass cls;
+  bool rows_valid;  // every row of the Q tile is a real query (no zero fill, no row checks)
+};
+
+// Walk position i of a CTA by the rule: (dilation group, query head, Q tile in the box) with the
+// Q tile fastest. Not inlined: the main loop takes it only for additional KV tiles and boxes
+// too large for the table, and a call keeps its divisions out of the loop's code and registers.
+template <typename T>
+__device__ __noinline__ BackwardItem backward_item_from_rule(const BackwardParams<T>& P,
+                                                             const Range* box, int box_count,
+                                                             const int* kt, bool additional,
+                                                             int hk, int i) {
+  const Problem& p = P.p;
+  const int heads_per_kv = p.heads_q / p.heads_kv;
+  BackwardItem it;
+  const int idx = i % box_count;
+  const int hi = (i / box_count) % heads_per_kv;
+  int group = additional ? i / box_count / heads_per_kv : blockIdx.z;
+  it.h = hk * heads_per_kv + hi;
+  it.geo.rank = p.rank;
+  int rest = idx;
+  it.cls = PairClass::full;
+  it.rows_valid = P.q_volume == kBackwardRows;
+  GNA_FOR_AXES_REVERSE(a, p.rank) {
+    it.geo.group[a] = group % p.axes[a].dilation;
+    group /= p.axes[a].dilation;
+    it.geo.n[a] = group_length(p.axes[a], it.geo.group[a]);
+    const int size = box[a].size();
+    const int qt = box[a].begin + rest % size;
+    rest /= size;
+    it.q_base[a] = qt * P.tile_q[a];
+    it.rows_valid = it.rows_valid && it.q_base[a] + P.tile_q[a] <= it.geo.n[a];
+    if (qt >= tiles_along(it.geo.n[a], P.tile_q[a])) {
+      it.cls = PairClass::empty;
+    } else if (!additional) {
+      it.cls = combine(it.cls, classify_axis_tiles(p.axes[a], it.geo.n[a], qt, kt[a], P.tile_q[a],
+                                                   P.tile_kv[a]));
+    }
+  }
+  return it;
+}
 
 // One Q or dO tile into shared memory: each thread copies one 16-byte column chunk of rows
 // row_first + it * kStep (kStep a multiple of the swizzle period, so destinations are one add
-// apart); zero fill for rows outside the group. The thread index is read afresh so that these
-// values are rebuilt per call rather than held in registers through the GEMMs.
+// apart); zero fill for rows outside the group, unless rows_valid says there are none. The
+// thread index is read afresh so that these values are rebuilt per call rather than held in
+// registers through the GEMMs.
 template <typename Tile, int CHUNKS, typename T>
 __device__ __forceinline__ void load_q_rows(const T* first, const int64_t* delta, uint32_t base,
                                             const GroupGeometry& geo, const int* q_base,
-                                            const uint32_t* q_rows) {
+                                            const uint32_t* q_rows, bool rows_valid) {
   constexpr int kThreads = kBackwardWarps * 32;
   constexpr int kStep = kThreads / CHUNKS;
   static_assert(kStep % 8 == 0, "row step must keep the swizzle phase");
   const int tid = thread_index();
   const int row_first = tid / CHUNKS, ch = tid % CHUNKS;
   const uint32_t dst = base + Tile::offset(row_first, ch * 8);
+  if (rows_valid) {
+    const char* src = reinterpret_cast<const char*>(first + ch * 8);
+#pragma unroll
+    for (int it = 0; it < kBackwardRows / kStep; ++it)
+      cp_async_16(dst + it * kStep * CHUNKS * 16, src + delta[row_first + it * kStep]);
+    return;
+  }
 #pragma unroll
   for (int it = 0; it < kBackwardRows / kStep; ++it) {
     const int row = row_first + it * kStep;
     int ig[kMaxRank];
     const bool valid = geo.coordinates(q_rows[row], q_base, ig);
-    cp_async_16(dst + it * kStep * CHUNKS * 16, valid ? first + delta[row] + ch * 8 : first, valid);
+    const void* src = valid ? reinterpret_cast<const char*>(first + ch * 8) + delta[row]
+                            : static_cast<const void*>(first);
+    cp_async_16(dst + it * kStep * CHUNKS * 16, src, valid);
   }
 }
 
@@ -163,8 +226,8 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
         lin_stride *= p.axes[a].extent;
       }
     }
-    q_delta[r] = dq;
-    o_delta[r] = dob;
+    q_delta[r] = dq * int64_t(sizeof(T));  // bytes: loads add them without scaling
+    o_delta[r] = dob * int64_t(sizeof(T));
     lse_delta[r] = dl;
     lin_delta[r] = lin;
   }
@@ -223,39 +286,68 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
   const int walk_groups = additional ? P.groups : 1;
   const int total = walk_groups * heads_per_kv * box_count;
 
-  struct Item {
-    GroupGeometry geo;
-    int h;
-    int q_base[kMaxRank];
-    PairClass cls;
-  };
-  auto decode = [&](int i, Item& it) {
-    const int idx = i % box_count;
-    const int hi = (i / box_count) % heads_per_kv;
-    int group = additional ? i / box_count / heads_per_kv : blockIdx.z;
-    it.h = hk * heads_per_kv + hi;
-    it.geo.rank = p.rank;
-    int rest = idx;
-    it.cls = additional ? PairClass::full : PairClass::full;
-    GNA_FOR_AXES_REVERSE(a, p.rank) {
-      it.geo.group[a] = group % p.axes[a].dilation;
-      group /= p.axes[a].dilation;
-      it.geo.n[a] = group_length(p.axes[a], it.geo.group[a]);
-      const int size = box[a].size();
-      const int qt = box[a].begin + rest % size;
-      rest /= size;
-      it.q_base[a] = qt * P.tile_q[a];
-      if (qt >= tiles_along(it.geo.n[a], P.tile_q[a])) {
-        it.cls = PairClass::empty;
-      } else if (!additional) {
-        it.cls = combine(it.cls, classify_axis_tiles(p.axes[a], it.geo.n[a], qt, kt[a],
-                                                     P.tile_q[a], P.tile_kv[a]));
+  using Item = BackwardItem;
+  // Spatial CTAs with boxes of at most kBackwardAxisTable Q tiles per axis tabulate the axes
+  // (see kBackwardAxisTable) and follow the walk with an odometer (offsets in the box, head),
+  // so that decoding an item costs a few shared loads and no division.
+  uint8_t* axis_table = reinterpret_cast<uint8_t*>(smem + Smem::kTable);
+  bool tabulated = !additional;
+  GNA_FOR_AXES(a, p.rank) tabulated = tabulated && box[a].size() <= kBackwardAxisTable;
+  if (tabulated) {
+    GNA_FOR_AXES(a, p.rank) {
+      for (int e = tid; e < box[a].size(); e += blockDim.x) {
+        const int qt = box[a].begin + e;
+        uint8_t entry = static_cast<uint8_t>(PairClass::empty);
+        if (qt < tiles_along(kv_geo.n[a], P.tile_q[a]))
+          entry = static_cast<uint8_t>(classify_axis_tiles(p.axes[a], kv_geo.n[a], qt, kt[a],
+                                                           P.tile_q[a], P.tile_kv[a]));
+        if ((qt + 1) * P.tile_q[a] <= kv_geo.n[a]) entry |= kAxisRowsValid;
+        axis_table[a * kBackwardAxisTable + e] = entry;
       }
     }
+  }
+  __syncthreads();
+  // Walk position: offsets in the box (10 bits per axis, last axis fastest; packed so that the
+  // position costs two registers), then the query head.
+  struct Pos {
+    uint32_t e;
+    int hi;
   };
-  auto next_item = [&](int i, Item& it) {
-    for (; i < total; ++i) {
-      decode(i, it);
+  auto offset = [](const Pos& pos, int a) { return static_cast<int>((pos.e >> (10 * a)) & 1023u); };
+  auto advance = [&](Pos& pos) {
+    bool carry = true;
+    GNA_FOR_AXES_REVERSE(a, p.rank) {
+      if (carry) {
+        const int e = offset(pos, a) + 1;
+        carry = e == box[a].size();
+        pos.e = (pos.e & ~(1023u << (10 * a))) | (carry ? 0u : static_cast<uint32_t>(e) << (10 * a));
+      }
+    }
+    if (carry) ++pos.hi;
+  };
+  auto decode = [&](int i, const Pos& pos, Item& it) {
+    if (!tabulated) {
+      it = backward_item_from_rule(P, box, box_count, kt, additional, hk, i);
+      return;
+    }
+    it.h = hk * heads_per_kv + pos.hi;
+    it.geo = kv_geo;
+    PairClass cls = PairClass::full;
+    bool valid = P.q_volume == R;
+    GNA_FOR_AXES(a, p.rank) {
+      const int e = offset(pos, a);
+      const uint8_t entry = axis_table[a * kBackwardAxisTable + e];
+      cls = combine(cls, static_cast<PairClass>(entry & 3));
+      valid = valid && (entry & kAxisRowsValid);
+      it.q_base[a] = (box[a].begin + e) * P.tile_q[a];
+    }
+    it.cls = cls;
+    it.rows_valid = valid;
+  };
+  // First item >= i (at position pos) that is not empty; pos follows.
+  auto next_item = [&](int i, Pos& pos, Item& it) {
+    for (; i < total; ++i, advance(pos)) {
+      decode(i, pos, it);
       if (it.cls != PairClass::empty) break;
     }
     return i;
@@ -276,11 +368,13 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
     const int64_t tokens = p.tokens();
     const uint32_t q_s = smem_address(smem + Smem::kQ + s * Smem::QTile::kBytes);
     const uint32_t o_s = smem_address(smem + Smem::kO + s * Smem::OTile::kBytes);
-    load_q_rows<typename Smem::QTile, D / 8>(P.q.data + q_first, q_delta, q_s, it.geo, it.q_base, q_rows);
-    load_q_rows<typename Smem::OTile, DV / 8>(P.d_o.data + o_first, o_delta, o_s, it.geo, it.q_base, q_rows);
+    load_q_rows<typename Smem::QTile, D / 8>(P.q.data + q_first, q_delta, q_s, it.geo, it.q_base, q_rows,
+                                             it.rows_valid);
+    load_q_rows<typename Smem::OTile, DV / 8>(P.d_o.data + o_first, o_delta, o_s, it.geo, it.q_base, q_rows,
+                                              it.rows_valid);
     for (int r = tid; r < R; r += blockDim.x) {
       int ig[kMaxRank];
-      const bool valid = it.geo.coordinates(q_rows[r], it.q_base, ig);
+      const bool valid = it.rows_valid || it.geo.coordinates(q_rows[r], it.q_base, ig);
       const float* lsrc = P.lse.data + l_first + lse_delta[r];
       const float* dsrc = P.delta + (b * tokens + lin_first + lin_delta[r]) * p.heads_q + it.h;
       cp_async_4(smem_address(smem + Smem::kLse + (s * R + r) * 4), valid ? lsrc : P.lse.data, valid);
@@ -295,7 +389,8 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
   for (int i = 0; i < DV / 8; ++i) dv[i][0] = dv[i][1] = dv[i][2] = dv[i][3] = 0.f;
 
   Item cur;
-  int i = next_item(0, cur);
+  Pos pos = {0u, 0};
+  int i = next_item(0, pos, cur);
   if (i < total) load_item(cur, 0);
   cp_async_commit();
   const uint32_t k_s = smem_address(smem + Smem::kK), v_s = smem_address(smem + Smem::kV);
@@ -315,9 +410,11 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
   int stage = 0;
   while (i < total) {
     int next;
+    Pos next_pos = pos;
     {
       Item nxt;
-      next = next_item(i + 1, nxt);
+      advance(next_pos);
+      next = next_item(i + 1, next_pos, nxt);
       if (next < total) load_item(nxt, stage ^ 1);
     }
     cp_async_commit();
@@ -362,16 +459,14 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
           Mma<T>::run(dp[2 * np + 1], a, bo[2], bo[3]);
         }
       }
-      // P^T and dS^T (masked for partial pairs).
+      // Partial pairs: scores of pairs that do not attend become -inf (P = 0), in one branch
+      // so that full pairs run the element loop below without it.
+      if (masked) {
 #pragma unroll
-      for (int nb = 0; nb < 4; ++nb) {
+        for (int nb = 0; nb < 4; ++nb) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = half * 32 + nb * 8 + 2 * t4 + e;
-          const float lse2 = lse_s[col] * 1.4426950408889634f;
-          const float delta = delta_s[col];
-          bool attend[2] = {true, true};
-          if (masked) {
+          for (int e = 0; e < 2; ++e) {
+            const int col = half * 32 + nb * 8 + 2 * t4 + e;
             int ig[kMaxRank];
             const bool qvalid = cur.geo.coordinates(q_rows[col], cur.q_base, ig);
 #pragma unroll
@@ -379,12 +474,22 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
               bool ok = qvalid;
               const Range* w = qwin + (warp * 16 + g4 + 8 * r) * kMaxRank;
               GNA_FOR_AXES(a, p.rank) ok = ok && w[a].contains(ig[a]);
-              attend[r] = ok;
+              if (!ok) s[nb][2 * r + e] = -INFINITY;
             }
           }
+        }
+      }
+      // P^T and dS^T.
+#pragma unroll
+      for (int nb = 0; nb < 4; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = half * 32 + nb * 8 + 2 * t4 + e;
+          const float lse2 = lse_s[col] * 1.4426950408889634f;
+          const float delta = delta_s[col];
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            const float prob = attend[r] ? fast_exp2(s[nb][2 * r + e] * P.scale_log2 - lse2) : 0.f;
+            const float prob = fast_exp2(fmaf(s[nb][2 * r + e], P.scale_log2, -lse2));
             s[nb][2 * r + e] = prob;
             dp[nb][2 * r + e] = prob * (dp[nb][2 * r + e] - delta);
           }
@@ -429,16 +534,18 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
 
     // dQ (this warp's 16 queries x D) = dS K, in column chunks of 64, added atomically.
     {
-      int ig[2][kMaxRank];
       bool qvalid[2];
       int64_t qrow_off[2];
+      int64_t lin_first = 0;
+      GNA_FOR_AXES(a, p.rank)
+        lin_first = lin_first * p.axes[a].extent + coordinate_of(p.axes[a], cur.geo.group[a], cur.q_base[a]);
+      lin_first += int64_t(b) * p.tokens();
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int row = warp * 16 + g4 + 8 * r;
-        qvalid[r] = cur.geo.coordinates(q_rows[row], cur.q_base, ig[r]);
-        int64_t lin = 0;
-        GNA_FOR_AXES(a, p.rank) lin = lin * p.axes[a].extent + coordinate_of(p.axes[a], cur.geo.group[a], ig[r][a]);
-        qrow_off[r] = ((int64_t(b) * p.tokens() + lin) * p.heads_q + cur.h) * D;
+        int ig[kMaxRank];
+        qvalid[r] = cur.rows_valid || cur.geo.coordinates(q_rows[row], cur.q_base, ig);
+        qrow_off[r] = ((lin_first + lin_delta[row]) * p.heads_q + cur.h) * D;
       }
       constexpr int kChunk = D < 64 ? D : 64;
 #pragma unroll
@@ -463,17 +570,23 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
           // Lanes t and t ^ 1 swap halves so that each holds four consecutive columns: even t
           // those of n-block nb at 2t, odd t those of nb + 1 at 2(t - 1); one 16-byte reduction.
+          // The shuffles first (every lane takes part), then the row's reductions under one
+          // branch.
           const bool odd = t4 & 1;
-          float* dst = P.dq_accum + qrow_off[r] + c0 + 2 * (t4 & ~1);
+          float4 v[kChunk / 16];
 #pragma unroll
           for (int nb = 0; nb < kChunk / 8; nb += 2) {
             const float s0 = odd ? acc[nb][2 * r] : acc[nb + 1][2 * r];
             const float s1 = odd ? acc[nb][2 * r + 1] : acc[nb + 1][2 * r + 1];
             const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1);
             const float r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
-            const float4 v = odd ? make_float4(r0, r1, acc[nb + 1][2 * r], acc[nb + 1][2 * r + 1])
-                                 : make_float4(acc[nb][2 * r], acc[nb][2 * r + 1], r0, r1);
-            if (qvalid[r]) atomicAdd(reinterpret_cast<float4*>(dst + (nb + odd) * 8), v);
+            v[nb / 2] = odd ? make_float4(r0, r1, acc[nb + 1][2 * r], acc[nb + 1][2 * r + 1])
+                            : make_float4(acc[nb][2 * r], acc[nb][2 * r + 1], r0, r1);
+          }
+          if (qvalid[r]) {
+            float4* dst = reinterpret_cast<float4*>(P.dq_accum + qrow_off[r] + c0 + 2 * (t4 & ~1) + odd * 8);
+#pragma unroll
+            for (int j = 0; j < kChunk / 16; ++j) atomicAdd(dst + 4 * j, v[j]);
           }
 #else
           if (!qvalid[r]) continue;
@@ -490,7 +603,8 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
     __syncthreads();  // dS^T and this stage are reused
     stage ^= 1;
     i = next;
-    if (i < total) decode(i, cur);
+    pos = next_pos;
+    if (i < total) decode(i, pos, cur);
   }
   cp_async_wait<0>();
 

@@ -67,6 +67,15 @@ struct KvWalk {
   int spatial = 0;     // tiles in the box
   int total = 0;       // + additional tiles
   int additional = 0;  // additional KV tokens
+  // The walk starts at spatial tile `rotation` and wraps around, so that the CTAs of one head do
+  // not all read the same KV tile at the same time (dense problems).
+  int rotation = 0;
+
+  // Spatial tile (row-major in the box) visited at step i < spatial.
+  __device__ __forceinline__ int spatial_tile(int i) const {
+    const int j = i + rotation;
+    return j >= spatial ? j - spatial : j;
+  }
 
   __device__ __forceinline__ void tile_coordinates(int i, int rank, int* kt) const {
     GNA_FOR_AXES_REVERSE(a, rank) {
@@ -86,7 +95,45 @@ struct ForwardCtaState {
   int q_base[kMaxRank];  // first group coordinate of the Q tile per axis
   int b, h, hk;
   KvWalk walk;
+  // Element offset of the first token of the box's first KV tile, and the step per tile along
+  // each axis (K and V): a tile's offset is origin + sum of its box offsets times the steps.
+  int64_t k_origin, v_origin;
+  int64_t k_step[kMaxRank], v_step[kMaxRank];
 };
+
+// Walk step i < spatial of a CTA, packed in a Word: its KV tile's offsets in the box (kBits per
+// axis) and the pair's class by the rule (top two bits). The table holds 32-bit entries (its
+// boxes have at most kForwardTableTiles tiles, so 10 bits per axis suffice); larger boxes use
+// 64-bit entries with 20 bits per axis.
+template <typename Word>
+struct WalkEntry {
+  static constexpr int kBits = sizeof(Word) == 4 ? 10 : 20;
+  static constexpr Word kMask = (Word(1) << kBits) - 1;
+  static constexpr int kClassShift = 8 * sizeof(Word) - 2;
+  __device__ __forceinline__ static int offset(Word e, int a) { return static_cast<int>((e >> (kBits * a)) & kMask); }
+  __device__ __forceinline__ static PairClass pair_class(Word e) { return static_cast<PairClass>(e >> kClassShift); }
+};
+static_assert(kForwardTableTiles <= 1024, "table entries hold 10 bits per axis");
+
+template <typename Word, typename T>
+__device__ __forceinline__ Word spatial_entry(const ForwardParams<T>& P, const ForwardCtaState& st, int i) {
+  const Problem& p = P.p;
+  int kt[kMaxRank];
+  st.walk.tile_coordinates(st.walk.spatial_tile(i), p.rank, kt);
+  PairClass c = PairClass::full;
+  Word e = 0;
+  GNA_FOR_AXES(a, p.rank) {
+    c = combine(c, classify_axis_tiles(p.axes[a], st.geo.n[a], st.qt[a], kt[a], P.tile_q[a],
+                                       P.tile_kv[a]));
+    e |= static_cast<Word>(kt[a] - st.walk.box[a].begin) << (WalkEntry<Word>::kBits * a);
+  }
+  return e | static_cast<Word>(c) << WalkEntry<Word>::kClassShift;
+}
+template <typename T>
+__device__ __noinline__ uint64_t spatial_entry_from_rule(const ForwardParams<T>& P,
+                                                         const ForwardCtaState& st, int i) {
+  return spatial_entry<uint64_t, T>(P, st, i);
+}
 
 template <typename T, int D, int DV, int MB>
 struct ForwardCta {
@@ -106,14 +153,16 @@ struct ForwardCta {
   int (&q_base)[kMaxRank];
   int &b, &h, &hk;
   KvWalk& walk;
+  const ForwardCtaState& state;
 
   __device__ ForwardCta(const ForwardParams<T>& params, char* s, ForwardCtaState& st)
       : P(params), smem(s), geo(st.geo), qt(st.qt), q_base(st.q_base), b(st.b), h(st.h),
-        hk(st.hk), walk(st.walk) {}
+        hk(st.hk), walk(st.walk), state(st) {}
 
   __device__ uint32_t* q_rows() const { return reinterpret_cast<uint32_t*>(smem + Smem::kQRows); }
   __device__ uint32_t* kv_rows() const { return reinterpret_cast<uint32_t*>(smem + Smem::kKVRows); }
-  // Element offset of each KV tile row from the tile's first token (K and V strides).
+  // Byte offset of each KV tile row from the tile's first token (K and V strides): a load adds
+  // it to a byte pointer, with no scaling.
   __device__ int64_t* k_delta() const { return reinterpret_cast<int64_t*>(smem + Smem::kKDelta); }
   __device__ int64_t* v_delta() const { return reinterpret_cast<int64_t*>(smem + Smem::kVDelta); }
   __device__ Range* windows() const { return reinterpret_cast<Range*>(smem + Smem::kWindows); }
@@ -145,48 +194,38 @@ struct ForwardCta {
           dv += step * P.v.stride_axis[a];
         }
       }
-      k_delta()[r] = dk;
-      v_delta()[r] = dv;
+      k_delta()[r] = dk * int64_t(sizeof(T));
+      v_delta()[r] = dv * int64_t(sizeof(T));
     }
   }
 
   __device__ uint32_t* table() const { return reinterpret_cast<uint32_t*>(smem + Smem::kTable); }
   __device__ bool tabulated() const { return walk.spatial <= kForwardTableTiles; }
 
-  // Class of spatial tile i from the rule, and its coordinates. Not inlined: boxes too large for
-  // the table are rare, and a call keeps this code's registers out of the main loop's budget.
-  __device__ PairClass classify_spatial(int i, int* kt) const {
-    const Problem& p = P.p;
-    walk.tile_coordinates(i, p.rank, kt);
-    PairClass c = PairClass::full;
-    GNA_FOR_AXES(a, p.rank)
-      c = combine(c, classify_axis_tiles(p.axes[a], geo.n[a], qt[a], kt[a], P.tile_q[a],
-                                         P.tile_kv[a]));
-    return c;
-  }
-
-  // Per spatial tile of a small box: offsets in the box (10 bits per axis) and class (bits
-  // 30-31), so that the walk costs one shared load per tile instead of divisions and the rule.
+  // Walk step i < spatial (see WalkEntry): small boxes tabulate it once (build_table), so that
+  // the walk costs one shared load per tile; larger ones work it out through a call, which keeps
+  // that code (and whatever the compiler would hoist of it) out of the main loop.
   __device__ void build_table() {
     if (!tabulated()) return;
-    const Problem& p = P.p;
-    for (int i = threadIdx.x; i < walk.spatial; i += blockDim.x) {
-      int kt[kMaxRank];
-      uint32_t e = static_cast<uint32_t>(classify_spatial(i, kt)) << 30;
-      GNA_FOR_AXES(a, p.rank) e |= static_cast<uint32_t>(kt[a] - walk.box[a].begin) << (10 * a);
-      table()[i] = e;
+    for (int i = threadIdx.x; i < walk.spatial; i += blockDim.x)
+      table()[i] = spatial_entry<uint32_t, T>(P, state, i);
+  }
+
+  // Offsets in the box of spatial tile i, per axis.
+  __device__ __forceinline__ void box_offsets(int i, int* e) const {
+    if (tabulated()) {
+      const uint32_t packed = table()[i];
+      GNA_FOR_AXES(a, P.p.rank) e[a] = WalkEntry<uint32_t>::offset(packed, a);
+    } else {
+      const uint64_t packed = spatial_entry_from_rule(P, state, i);
+      GNA_FOR_AXES(a, P.p.rank) e[a] = WalkEntry<uint64_t>::offset(packed, a);
     }
   }
 
   // Coordinates of spatial tile i.
   __device__ __forceinline__ void spatial_coordinates(int i, int* kt) const {
-    const Problem& p = P.p;
-    if (tabulated()) {
-      const uint32_t e = table()[i];
-      GNA_FOR_AXES(a, p.rank) kt[a] = walk.box[a].begin + static_cast<int>((e >> (10 * a)) & 1023u);
-    } else {
-      classify_spatial(i, kt);
-    }
+    box_offsets(i, kt);
+    GNA_FOR_AXES(a, P.p.rank) kt[a] += walk.box[a].begin;
   }
 
   __device__ PairClass classify(int i) const {
@@ -194,9 +233,8 @@ struct ForwardCta {
       const int first = (i - walk.spatial) * BN;
       return first + BN <= walk.additional ? PairClass::full : PairClass::partial;
     }
-    if (tabulated()) return static_cast<PairClass>(table()[i] >> 30);
-    int kt[kMaxRank];
-    return classify_spatial(i, kt);
+    return tabulated() ? WalkEntry<uint32_t>::pair_class(table()[i])
+                       : WalkEntry<uint64_t>::pair_class(spatial_entry_from_rule(P, state, i));
   }
 
   // First tile index >= i that is not empty (walk.total if none).
@@ -249,29 +287,50 @@ struct ForwardCta {
       }
       return;
     }
-    // Spatial tile: first token's offset once, then per-row deltas from the shared table.
-    int kt[kMaxRank], kt_base[kMaxRank];
-    spatial_coordinates(i, kt);
-    int64_t k_first = b * P.k.stride_batch + hk * P.k.stride_head;
-    int64_t v_first = b * P.v.stride_batch + hk * P.v.stride_head;
+    // Spatial tile: first token's offset from the box offsets, then per-row deltas from the
+    // shared table.
+    int e[kMaxRank];
+    box_offsets(i, e);
+    int64_t k_first = state.k_origin, v_first = state.v_origin;
     GNA_FOR_AXES(a, p.rank) {
-      kt_base[a] = kt[a] * P.tile_kv[a];
-      const int64_t x = coordinate_of(p.axes[a], geo.group[a], kt_base[a]);
-      k_first += x * P.k.stride_axis[a];
-      v_first += x * P.v.stride_axis[a];
+      k_first += e[a] * state.k_step[a];
+      v_first += e[a] * state.v_step[a];
     }
-    load_rows<KTile, kChunksK>(P.k.data + k_first, k_delta(), k_base, full, kt_base);
-    load_rows<VTile, kChunksV>(P.v.data + v_first, v_delta(), v_base, full, kt_base);
+    if (full) {
+      load_rows_full<KTile, kChunksK>(P.k.data + k_first, k_delta(), k_base);
+      load_rows_full<VTile, kChunksV>(P.v.data + v_first, v_delta(), v_base);
+    } else {
+      int kt_base[kMaxRank];
+      GNA_FOR_AXES(a, p.rank) kt_base[a] = (walk.box[a].begin + e[a]) * P.tile_kv[a];
+      load_rows<KTile, kChunksK>(P.k.data + k_first, k_delta(), k_base, kt_base);
+      load_rows<VTile, kChunksV>(P.v.data + v_first, v_delta(), v_base, kt_base);
+    }
   }
 
-  // One K or V tile: each thread copies one 16-byte column chunk of rows row_first + it * kStep;
-  // rows of a full pair are all real keys, so only partial pairs check their rows against the
-  // group. kStep is a multiple of the swizzle period, so every destination is one add away from
-  // the first, and the thread index is read afresh (volatile) so that the compiler rebuilds these
-  // few values per call instead of holding them in registers through the GEMMs.
+  // One K or V tile of a full pair (every row a real key): each thread copies one 16-byte column
+  // chunk of rows row_first + it * kStep, with no checks. kStep is a multiple of the swizzle
+  // period, so every destination is one add away from the first; the thread index is read
+  // afresh (volatile) so that the compiler rebuilds these few values per call instead of holding
+  // them in registers through the GEMMs.
+  template <typename Tile, int CHUNKS>
+  __device__ __forceinline__ void load_rows_full(const T* first, const int64_t* delta, uint32_t base) {
+    constexpr int kThreads = kForwardWarps * 32;
+    constexpr int kStep = kThreads / CHUNKS;
+    static_assert(kStep % 8 == 0, "row step must keep the swizzle phase");
+    const int tid = thread_index();
+    const int row_first = tid / CHUNKS, ch = tid % CHUNKS;
+    const uint32_t dst = base + Tile::offset(row_first, ch * 8);
+    const char* src = reinterpret_cast<const char*>(first + ch * 8);
+    const int64_t* d = delta + row_first;
+#pragma unroll
+    for (int it = 0; it < BN / kStep; ++it) cp_async_16(dst + it * kStep * CHUNKS * 16, src + d[it * kStep]);
+  }
+
+  // One K or V tile of a partial pair, as load_rows_full, but rows outside the group are zero
+  // filled.
   template <typename Tile, int CHUNKS>
   __device__ __forceinline__ void load_rows(const T* first, const int64_t* delta, uint32_t base,
-                                            bool full, const int* kt_base) {
+                                            const int* kt_base) {
     constexpr int kThreads = kForwardWarps * 32;
     constexpr int kStep = kThreads / CHUNKS;
     static_assert(kStep % 8 == 0, "row step must keep the swizzle phase");
@@ -281,12 +340,10 @@ struct ForwardCta {
 #pragma unroll
     for (int it = 0; it < BN / kStep; ++it) {
       const int row = row_first + it * kStep;
-      bool valid = true;
-      if (!full) {
-        int jg[kMaxRank];
-        valid = geo.coordinates(kv_rows()[row], kt_base, jg);
-      }
-      const T* src = valid ? first + delta[row] + ch * 8 : P.k.data;
+      int jg[kMaxRank];
+      const bool valid = geo.coordinates(kv_rows()[row], kt_base, jg);
+      const void* src = valid ? reinterpret_cast<const char*>(first + ch * 8) + delta[row]
+                              : static_cast<const void*>(P.k.data);
       cp_async_16(dst + it * kStep * CHUNKS * 16, src, valid);
     }
   }
@@ -486,6 +543,17 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 2)
                                           P.tile_kv[a]);
     setup.walk.spatial *= setup.walk.box[a].size();
   }
+  setup.k_origin = setup.b * P.k.stride_batch + setup.hk * P.k.stride_head;
+  setup.v_origin = setup.b * P.v.stride_batch + setup.hk * P.v.stride_head;
+  GNA_FOR_AXES(a, p.rank) {
+    const int64_t x = coordinate_of(p.axes[a], setup.geo.group[a], setup.walk.box[a].begin * P.tile_kv[a]);
+    const int64_t step = int64_t(P.tile_kv[a]) * p.axes[a].dilation;
+    setup.k_origin += x * P.k.stride_axis[a];
+    setup.v_origin += x * P.v.stride_axis[a];
+    setup.k_step[a] = step * P.k.stride_axis[a];
+    setup.v_step[a] = step * P.v.stride_axis[a];
+  }
+  setup.walk.rotation = setup.walk.spatial > 0 ? blockIdx.x % setup.walk.spatial : 0;
   setup.walk.additional = p.additional_kv;
   setup.walk.total = setup.walk.spatial + (p.additional_kv + Cta::BN - 1) / Cta::BN;
 
