@@ -8,9 +8,8 @@
 //   P^T = exp2(S^T * scale_log2 - LSE2), dS^T = P^T (dP^T - delta)
 //   dV += P^T dO, dK += dS^T Q           (wgmma RS, operands from registers, kept all along)
 //   dQ += dS K                           (dS^T staged in shared memory, wgmma SS transposed)
-// and stage dQ in shared memory; a writer warp adds it into an fp32 accumulator with one bulk
-// reduce-add per row (in deterministic mode in the order of the KV tiles, one turn counter per
-// Q tile). Head dim 128 splits dQ's columns between
+// and add dQ into an fp32 accumulator with vector reductions (in deterministic mode in the
+// order of the KV tiles, one turn counter per Q tile). Head dim 128 splits dQ's columns between
 // the warpgroups (all 128 keys each); smaller head dims let each warpgroup add its own keys'
 // part of every column.
 #pragma once
@@ -46,6 +45,27 @@ struct Tile {
 // dS^T: [128 keys][64 queries] 16-bit, 128-byte rows, 128-byte swizzle.
 constexpr int kDsBytes = kBwdKvRows * kBwdQRows * 2;
 
+template <int D>
+struct SharedStorage {
+  alignas(1024) uint8_t k[Tile<D, kBwdKvRows>::kTileBytes];
+  alignas(1024) uint8_t v[Tile<D, kBwdKvRows>::kTileBytes];
+  alignas(1024) uint8_t q[kStages][Tile<D, kBwdQRows>::kTileBytes];
+  alignas(1024) uint8_t d_o[kStages][Tile<D, kBwdQRows>::kTileBytes];
+  alignas(1024) uint8_t ds[kStages][kDsBytes];
+  // Per key row of the tile: its query window per axis (inverse rule), kept here instead of in
+  // registers (used by partial pairs only); written by lane 0 of the row's quad.
+  int key_q_lo[kBwdKvRows][kAxes], key_q_width[kBwdKvRows][kAxes];
+  float lse2[kStages][kBwdQRows];
+  float delta[kStages][kBwdQRows];
+  uint64_t kv_full;
+  uint64_t q_full[kStages], q_empty[kStages];
+};
+
+template <int D>
+constexpr int shared_bytes() {
+  return static_cast<int>(sizeof(SharedStorage<D>)) + 1024;
+}
+
 // The CTA's work: KV tile, KV head, batch, and the box of Q tiles it visits.
 struct Work {
   int kt[kAxes];     // KV tile per axis (spatial); kt[2] = additional tile (additional mode)
@@ -55,38 +75,6 @@ struct Work {
   bool rotate;
   int rotation;      // first visit index
 };
-
-// dQ staging of one consumer warpgroup: 64 rows of its dQ columns in fp32, each row one bulk
-// reduce-add; rows padded by 32 bytes so that a warp's fragment stores hit distinct banks.
-template <int D>
-struct DqStage {
-  static constexpr int kCols = D == 128 ? 64 : D;  // head dim 128: columns split between warpgroups
-  static constexpr int kStride = kCols + 8;        // floats per staged row
-  static constexpr uint32_t kRowBytes = kCols * 4;  // bytes added per row
-};
-
-template <int D>
-struct SharedStorage {
-  alignas(1024) uint8_t k[Tile<D, kBwdKvRows>::kTileBytes];
-  alignas(1024) uint8_t v[Tile<D, kBwdKvRows>::kTileBytes];
-  alignas(1024) uint8_t q[kStages][Tile<D, kBwdQRows>::kTileBytes];
-  alignas(1024) uint8_t d_o[kStages][Tile<D, kBwdQRows>::kTileBytes];
-  alignas(1024) uint8_t ds[kStages][kDsBytes];
-  alignas(128) float dq[2][kBwdQRows][DqStage<D>::kStride];
-  // Per key row of the tile: its query window per axis (inverse rule), written and read by the
-  // thread owning the row (kept here instead of in registers, used by partial pairs only).
-  int key_q_lo[kBwdKvRows][kAxes], key_q_width[kBwdKvRows][kAxes];
-  float lse2[kStages][kBwdQRows];
-  float delta[kStages][kBwdQRows];
-  uint64_t kv_full;
-  uint64_t q_full[kStages], q_empty[kStages];
-  uint64_t dq_full[2], dq_empty[2];  // per consumer warpgroup: dQ rows staged / read
-};
-
-template <int D>
-constexpr int shared_bytes() {
-  return static_cast<int>(sizeof(SharedStorage<D>)) + 1024;
-}
 
 __device__ __forceinline__ Work make_work(const BwdParams& p) {
   Work w;
@@ -201,81 +189,6 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D>& s
   }
 }
 
-// The dQ writer warp: for every pair and consumer warpgroup, adds the staged dQ rows into the
-// fp32 accumulator with one bulk reduce-add per row (two rows per lane, rows outside the image
-// skipped), then frees the staging rows. In deterministic mode it first waits for the turn of
-// the warpgroup on the Q tile and passes it on once the additions are performed.
-template <int D>
-__device__ __forceinline__ void dq_writer(const BwdParams& p, SharedStorage<D>& s, const Work& w) {
-  constexpr bool kSplitColumns = D == 128;
-  const int lane = threadIdx.x % 32;
-  const int total = w.q_count * p.heads_per_kv;
-  for (int it = 0; it < total; ++it) {
-    const int head = w.head_kv * p.heads_per_kv + it / max_i(w.q_count, 1);
-    int qt[kAxes];
-    q_tile_of(w, it % w.q_count, qt);
-    int* turn = nullptr;
-    int rank = 0;
-    if (p.turns != nullptr) {
-      if (p.additional) {
-        rank = w.kt[2];
-      } else {
-#pragma unroll
-        for (int a = 0; a < kAxes; ++a) {
-          const Range kr = kv_tiles_for_q_tile(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
-                                               p.kv_tile[a]);
-          rank = rank * kr.size() + (w.kt[a] - kr.begin);
-        }
-      }
-      const int q_lin = (qt[0] * p.q_tiles[1] + qt[1]) * p.q_tiles[2] + qt[2];
-      turn = p.turns + (static_cast<int64_t>(w.batch) * p.heads_q + head) * p.q_tiles_per_image +
-             q_lin;
-    }
-    float* dst[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      int local[kAxes];
-      tile_local(lane + 32 * h, p.q_tile, local);
-      bool valid = true;
-      int64_t off = w.batch * p.row_batch_stride + head;
-#pragma unroll
-      for (int a = 0; a < kAxes; ++a) {
-        const int c = qt[a] * p.q_tile[a] + local[a];
-        valid = valid && c < p.axes[a].extent;
-        off += c * p.row_axis_stride[a];
-      }
-      dst[h] = valid ? p.dq_accum + off * D : nullptr;
-    }
-    for (int wg = 0; wg < 2; ++wg) {
-      mbar_wait(&s.dq_full[wg], it & 1);
-      if (turn != nullptr) {
-        if (lane == 0)
-          while (ld_acquire(turn) < 2 * rank + wg) {
-          }
-        __syncwarp();
-        fence_proxy_async_global();  // the turn's acquire comes before these reductions
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        if (dst[h] != nullptr)
-          bulk_reduce_add_f32(dst[h] + (kSplitColumns ? wg * 64 : 0), s.dq[wg][lane + 32 * h],
-                              DqStage<D>::kRowBytes);
-      bulk_commit();
-      if (turn != nullptr) {
-        bulk_wait<0>();  // performed before the turn passes to the next KV tile
-        fence_proxy_async_global();
-        __threadfence();
-        __syncwarp();
-        if (lane == 0) red_release_add(turn, 1);
-      } else {
-        bulk_wait_read<0>();
-        __syncwarp();
-      }
-      if (lane == 0) mbar_arrive(&s.dq_empty[wg]);
-    }
-  }
-}
-
 template <int D, typename Tag>
 __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s, const Work& w,
                                          int wg) {
@@ -284,7 +197,7 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
   constexpr int kS = kBwdQRows / 2;               // S^T accumulators per thread (64 x 64)
   constexpr int kG = D / 2;                       // dK / dV accumulators per thread (64 x D)
   constexpr bool kSplitColumns = D == 128;        // dQ: columns split between warpgroups
-  constexpr int kDqN = DqStage<D>::kCols;         // dQ columns per warpgroup
+  constexpr int kDqN = kSplitColumns ? 64 : D;    // dQ columns per warpgroup
   constexpr int kDqKeys = kSplitColumns ? 128 : 64;
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
@@ -300,7 +213,8 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
     if (p.additional) {
       key_valid[i] = w.kt[2] * kBwdKvRows + r < p.additional_kv;
 #pragma unroll
-      for (int a = 0; a < kAxes; ++a) s.key_q_lo[r][a] = s.key_q_width[r][a] = 0;
+      for (int a = 0; a < kAxes; ++a)
+        if (quad == 0) s.key_q_lo[r][a] = s.key_q_width[r][a] = 0;
     } else {
       int local[kAxes];
       tile_local(r, p.kv_tile, local);
@@ -312,12 +226,15 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
         const bool ok = c < n;
         key_valid[i] = key_valid[i] && ok;
         const Range qw = query_window(p.axes[a], n, min_i(c, n - 1));
-        s.key_q_lo[r][a] = qw.begin;
-        s.key_q_width[r][a] = ok ? max_i(qw.end - qw.begin, 0) : 0;
+        if (quad == 0) {
+          s.key_q_lo[r][a] = qw.begin;
+          s.key_q_width[r][a] = ok ? max_i(qw.end - qw.begin, 0) : 0;
+        }
       }
     }
   }
 
+  __syncwarp();  // the key windows are read by every lane of the quad
   float dk[kG], dv[kG];
 #pragma unroll
   for (int i = 0; i < kG; ++i) dk[i] = dv[i] = 0.f;
@@ -453,9 +370,7 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
     }
     wgmma_commit();
 
-    // dQ = dS K: dS^T from shared memory (M-major), K N-major. Its staging rows must have been
-    // read by the writer warp's reductions of the previous pair.
-    mbar_wait(&s.dq_empty[wg], (it & 1) ^ 1);
+    // dQ = dS K: dS^T from shared memory (M-major), K N-major.
     fence_proxy_async_smem();
     if (kSplitColumns)
       named_barrier_sync(3, 256);
@@ -480,16 +395,52 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
     __syncwarp();  // every lane's LSE / delta reads come before the release of the stage
     if (lane == 0) mbar_arrive(&s.q_empty[stage]);
 
-    // dQ through shared memory: store, make the stores visible to the async proxy, hand over.
+    // dQ into the fp32 accumulator (rows outside the image skipped).
+    int* turn = nullptr;
+    if (p.turns != nullptr) {
+      int rank;
+      if (p.additional) {
+        rank = w.kt[2];
+      } else {
+        rank = 0;
+#pragma unroll
+        for (int a = 0; a < kAxes; ++a) {
+          const Range kr = kv_tiles_for_q_tile(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
+                                               p.kv_tile[a]);
+          rank = rank * kr.size() + (w.kt[a] - kr.begin);
+        }
+      }
+      const int q_lin = (qt[0] * p.q_tiles[1] + qt[1]) * p.q_tiles[2] + qt[2];
+      turn = p.turns + (static_cast<int64_t>(w.batch) * p.heads_q + head) * p.q_tiles_per_image +
+             q_lin;
+      if (wtid == 0)
+        while (ld_acquire(turn) < 2 * rank + wg) {
+        }
+      named_barrier_sync(1 + wg, 128);
+    }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      float* row = s.dq[wg][row_in_wg + 8 * i] + quad * 2;
+      const int r = row_in_wg + 8 * i;
+      int local[kAxes];
+      tile_local(r, p.q_tile, local);
+      bool valid = true;
+      int64_t off = w.batch * p.row_batch_stride + head;
 #pragma unroll
-      for (int j = 0; j < kDqN / 8; ++j)
-        *reinterpret_cast<float2*>(row + j * 8) = make_float2(dq[j * 4 + i * 2], dq[j * 4 + i * 2 + 1]);
+      for (int a = 0; a < kAxes; ++a) {
+        const int c = qt[a] * p.q_tile[a] + local[a];
+        valid = valid && c < p.axes[a].extent;
+        off += c * p.row_axis_stride[a];
+      }
+      if (!valid) continue;
+      float* dst = p.dq_accum + off * D + (kSplitColumns ? wg * 64 : 0) + quad * 2;
+#pragma unroll
+      for (int j = 0; j < kDqN / 8; ++j) red_add_v2(dst + j * 8, dq[j * 4 + i * 2], dq[j * 4 + i * 2 + 1]);
     }
-    fence_proxy_async_smem();
-    mbar_arrive(&s.dq_full[wg]);
+    if (turn != nullptr) {
+      __threadfence();
+      named_barrier_sync(1 + wg, 128);
+      if (wtid == 0) red_release_add(turn, 1);
+    }
   }
 
   // Epilogue: dK (scaled) and dV of this warpgroup's keys, rows outside the image skipped.
@@ -551,19 +502,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(&s.q_full[i], 33);  // the TMA issue (expect_tx) + 32 lanes writing LSE / delta
       mbar_init(&s.q_empty[i], 8);  // one arrival per consumer warp
     }
-    for (int i = 0; i < 2; ++i) {
-      mbar_init(&s.dq_full[i], 128);  // every thread of the warpgroup after its stores
-      mbar_init(&s.dq_empty[i], 1);   // the writer warp
-    }
     fence_barrier_init();
   }
   __syncthreads();
   if (warpgroup == 0) {
     regs_decrease<kProducerRegs>();
-    if (threadIdx.x < 32)
-      producer<D>(p, s, w, &tm_q, &tm_do, &tm_k, &tm_v);
-    else if (threadIdx.x < 64)
-      dq_writer<D>(p, s, w);
+    if (threadIdx.x < 32) producer<D>(p, s, w, &tm_q, &tm_do, &tm_k, &tm_v);
   } else {
     regs_increase<kConsumerRegs>();
     consumer<D, Tag>(p, s, w, warpgroup - 1);
