@@ -344,8 +344,7 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
     }
     // The producer's next TMA write to this buffer must follow these generic accesses.
     fence_proxy_async_smem();
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&s.q_empty[qb]);
+    mbar_arrive(&s.q_empty[qb]);
   };
 
   // Ping-pong: the two consumer warpgroups take turns issuing their GEMMs (named barriers 3
@@ -375,7 +374,7 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
     const StageTag tag = s.tag[0];
     apply_mask(sacc, tag);
   }
-  if (lane == 0) mbar_arrive(&s.k_empty[0]);
+  mbar_arrive(&s.k_empty[0]);
   softmax(sacc, correction);
   pack_p<kTileTokens, Tag>(sacc, pa);
   int it = 1;
@@ -412,7 +411,7 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
       const StageTag tag = s.tag[stage];
       apply_mask(sacc, tag);
     }
-    if (lane == 0) mbar_arrive(&s.k_empty[stage]);
+    mbar_arrive(&s.k_empty[stage]);
     softmax(sacc, correction);
     wgmma_wait<0>();
     fence_regs(o);
@@ -464,13 +463,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     prefetch_tensor_map(&tm_v);
     for (int i = 0; i < 2; ++i) {
       mbar_init(&s.q_full[i], 1);
-      mbar_init(&s.q_empty[i], 8);  // one arrival per consumer warp
+      // Every consumer thread arrives on the barriers that release generic shared-memory
+      // accesses (stage tags, O staging): each thread's own release orders its accesses
+      // before the producer's next write, with no reliance on warp-level ordering.
+      mbar_init(&s.q_empty[i], 256);
     }
     for (int i = 0; i < kStages; ++i) {
       mbar_init(&s.k_full[i], 1);
       mbar_init(&s.v_full[i], 1);
-      mbar_init(&s.k_empty[i], 8);
-      mbar_init(&s.v_empty[i], 8);
+      mbar_init(&s.k_empty[i], 256);
+      mbar_init(&s.v_empty[i], 8);  // one arrival per consumer warp (V is read by wgmma only)
     }
     fence_barrier_init();
   }
