@@ -392,8 +392,9 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
     fence_regs(dq);
     fence_regs(dk);
     fence_regs(dv);
-    __syncwarp();  // every lane's LSE / delta reads come before the release of the stage
-    if (lane == 0) mbar_arrive(&s.q_empty[stage]);
+    // Every lane releases the stage itself: its own LSE / delta reads are then ordered before
+    // the producer's next stores into the stage by the barrier alone.
+    mbar_arrive(&s.q_empty[stage]);
 
     // dQ into the fp32 accumulator (rows outside the image skipped).
     int* turn = nullptr;
@@ -500,7 +501,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_init(&s.kv_full, 1);
     for (int i = 0; i < kStages; ++i) {
       mbar_init(&s.q_full[i], 33);  // the TMA issue (expect_tx) + 32 lanes writing LSE / delta
-      mbar_init(&s.q_empty[i], 8);  // one arrival per consumer warp
+      mbar_init(&s.q_empty[i], 256);  // one arrival per consumer thread
     }
     fence_barrier_init();
   }
