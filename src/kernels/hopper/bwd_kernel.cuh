@@ -9,10 +9,9 @@
 //   dV += P^T dO, dK += dS^T Q           (wgmma RS, operands from registers, kept all along)
 //   dQ += dS K                           (dS^T staged in shared memory, wgmma SS transposed)
 // and add dQ into an fp32 accumulator with vector reductions (in deterministic mode in the
-// order of the KV tiles, one turn counter per Q tile). Each warpgroup adds its own 64 keys' part
-// of every dQ column (head dim 128: two 64-column GEMMs, one after the other in the same
-// registers), so neither waits for the other's dS^T; they take turns issuing their S^T / dP^T
-// GEMMs (ping-pong), so that one's elementwise work overlaps the other's GEMMs.
+// order of the KV tiles, one turn counter per Q tile). Head dim 128 splits dQ's columns between
+// the warpgroups (all 128 keys each); smaller head dims let each warpgroup add its own keys'
+// part of every column.
 #pragma once
 
 #include <cuda.h>
@@ -197,8 +196,9 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
   using QT = Tile<D, kBwdQRows>;
   constexpr int kS = kBwdQRows / 2;               // S^T accumulators per thread (64 x 64)
   constexpr int kG = D / 2;                       // dK / dV accumulators per thread (64 x D)
-  constexpr int kDqN = D < 64 ? D : 64;           // dQ columns per GEMM: one box of K
-  constexpr int kDqParts = D / kDqN;              // head dim 128: two GEMMs
+  constexpr bool kSplitColumns = D == 128;        // dQ: columns split between warpgroups
+  constexpr int kDqN = kSplitColumns ? 64 : D;    // dQ columns per warpgroup
+  constexpr int kDqKeys = kSplitColumns ? 128 : 64;
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
   const int quad = lane % 4;
@@ -242,11 +242,6 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
   const uint32_t k_base = smem_addr(s.k), v_base = smem_addr(s.v);
   const uint32_t k_rows = wg * 64 * KvT::kRowBytes;  // this warpgroup's keys inside each box
   mbar_wait(&s.kv_full, 0);
-  // Ping-pong (named barriers 3 and 4): the warpgroups issue their S^T / dP^T GEMMs in turn,
-  // warpgroup 0 first, so warpgroup 0 stays about half a pair ahead: each one's exp / dS /
-  // dQ-reduction work then runs while the other's GEMMs hold the tensor cores. (A turn for the
-  // dV / dK / dQ GEMMs as well made the head-dim-128 instantiation spill.)
-  if (wg == 1) named_barrier_arrive(3, 256);
 
   const int total = w.q_count * p.heads_per_kv;
   for (int it = 0; it < total; ++it) {
@@ -271,7 +266,6 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
 
     float sacc[kS], dpacc[kS];
     mbar_wait(&s.q_full[stage], phase);
-    named_barrier_sync(3 + wg, 256);  // my turn
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -294,7 +288,6 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
       WgmmaSS<kBwdQRows, Tag>::run(dpacc, dv_a, do_b, kk > 0);
     }
     wgmma_commit();
-    named_barrier_arrive(4 - wg, 256);  // the other warpgroup's turn
     wgmma_wait<0>();
     fence_regs(sacc);
     fence_regs(dpacc);
@@ -377,25 +370,24 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
     }
     wgmma_commit();
 
-    // dQ = dS K over this warpgroup's 64 keys (its own rows of dS^T: a barrier of its own
-    // threads), one box of K's columns per GEMM: dS^T from shared memory (M-major), K N-major.
+    // dQ = dS K: dS^T from shared memory (M-major), K N-major.
     fence_proxy_async_smem();
-    named_barrier_sync(1 + wg, 128);
+    if (kSplitColumns)
+      named_barrier_sync(3, 256);
+    else
+      named_barrier_sync(1 + wg, 128);
     float dq[kDqN / 2];
-    const uint32_t ds_base = smem_addr(ds) + wg * 64 * 128;
-    const uint32_t kb_base = k_base + k_rows;
-    auto issue_dq = [&](int part) {
+    const uint32_t ds_base = smem_addr(ds) + (kSplitColumns ? 0 : wg * 64 * 128);
+    const uint32_t kb_base =
+        k_base + (kSplitColumns ? wg * KvT::kBoxBytes : wg * 64 * KvT::kRowBytes);
 #pragma unroll
-      for (int kk = 0; kk < 64 / 16; ++kk) {
-        const uint64_t d_a = make_smem_desc(ds_base + kk * 16 * 128, 64 * 128, 1024, 1);
-        const uint64_t d_b =
-            make_smem_desc(kb_base + part * KvT::kBoxBytes + kk * 16 * KvT::kRowBytes,
-                           KvT::kBoxBytes, 8 * KvT::kRowBytes, KvT::kSwizzleMode);
-        WgmmaSSTT<kDqN, Tag>::run(dq, d_a, d_b, kk > 0);
-      }
-      wgmma_commit();
-    };
-    issue_dq(0);
+    for (int kk = 0; kk < kDqKeys / 16; ++kk) {
+      const uint64_t d_a = make_smem_desc(ds_base + kk * 16 * 128, 64 * 128, 1024, 1);
+      const uint64_t d_b = make_smem_desc(kb_base + kk * 16 * KvT::kRowBytes, KvT::kBoxBytes,
+                                          8 * KvT::kRowBytes, KvT::kSwizzleMode);
+      WgmmaSSTT<kDqN, Tag>::run(dq, d_a, d_b, kk > 0);
+    }
+    wgmma_commit();
     wgmma_wait<0>();
     fence_regs(dq);
     fence_regs(dk);
@@ -428,32 +420,22 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
       named_barrier_sync(1 + wg, 128);
     }
 #pragma unroll
-    for (int part = 0; part < kDqParts; ++part) {
-      if (part > 0) {  // the next box of columns, into the same registers
-        wgmma_fence();
-        issue_dq(part);
-        wgmma_wait<0>();
-        fence_regs(dq);
+    for (int i = 0; i < 2; ++i) {
+      const int r = row_in_wg + 8 * i;
+      int local[kAxes];
+      tile_local(r, p.q_tile, local);
+      bool valid = true;
+      int64_t off = w.batch * p.row_batch_stride + head;
+#pragma unroll
+      for (int a = 0; a < kAxes; ++a) {
+        const int c = qt[a] * p.q_tile[a] + local[a];
+        valid = valid && c < p.axes[a].extent;
+        off += c * p.row_axis_stride[a];
       }
+      if (!valid) continue;
+      float* dst = p.dq_accum + off * D + (kSplitColumns ? wg * 64 : 0) + quad * 2;
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int r = row_in_wg + 8 * i;
-        int local[kAxes];
-        tile_local(r, p.q_tile, local);
-        bool valid = true;
-        int64_t off = w.batch * p.row_batch_stride + head;
-#pragma unroll
-        for (int a = 0; a < kAxes; ++a) {
-          const int c = qt[a] * p.q_tile[a] + local[a];
-          valid = valid && c < p.axes[a].extent;
-          off += c * p.row_axis_stride[a];
-        }
-        if (!valid) continue;
-        float* dst = p.dq_accum + off * D + part * kDqN + quad * 2;
-#pragma unroll
-        for (int j = 0; j < kDqN / 8; ++j)
-          red_add_v2(dst + j * 8, dq[j * 4 + i * 2], dq[j * 4 + i * 2 + 1]);
-      }
+      for (int j = 0; j < kDqN / 8; ++j) red_add_v2(dst + j * 8, dq[j * 4 + i * 2], dq[j * 4 + i * 2 + 1]);
     }
     if (turn != nullptr) {
       __threadfence();
@@ -462,7 +444,6 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
     }
   }
 
-  if (wg == 0) named_barrier_sync(3, 256);
   // Epilogue: dK (scaled) and dV of this warpgroup's keys, rows outside the image skipped.
   const bool additional = p.additional != 0;
 #pragma unroll
