@@ -1,13 +1,21 @@
 // Pieces shared by the kernel benchmarks (tools/hopper_bench, tools/hopper_bwd_bench): the case
-// description, a CUDA status check that exits, and a deterministic bf16 fill in [-1, 1).
+// description and its tensors, a CUDA status check that exits, a deterministic bf16 fill in
+// [-1, 1), the backend lookup and the event timing loop.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "api/backend.hpp"
+#include "gna/attention_params.hpp"
 
 namespace gna::bench {
 
@@ -42,6 +50,88 @@ __global__ void fill_bf16(uint16_t* x, size_t n, uint32_t seed) {
     __nv_bfloat16 b = __float2bfloat16(u);
     x[i] = *reinterpret_cast<uint16_t*>(&b);
   }
+}
+
+inline int64_t tokens_of(const Case& c) {
+  int64_t tokens = 1;
+  for (int a = 0; a < c.rank; ++a) tokens *= c.extent[a];
+  return tokens;
+}
+
+inline AttentionParams params_of(const Case& c) {
+  AttentionParams params;
+  params.rank = c.rank;
+  for (int a = 0; a < c.rank; ++a) {
+    params.window[a] = c.window[a];
+    params.stride[a] = c.stride[a];
+  }
+  return params;
+}
+
+// Contiguous heads-last view [B, spatial.., H(, D)] of the case's tokens.
+inline TensorRef heads_last(const Case& c, void* data, DType dtype, bool with_dim) {
+  TensorRef r;
+  r.data = data;
+  r.dtype = dtype;
+  r.device = 0;
+  r.rank = 0;
+  r.shape[r.rank++] = c.batch;
+  for (int a = 0; a < c.rank; ++a) r.shape[r.rank++] = c.extent[a];
+  r.shape[r.rank++] = c.heads;
+  if (with_dim) r.shape[r.rank++] = c.dim;
+  int64_t stride = 1;
+  for (int i = r.rank - 1; i >= 0; --i) {
+    r.strides[i] = stride;
+    stride *= r.shape[i];
+  }
+  return r;
+}
+
+// The registered backend of that name; exits when there is none.
+inline const Backend& backend_named(const char* name) {
+  for (const auto& b : registered_backends())
+    if (b.name == name) return b;
+  std::fprintf(stderr, "no %s backend\n", name);
+  std::exit(1);
+}
+
+struct Timing {
+  double median_ms, min_ms;
+  int reps;
+};
+
+// Median and minimum milliseconds of f over reps_hint runs, or (reps_hint 0) about 2 s worth,
+// 5 to max_reps; one warm-up call and one timed call first.
+inline Timing time_ms(const std::function<void()>& f, int reps_hint, int max_reps) {
+  cudaEvent_t e0, e1;
+  GNA_BENCH_CHECK(cudaEventCreate(&e0));
+  GNA_BENCH_CHECK(cudaEventCreate(&e1));
+  f();
+  GNA_BENCH_CHECK(cudaEventRecord(e0));
+  f();
+  GNA_BENCH_CHECK(cudaEventRecord(e1));
+  GNA_BENCH_CHECK(cudaEventSynchronize(e1));
+  float first = 0;
+  GNA_BENCH_CHECK(cudaEventElapsedTime(&first, e0, e1));
+  std::fprintf(stderr, "first timed call: %.3f ms\n", first);
+  const int reps = reps_hint > 0
+                       ? reps_hint
+                       : std::max(5, std::min(max_reps, static_cast<int>(2000.f / first)));
+  std::vector<float> times;
+  for (int i = 0; i < reps; ++i) {
+    GNA_BENCH_CHECK(cudaEventRecord(e0));
+    f();
+    GNA_BENCH_CHECK(cudaEventRecord(e1));
+    GNA_BENCH_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    GNA_BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    times.push_back(ms);
+  }
+  GNA_BENCH_CHECK(cudaGetLastError());
+  std::sort(times.begin(), times.end());
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return {times[times.size() / 2], times.front(), reps};
 }
 
 }  // namespace gna::bench

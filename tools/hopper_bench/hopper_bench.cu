@@ -39,19 +39,11 @@ const Case kCases[] = {
 
 #define CHECK(x) GNA_BENCH_CHECK(x)
 
-using gna::bench::fill_bf16;
-
 void run_case(const Case& c, int reps_hint) {
   using namespace gna;
-  const gna::Backend* be = nullptr;
-  for (const auto& b : registered_backends())
-    if (b.name == "hopper") be = &b;
-  if (!be) {
-    std::fprintf(stderr, "no hopper backend\n");
-    std::exit(1);
-  }
-  int64_t tokens = 1;
-  for (int a = 0; a < c.rank; ++a) tokens *= c.extent[a];
+  using namespace gna::bench;
+  const Backend& be = backend_named("hopper");
+  const int64_t tokens = tokens_of(c);
   const size_t n = static_cast<size_t>(c.batch) * tokens * c.heads * c.dim;
   uint16_t *q, *k, *v, *o;
   CHECK(cudaMalloc(&q, n * 2));
@@ -61,58 +53,22 @@ void run_case(const Case& c, int reps_hint) {
   fill_bf16<<<1024, 256>>>(q, n, 1);
   fill_bf16<<<1024, 256>>>(k, n, 2);
   fill_bf16<<<1024, 256>>>(v, n, 3);
-  AttentionParams params;
-  params.rank = c.rank;
-  for (int a = 0; a < c.rank; ++a) {
-    params.window[a] = c.window[a];
-    params.stride[a] = c.stride[a];
-  }
-  auto shape = [&](void* data) {
-    if (c.rank == 2)
-      return contiguous_tensor(data, DType::bf16, {c.batch, c.extent[0], c.extent[1], c.heads, c.dim}, 0);
-    if (c.rank == 3)
-      return contiguous_tensor(data, DType::bf16,
-                               {c.batch, c.extent[0], c.extent[1], c.extent[2], c.heads, c.dim}, 0);
-    return contiguous_tensor(data, DType::bf16, {c.batch, c.extent[0], c.heads, c.dim}, 0);
-  };
   AttentionTensors ts;
-  ts.q = shape(q);
-  ts.k = shape(k);
-  ts.v = shape(v);
+  ts.q = heads_last(c, q, DType::bf16, true);
+  ts.k = heads_last(c, k, DType::bf16, true);
+  ts.v = heads_last(c, v, DType::bf16, true);
   ForwardCall call;
-  call.problem = make_problem(params, ts);
+  call.problem = make_problem(params_of(c), ts);
   call.in = ts;
-  call.out = shape(o);
+  call.out = heads_last(c, o, DType::bf16, true);
   std::string why;
-  if (!be->supports_forward(call, &why)) {
+  if (!be.supports_forward(call, &why)) {
     std::printf("{\"case\": \"%s\", \"error\": \"%s\"}\n", c.name, why.c_str());
     return;
   }
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  // Warm-up (also times one run to size the repetitions).
-  be->forward(call);
-  CHECK(cudaEventRecord(e0));
-  be->forward(call);
-  CHECK(cudaEventRecord(e1));
-  CHECK(cudaEventSynchronize(e1));
-  float first = 0;
-  CHECK(cudaEventElapsedTime(&first, e0, e1));
-  int reps = reps_hint > 0 ? reps_hint : std::max(5, std::min(200, static_cast<int>(2000.f / first)));
-  std::vector<float> times;
-  for (int i = 0; i < reps; ++i) {
-    CHECK(cudaEventRecord(e0));
-    be->forward(call);
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    times.push_back(ms);
-  }
-  CHECK(cudaGetLastError());
-  std::sort(times.begin(), times.end());
-  const double ms = times[times.size() / 2];
+  const Timing timing = time_ms([&] { be.forward(call); }, reps_hint, 200);
+  const double ms = timing.median_ms;
+  const int reps = timing.reps;
   const double kpq = mean_keys_per_query(call.problem);
   const double flops = 4.0 * c.batch * c.heads * static_cast<double>(tokens) * kpq * c.dim;
   const hopper::TileChoice t = hopper::choose_tiles(call.problem, call.options);
@@ -121,7 +77,7 @@ void run_case(const Case& c, int reps_hint) {
       "\"keys_per_query\": %.1f, \"flop_bound\": %.3f, \"q_tile\": [%d, %d, %d], "
       "\"kv_tile\": [%d, %d, %d], \"dense_kv_tiles\": %.0f, \"max_kv_tiles\": %.0f, "
       "\"mean_kv_tiles\": %.2f, \"full_fraction\": %.3f, \"tile_bound\": %.3f}\n",
-      c.name, ms, times.front(), reps, flops / ms / 1e9, kpq, tokens / kpq, t.q.size[0],
+      c.name, ms, timing.min_ms, reps, flops / ms / 1e9, kpq, tokens / kpq, t.q.size[0],
       t.q.size[1], t.q.size[2], t.kv.size[0], t.kv.size[1], t.kv.size[2], t.dense_kv_tiles,
       t.max_kv_per_q, t.visited_pairs / t.q_tiles,
       t.full_pairs / std::max(1.0, t.visited_pairs), t.dense_kv_tiles / t.max_kv_per_q);

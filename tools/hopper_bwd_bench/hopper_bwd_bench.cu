@@ -38,54 +38,12 @@ const Case kCases[] = {
 
 #define CHECK(x) GNA_BENCH_CHECK(x)
 
-using gna::bench::fill_bf16;
-
-// Median and minimum milliseconds of f over reps runs (reps 0: about 2 s worth, 5 to 100).
-std::pair<double, double> time_ms(const std::function<void()>& f, int reps_hint) {
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  f();
-  CHECK(cudaEventRecord(e0));
-  f();
-  CHECK(cudaEventRecord(e1));
-  CHECK(cudaEventSynchronize(e1));
-  float first = 0;
-  CHECK(cudaEventElapsedTime(&first, e0, e1));
-  std::fprintf(stderr, "first timed call: %.3f ms\n", first);
-  const int reps =
-      reps_hint > 0 ? reps_hint : std::max(5, std::min(100, static_cast<int>(2000.f / first)));
-  std::vector<float> times;
-  for (int i = 0; i < reps; ++i) {
-    CHECK(cudaEventRecord(e0));
-    f();
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    times.push_back(ms);
-  }
-  CHECK(cudaGetLastError());
-  std::sort(times.begin(), times.end());
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return {times[times.size() / 2], times.front()};
-}
-
 void run_case(const Case& c, int reps_hint, bool deterministic, const char* forward_backend) {
   using namespace gna;
-  const gna::Backend* be = nullptr;
-  const gna::Backend* fe = nullptr;
-  for (const auto& b : registered_backends()) {
-    if (b.name == "hopper") be = &b;
-    if (b.name == forward_backend) fe = &b;
-  }
-  if (!be || !fe) {
-    std::fprintf(stderr, "no hopper or %s backend\n", forward_backend);
-    std::exit(1);
-  }
-  int64_t tokens = 1;
-  for (int a = 0; a < c.rank; ++a) tokens *= c.extent[a];
+  using namespace gna::bench;
+  const Backend& be = backend_named("hopper");
+  const Backend& fe = backend_named(forward_backend);
+  const int64_t tokens = tokens_of(c);
   const size_t n = static_cast<size_t>(c.batch) * tokens * c.heads * c.dim;
   const size_t rows = static_cast<size_t>(c.batch) * tokens * c.heads;
   uint16_t *q, *k, *v, *o, *d_o, *dq, *dk, *dv;
@@ -96,37 +54,14 @@ void run_case(const Case& c, int reps_hint, bool deterministic, const char* forw
   fill_bf16<<<1024, 256>>>(k, n, 2);
   fill_bf16<<<1024, 256>>>(v, n, 3);
   fill_bf16<<<1024, 256>>>(d_o, n, 4);
-  AttentionParams params;
-  params.rank = c.rank;
-  for (int a = 0; a < c.rank; ++a) {
-    params.window[a] = c.window[a];
-    params.stride[a] = c.stride[a];
-  }
-  // Heads-last [B, spatial.., H(, D)] contiguous view.
-  auto shape = [&](void* data, DType t, bool with_dim) {
-    TensorRef r;
-    r.data = data;
-    r.dtype = t;
-    r.device = 0;
-    r.rank = 0;
-    r.shape[r.rank++] = c.batch;
-    for (int a = 0; a < c.rank; ++a) r.shape[r.rank++] = c.extent[a];
-    r.shape[r.rank++] = c.heads;
-    if (with_dim) r.shape[r.rank++] = c.dim;
-    int64_t stride = 1;
-    for (int i = r.rank - 1; i >= 0; --i) {
-      r.strides[i] = stride;
-      stride *= r.shape[i];
-    }
-    return r;
-  };
+  auto shape = [&](void* data, DType t, bool with_dim) { return heads_last(c, data, t, with_dim); };
   AttentionTensors ts;
   ts.q = shape(q, DType::bf16, true);
   ts.k = shape(k, DType::bf16, true);
   ts.v = shape(v, DType::bf16, true);
   TensorRef lse_ref = shape(lse, DType::f32, false);
   ForwardCall fwd;
-  fwd.problem = make_problem(params, ts);
+  fwd.problem = make_problem(params_of(c), ts);
   fwd.in = ts;
   fwd.out = shape(o, DType::bf16, true);
   fwd.lse = &lse_ref;
@@ -141,20 +76,20 @@ void run_case(const Case& c, int reps_hint, bool deterministic, const char* forw
   bwd.dv = shape(dv, DType::bf16, true);
   bwd.options.deterministic = deterministic;
   std::string why;
-  if (!be->supports_backward(bwd, &why)) {
+  if (!be.supports_backward(bwd, &why)) {
     std::printf("{\"case\": \"%s\", \"error\": \"%s\"}\n", c.name, why.c_str());
     return;
   }
   std::fprintf(stderr, "%s forward:\n", c.name);
-  const auto f = time_ms([&] { fe->forward(fwd); }, 1);
+  const auto f = time_ms([&] { fe.forward(fwd); }, 1, 100);
   std::fprintf(stderr, "%s backward:\n", c.name);
-  const auto b = time_ms([&] { be->backward(bwd); }, reps_hint);
+  const auto b = time_ms([&] { be.backward(bwd); }, reps_hint, 100);
   const auto fb = time_ms(
       [&] {
-        fe->forward(fwd);
-        be->backward(bwd);
+        fe.forward(fwd);
+        be.backward(bwd);
       },
-      reps_hint);
+      reps_hint, 100);
   const double kpq = mean_keys_per_query(bwd.problem);
   const double flops = 2.5 * 4.0 * c.batch * c.heads * static_cast<double>(tokens) * kpq * c.dim;
   const hopper::BwdTiles t = hopper::choose_backward_tiles(bwd.problem, bwd.options);
@@ -163,7 +98,7 @@ void run_case(const Case& c, int reps_hint, bool deterministic, const char* forw
       "\"fwd_bwd_ms\": %.4f, \"fwd_ms\": %.4f, \"tflops\": %.1f, \"keys_per_query\": %.1f, \"flop_bound\": %.3f, "
       "\"q_tile\": [%d, %d, %d], \"kv_tile\": [%d, %d, %d], \"visited_pairs\": %.0f, "
       "\"full_fraction\": %.3f}\n",
-      c.name, forward_backend, deterministic ? 1 : 0, b.first, b.second, fb.first, f.first, flops / b.first / 1e9, kpq,
+      c.name, forward_backend, deterministic ? 1 : 0, b.median_ms, b.min_ms, fb.median_ms, f.median_ms, flops / b.median_ms / 1e9, kpq,
       tokens / kpq, t.q.size[0], t.q.size[1], t.q.size[2], t.kv.size[0], t.kv.size[1],
       t.kv.size[2], t.visited_pairs, t.full_pairs / std::max(1.0, t.visited_pairs));
   std::fflush(stdout);
