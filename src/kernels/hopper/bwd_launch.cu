@@ -26,12 +26,9 @@ BwdTiles evaluate(const Problem& p, const TileShape& q, const TileShape& kv) {
   c.kv = kv;
   double visited = 1, full = 1;
   for (int a = 0; a < p.rank; ++a) {
-    AxisRule rule = p.axes[a];
-    const int n = group_length(rule, 0);
-    rule.extent = n;
-    rule.dilation = 1;
+    const AxisRule& rule = p.axes[a];
     const AxisPairStats st =
-        axis_pair_stats(rule, n, q.size[a], kv.size[a], PairWalk::per_kv_tile);
+        axis_pair_stats(rule, group_length(rule, 0), q.size[a], kv.size[a], PairWalk::per_kv_tile);
     visited *= st.visited;
     full *= st.full;
   }
