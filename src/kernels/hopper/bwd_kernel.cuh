@@ -30,27 +30,15 @@ constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 constexpr int kStages = 2;
 
-// Shared-memory image of a [Rows x D] tile: boxes of at most 64 columns (128-byte swizzle;
-// 64-byte for D = 32), each Rows rows of kRowBytes: the TMA box and the wgmma operand layout.
-template <int D, int Rows>
-struct Tile {
-  static constexpr int kBoxCols = D < 64 ? D : 64;
-  static constexpr int kRowBytes = kBoxCols * 2;
-  static constexpr int kBoxes = D / kBoxCols;
-  static constexpr int kBoxBytes = Rows * kRowBytes;
-  static constexpr int kTileBytes = kBoxes * kBoxBytes;
-  static constexpr uint32_t kSwizzleMode = kRowBytes == 128 ? 1 : (kRowBytes == 64 ? 2 : 3);
-};
-
 // dS^T: [128 keys][64 queries] 16-bit, 128-byte rows, 128-byte swizzle.
 constexpr int kDsBytes = kBwdKvRows * kBwdQRows * 2;
 
 template <int D>
 struct SharedStorage {
-  alignas(1024) uint8_t k[Tile<D, kBwdKvRows>::kTileBytes];
-  alignas(1024) uint8_t v[Tile<D, kBwdKvRows>::kTileBytes];
-  alignas(1024) uint8_t q[kStages][Tile<D, kBwdQRows>::kTileBytes];
-  alignas(1024) uint8_t d_o[kStages][Tile<D, kBwdQRows>::kTileBytes];
+  alignas(1024) uint8_t k[TileLayout<D, kBwdKvRows>::kTileBytes];
+  alignas(1024) uint8_t v[TileLayout<D, kBwdKvRows>::kTileBytes];
+  alignas(1024) uint8_t q[kStages][TileLayout<D, kBwdQRows>::kTileBytes];
+  alignas(1024) uint8_t d_o[kStages][TileLayout<D, kBwdQRows>::kTileBytes];
   alignas(1024) uint8_t ds[kStages][kDsBytes];
   // Per key row of the tile: its query window per axis (inverse rule), kept here instead of in
   // registers (used by partial pairs only); written by lane 0 of the row's quad.
@@ -125,8 +113,8 @@ template <int D>
 __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D>& s, const Work& w,
                                          const CUtensorMap* tm_q, const CUtensorMap* tm_do,
                                          const CUtensorMap* tm_k, const CUtensorMap* tm_v) {
-  using KvT = Tile<D, kBwdKvRows>;
-  using QT = Tile<D, kBwdQRows>;
+  using KvT = TileLayout<D, kBwdKvRows>;
+  using QT = TileLayout<D, kBwdQRows>;
   const int lane = threadIdx.x % 32;
   const int x_base = w.batch * p.axes[0].extent;  // batches folded into the outermost axis
   if (lane == 0) {
@@ -172,16 +160,8 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D>& s
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = lane + 32 * h;
-      int local[kAxes];
-      tile_local(r, p.q_tile, local);
-      bool valid = true;
       int64_t off = w.batch * p.row_batch_stride + head;
-#pragma unroll
-      for (int a = 0; a < kAxes; ++a) {
-        const int c = qt[a] * p.q_tile[a] + local[a];
-        valid = valid && c < p.axes[a].extent;
-        off += c * p.row_axis_stride[a];
-      }
+      const bool valid = tile_row_offset(p.axes, qt, p.q_tile, r, p.row_axis_stride, off);
       s.lse2[stage][r] = valid ? p.lse2[off] : INFINITY;
       s.delta[stage][r] = valid ? p.delta[off] : 0.f;
     }
@@ -192,8 +172,8 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D>& s
 template <int D, typename Tag>
 __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s, const Work& w,
                                          int wg) {
-  using KvT = Tile<D, kBwdKvRows>;
-  using QT = Tile<D, kBwdQRows>;
+  using KvT = TileLayout<D, kBwdKvRows>;
+  using QT = TileLayout<D, kBwdQRows>;
   constexpr int kS = kBwdQRows / 2;               // S^T accumulators per thread (64 x 64)
   constexpr int kG = D / 2;                       // dK / dV accumulators per thread (64 x D)
   constexpr bool kSplitColumns = D == 128;        // dQ: columns split between warpgroups
@@ -422,6 +402,8 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r = row_in_wg + 8 * i;
+      // tile_row_offset written out: through the helper this loop compiles to other machine code
+      // than the measured kernel's.
       int local[kAxes];
       tile_local(r, p.q_tile, local);
       bool valid = true;

@@ -39,6 +39,38 @@ __device__ __forceinline__ void tile_local(int r, const int (&size)[kAxes], int 
   local[0] = r >> (s1 + s2);
 }
 
+// Adds to `off` the offset of row r of the tile with tile coordinates t (tiles of `size` tokens)
+// in a tensor with the given per-axis strides; false when the row lies beyond the extent of an
+// axis (edge tiles, or the next batch where batches are folded into axis 0).
+__device__ __forceinline__ bool tile_row_offset(const AxisRule (&axes)[kAxes], const int (&t)[kAxes],
+                                                const int (&size)[kAxes], int r,
+                                                const int64_t (&axis_stride)[kAxes], int64_t& off) {
+  int local[kAxes];
+  tile_local(r, size, local);
+  bool valid = true;
+#pragma unroll
+  for (int a = 0; a < kAxes; ++a) {
+    const int c = t[a] * size[a] + local[a];
+    valid = valid && c < axes[a].extent;
+    off += static_cast<int64_t>(c) * axis_stride[a];
+  }
+  return valid;
+}
+
+// Shared-memory image of a [Rows tokens x D] tile: D split into boxes of at most 64 elements
+// (128 bytes, the widest swizzled TMA box), each box Rows rows of kRowBytes, swizzled: the TMA
+// box and the wgmma operand layout.
+template <int D, int Rows = kTileTokens>
+struct TileLayout {
+  static constexpr int kBoxCols = D < 64 ? D : 64;
+  static constexpr int kRowBytes = kBoxCols * 2;
+  static constexpr int kBoxes = D / kBoxCols;
+  static constexpr int kBoxBytes = Rows * kRowBytes;
+  static constexpr int kTileBytes = kBoxes * kBoxBytes;
+  static constexpr uint32_t kSwizzleMode = kRowBytes == 128 ? 1 : (kRowBytes == 64 ? 2 : 3);
+  static constexpr int kChunksPerRow = kRowBytes / 16;
+};
+
 // Two floats rounded to the input dtype, packed as the 32-bit operand register of a wgmma.
 template <typename Tag>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi);

@@ -31,19 +31,6 @@ constexpr int producer_regs(int head_dim) { return head_dim > 128 ? 24 : 40; }
 constexpr int consumer_regs(int head_dim) { return head_dim > 128 ? 240 : 232; }
 constexpr int kClassTable = 256;  // per-axis class entries kept in shared memory
 
-// Shared-memory image of a [Rows tokens x D] tile: D split into boxes of at most 64 elements
-// (128 bytes, the widest swizzled TMA box), each box Rows rows of kRowBytes, swizzled.
-template <int D, int Rows = kTileTokens>
-struct TileLayout {
-  static constexpr int kBoxCols = D < 64 ? D : 64;
-  static constexpr int kRowBytes = kBoxCols * 2;
-  static constexpr int kBoxes = D / kBoxCols;
-  static constexpr int kBoxBytes = Rows * kRowBytes;
-  static constexpr int kTileBytes = kBoxes * kBoxBytes;
-  static constexpr uint32_t kSwizzleMode = kRowBytes == 128 ? 1 : (kRowBytes == 64 ? 2 : 3);
-  static constexpr int kChunksPerRow = kRowBytes / 16;
-};
-
 template <int D>
 using KvLayout = TileLayout<D, kv_tile_tokens(D)>;
 
@@ -169,6 +156,28 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, SharedStorage<
       tma_load_5d(s.v[stage] + box * KL::kBoxBytes, mv, &s.v_full[stage], box * KL::kBoxCols,
                   head_kv, c2, c3, c4);
     ++it;
+  }
+}
+
+// The consumer warpgroup's 64 rows of O, staged (normalised, in the input dtype) in `rows` with
+// the tile layout's swizzle, to the heads-last output in 16-byte stores; rows beyond the image
+// are skipped.
+template <int D>
+__device__ __forceinline__ void store_o_rows(const FwdParams& p, const uint8_t* rows, int consumer,
+                                             int batch, int head, const int (&qt)[kAxes]) {
+  using L = TileLayout<D>;
+  constexpr int kChunks = D * 2 / 16;  // 16-byte chunks per output row
+  const int tid = threadIdx.x % 128;
+  for (int idx = tid; idx < 64 * kChunks; idx += 128) {
+    const int r = consumer * 64 + idx / kChunks;
+    const int ch = idx % kChunks;
+    int64_t off = batch * p.o_batch_stride + head * p.o_head_stride + ch * 8;
+    if (!tile_row_offset(p.axes, qt, p.q_tile, r, p.o_axis_stride, off)) continue;
+    const int box = ch / L::kChunksPerRow;
+    const int chunk = (ch % L::kChunksPerRow) ^ (r % L::kChunksPerRow);
+    const uint4 val =
+        *reinterpret_cast<const uint4*>(rows + box * L::kBoxBytes + r * L::kRowBytes + chunk * 16);
+    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.o) + off) = val;
   }
 }
 
@@ -415,46 +424,17 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
   if (p.lse != nullptr && quad == 0) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      int local[kAxes];
-      tile_local(consumer * 64 + row_in_wg + 8 * i, p.q_tile, local);
-      bool valid = true;
       int64_t off = batch * p.lse_batch_stride + head * p.lse_head_stride;
-#pragma unroll
-      for (int a = 0; a < kAxes; ++a) {
-        const int c = qt[a] * p.q_tile[a] + local[a];
-        valid = valid && c < p.axes[a].extent;
-        off += static_cast<int64_t>(c) * p.lse_axis_stride[a];
-      }
-      if (!valid) continue;
+      if (!tile_row_offset(p.axes, qt, p.q_tile, consumer * 64 + row_in_wg + 8 * i,
+                           p.lse_axis_stride, off))
+        continue;
       const float lse = row_sum[i] > 0.f ? (row_max[i] + __log2f(row_sum[i])) * 0.69314718056f
                                          : -INFINITY;
       p.lse[off] = lse;
     }
   }
   named_barrier_sync(1 + consumer, 128);
-  using Elem = uint4;
-  constexpr int kChunks = D * 2 / 16;  // 16-byte chunks per output row
-  const int tid = threadIdx.x % 128;
-  for (int idx = tid; idx < 64 * kChunks; idx += 128) {
-    const int r = consumer * 64 + idx / kChunks;
-    const int ch = idx % kChunks;
-    int local[kAxes];
-    tile_local(r, p.q_tile, local);
-    bool valid = true;
-    int64_t off = batch * p.o_batch_stride + head * p.o_head_stride + ch * 8;
-#pragma unroll
-    for (int a = 0; a < kAxes; ++a) {
-      const int c = qt[a] * p.q_tile[a] + local[a];
-      valid = valid && c < p.axes[a].extent;
-      off += static_cast<int64_t>(c) * p.o_axis_stride[a];
-    }
-    if (!valid) continue;
-    const int box = ch / L::kChunksPerRow;
-    const int chunk = (ch % L::kChunksPerRow) ^ (r % L::kChunksPerRow);
-    const Elem val =
-        *reinterpret_cast<const Elem*>(s.q + box * L::kBoxBytes + r * L::kRowBytes + chunk * 16);
-    *reinterpret_cast<Elem*>(static_cast<uint16_t*>(p.o) + off) = val;
-  }
+  store_o_rows<D>(p, s.q, consumer, batch, head, qt);
 }
 
 template <int D, typename Tag>

@@ -305,6 +305,8 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
     if (p.lse != nullptr && quad == 0) {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
+        // tile_row_offset written out: through the helper this loop compiles to other machine
+        // code than the measured kernel's.
         int local[kAxes];
         tile_local(consumer * 64 + row_in_wg + 8 * i, p.q_tile, local);
         bool valid = true;
@@ -320,28 +322,7 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
       }
     }
     named_barrier_sync(1 + consumer, 128);
-    constexpr int kChunks = D * 2 / 16;  // 16-byte chunks per output row
-    const int tid = threadIdx.x % 128;
-    for (int idx = tid; idx < 64 * kChunks; idx += 128) {
-      const int r = consumer * 64 + idx / kChunks;
-      const int ch = idx % kChunks;
-      int local[kAxes];
-      tile_local(r, p.q_tile, local);
-      bool valid = true;
-      int64_t off = batch * p.o_batch_stride + head * p.o_head_stride + ch * 8;
-#pragma unroll
-      for (int a = 0; a < kAxes; ++a) {
-        const int c = qt[a] * p.q_tile[a] + local[a];
-        valid = valid && c < p.axes[a].extent;
-        off += static_cast<int64_t>(c) * p.o_axis_stride[a];
-      }
-      if (!valid) continue;
-      const int box = ch / L::kChunksPerRow;
-      const int chunk = (ch % L::kChunksPerRow) ^ (r % L::kChunksPerRow);
-      const uint4 val = *reinterpret_cast<const uint4*>(stage_rows + box * L::kBoxBytes +
-                                                       r * L::kRowBytes + chunk * 16);
-      *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.o) + off) = val;
-    }
+    store_o_rows<D>(p, stage_rows, consumer, batch, head, qt);
     // The producer's next TMA write to this buffer must follow these generic accesses.
     fence_proxy_async_smem();
     mbar_arrive(&s.q_empty[qb]);
