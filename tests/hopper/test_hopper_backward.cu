@@ -13,18 +13,12 @@
 #include "api/backend.hpp"
 #include "gna/core/tiling.hpp"
 #include "gpu_harness.hpp"
+#include "kernels/hopper/tma_host.hpp"
 
 namespace gna::testing {
 namespace {
 
-bool have_sm90() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return false;
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
-  return major == 9 && minor == 0;
-}
+bool have_sm90() { return hopper::is_sm90(0); }
 
 #define SKIP_WITHOUT_SM90() \
   if (!have_sm90()) GTEST_SKIP() << "no sm_90 device"

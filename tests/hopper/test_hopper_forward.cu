@@ -20,20 +20,14 @@
 #include "gna/core/error.hpp"
 #include "gpu_reference.cuh"
 #include "kernels/hopper/fwd_launch.hpp"
+#include "kernels/hopper/tma_host.hpp"
 
 namespace gna {
 namespace {
 
 #define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << #x << ": " << cudaGetErrorString(x)
 
-bool have_sm90() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return false;
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
-  return major == 9 && minor == 0;
-}
+bool have_sm90() { return hopper::is_sm90(0); }
 
 const Backend* backend_named(const char* name) {
   for (const Backend& b : registered_backends())
