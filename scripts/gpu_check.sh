@@ -25,17 +25,7 @@ t0=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 nvcc --version | tail -1
 
-gtest_args=()
-if [ ! -f /usr/include/gtest/gtest.h ] && [ -z "${GTest_ROOT:-}" ]; then
-  src=${GTEST_SOURCE:-.carry/googletest}
-  if [ -d "$src" ]; then
-    cmake -S "$src" -B /tmp/gtest-build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_INSTALL_PREFIX=/tmp/gtest -DBUILD_GMOCK=OFF >"$OUT/gtest.log" 2>&1 &&
-      cmake --build /tmp/gtest-build -j "$JOBS" >>"$OUT/gtest.log" 2>&1 &&
-      cmake --install /tmp/gtest-build >>"$OUT/gtest.log" 2>&1 || { echo "GoogleTest build failed"; tail "$OUT/gtest.log"; }
-    gtest_args=(-DGTest_ROOT=/tmp/gtest)
-  fi
-fi
+source scripts/gtest_args.sh "$OUT/gtest.log"
 
 if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGNA_CUDA=ON "${gtest_args[@]}" \
     >"$OUT/build.log" 2>&1; then

@@ -9,15 +9,7 @@ set -uo pipefail
 BUILD=${1:-build-hopper-bwd}
 OUT=${OUT:-/tmp/hopper_bwd_check}
 mkdir -p "$OUT"
-gtest_args=()
-if [ ! -f /usr/include/gtest/gtest.h ] && [ -d .carry/googletest ]; then
-  if [ ! -d /tmp/gtest ]; then
-    { cmake -S .carry/googletest -B /tmp/gtest-build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-        -DCMAKE_INSTALL_PREFIX=/tmp/gtest -DBUILD_GMOCK=OFF &&
-      cmake --build /tmp/gtest-build -j16 && cmake --install /tmp/gtest-build; } >"$OUT/gtest.log" 2>&1
-  fi
-  gtest_args=(-DGTest_ROOT=/tmp/gtest)
-fi
+source scripts/gtest_args.sh "$OUT/gtest.log"
 cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "${gtest_args[@]}" >"$OUT/configure.log" 2>&1 || {
   tail -20 "$OUT/configure.log"; exit 1; }
 cmake --build "$BUILD" --target test_hopper_backward -j16 >"$OUT/build.log" 2>&1 || {
