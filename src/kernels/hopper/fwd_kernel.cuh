@@ -159,6 +159,27 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, SharedStorage<
   }
 }
 
+// This thread's O accumulators times the rows' 1 / l, in the input dtype, into the staging rows
+// (tile layout and swizzle of a Q tile): rows r0 and r0 + 8, columns quad * 2 + 8 j.
+template <int D, typename Tag>
+__device__ __forceinline__ void stage_o_rows(const float (&o)[D / 2], const float (&inv)[2],
+                                             uint8_t* rows, int r0, int quad) {
+  using L = TileLayout<D>;
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = r0 + 8 * i;
+      const int col = j * 8 + quad * 2;
+      const int box = col / L::kBoxCols;
+      const int cc = col % L::kBoxCols;
+      const int chunk = (cc / 8) ^ (r % L::kChunksPerRow);
+      uint8_t* dst = rows + box * L::kBoxBytes + r * L::kRowBytes + chunk * 16 + (cc % 8) * 2;
+      *reinterpret_cast<uint32_t*>(dst) =
+          pack2<Tag>(o[j * 4 + i * 2] * inv[i], o[j * 4 + i * 2 + 1] * inv[i]);
+    }
+}
+
 // The consumer warpgroup's 64 rows of O, staged (normalised, in the input dtype) in `rows` with
 // the tile layout's swizzle, to the heads-last output in 16-byte stores; rows beyond the image
 // are skipped.
@@ -408,19 +429,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
     row_sum[i] = l;
     inv[i] = l > 0.f ? 1.f / l : 0.f;
   }
-#pragma unroll
-  for (int j = 0; j < D / 8; ++j)
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r = consumer * 64 + row_in_wg + 8 * i;
-      const int col = j * 8 + quad * 2;
-      const int box = col / L::kBoxCols;
-      const int cc = col % L::kBoxCols;
-      const int chunk = (cc / 8) ^ (r % L::kChunksPerRow);
-      uint8_t* dst = s.q + box * L::kBoxBytes + r * L::kRowBytes + chunk * 16 + (cc % 8) * 2;
-      *reinterpret_cast<uint32_t*>(dst) =
-          pack2<Tag>(o[j * 4 + i * 2] * inv[i], o[j * 4 + i * 2 + 1] * inv[i]);
-    }
+  stage_o_rows<D, Tag>(o, inv, s.q, consumer * 64 + row_in_wg, quad);
   if (p.lse != nullptr && quad == 0) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {

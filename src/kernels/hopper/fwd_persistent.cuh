@@ -289,19 +289,7 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
       l_row[i] = l;
       inv[i] = l > 0.f ? 1.f / l : 0.f;
     }
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j)
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int r = consumer * 64 + row_in_wg + 8 * i;
-        const int col = j * 8 + quad * 2;
-        const int box = col / L::kBoxCols;
-        const int cc = col % L::kBoxCols;
-        const int chunk = (cc / 8) ^ (r % L::kChunksPerRow);
-        uint8_t* dst = stage_rows + box * L::kBoxBytes + r * L::kRowBytes + chunk * 16 + (cc % 8) * 2;
-        *reinterpret_cast<uint32_t*>(dst) =
-            pack2<Tag>(o[j * 4 + i * 2] * inv[i], o[j * 4 + i * 2 + 1] * inv[i]);
-      }
+    stage_o_rows<D, Tag>(o, inv, stage_rows, consumer * 64 + row_in_wg, quad);
     if (p.lse != nullptr && quad == 0) {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
