@@ -20,6 +20,7 @@
 
 #include "gna/core/tiling.hpp"
 #include "kernels/hopper/bwd_params.hpp"
+#include "kernels/hopper/bwd_walk.cuh"
 #include "kernels/hopper/device_util.cuh"
 #include "kernels/hopper/ptx.cuh"
 
@@ -54,61 +55,6 @@ constexpr int shared_bytes() {
   return static_cast<int>(sizeof(SharedStorage<D>)) + 1024;
 }
 
-// The CTA's work: KV tile, KV head, batch, and the box of Q tiles it visits.
-struct Work {
-  int kt[kAxes];     // KV tile per axis (spatial); kt[2] = additional tile (additional mode)
-  int head_kv, batch;
-  int q_begin[kAxes], q_size[kAxes];
-  int q_count;       // Q tiles per query head
-  bool rotate;
-  int rotation;      // first visit index
-};
-
-__device__ __forceinline__ Work make_work(const BwdParams& p) {
-  Work w;
-  int work = blockIdx.x;
-  const int tile = work % p.kv_tiles_per_image;
-  work /= p.kv_tiles_per_image;
-  w.head_kv = work % p.heads_kv;
-  w.batch = work / p.heads_kv;
-  if (p.additional) {
-    w.kt[0] = w.kt[1] = 0;
-    w.kt[2] = tile;
-  } else {
-    w.kt[2] = tile % p.kv_tiles[2];
-    w.kt[1] = (tile / p.kv_tiles[2]) % p.kv_tiles[1];
-    w.kt[0] = tile / (p.kv_tiles[2] * p.kv_tiles[1]);
-  }
-  w.q_count = 1;
-#pragma unroll
-  for (int a = 0; a < kAxes; ++a) {
-    if (p.additional) {
-      w.q_begin[a] = 0;
-      w.q_size[a] = p.q_tiles[a];
-    } else {
-      const Range r = q_tiles_for_kv_tile(p.axes[a], p.axes[a].extent, w.kt[a], p.q_tile[a],
-                                          p.kv_tile[a]);
-      w.q_begin[a] = r.begin;
-      w.q_size[a] = max_i(r.end - r.begin, 0);
-    }
-    w.q_count *= w.q_size[a];
-  }
-  w.rotate = p.turns == nullptr && w.q_count > 1;
-  w.rotation = w.rotate ? tile % w.q_count : 0;
-  return w;
-}
-
-// Q tile per axis of visit index i (inside one head). Without turns (deterministic mode) each
-// CTA starts its walk at a different Q tile, so that CTAs running together add into different
-// dQ rows instead of contending for the same addresses.
-__device__ __forceinline__ void q_tile_of(const Work& w, int i, int (&qt)[kAxes]) {
-  if (w.rotate) i = (i + w.rotation) % w.q_count;
-  qt[2] = w.q_begin[2] + i % w.q_size[2];
-  i /= w.q_size[2];
-  qt[1] = w.q_begin[1] + i % w.q_size[1];
-  qt[0] = w.q_begin[0] + i / w.q_size[1];
-}
-
 template <int D>
 __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D>& s, const Work& w,
                                          const CUtensorMap* tm_q, const CUtensorMap* tm_do,
@@ -138,10 +84,11 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D>& s
     }
   }
   const int total = w.q_count * p.heads_per_kv;
-  for (int it = 0; it < total; ++it) {
-    const int head = w.head_kv * p.heads_per_kv + it / max_i(w.q_count, 1);
-    int qt[kAxes];
-    q_tile_of(w, it % w.q_count, qt);
+  QWalk walk;
+  walk.begin(w, w.head_kv * p.heads_per_kv);
+  for (int it = 0; it < total; ++it, walk.next(w)) {
+    const int head = walk.head;
+    const int(&qt)[kAxes] = walk.qt;
     const int stage = it % kStages;
     const uint32_t phase = (it / kStages) & 1;
     mbar_wait(&s.q_empty[stage], phase ^ 1);
@@ -223,12 +170,15 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
   const uint32_t k_rows = wg * 64 * KvT::kRowBytes;  // this warpgroup's keys inside each box
   mbar_wait(&s.kv_full, 0);
 
+  // The last additional KV tile may hold slots beyond the additional keys: its pairs are masked.
+  const bool key_mask = p.additional && (w.kt[2] + 1) * kBwdKvRows > p.additional_kv;
+  PairClass axis_class[kAxes];  // per axis, recomputed only where the walk moved
   const int total = w.q_count * p.heads_per_kv;
-  for (int it = 0; it < total; ++it) {
-    const int head = w.head_kv * p.heads_per_kv + it / max_i(w.q_count, 1);
-    const int q_index = it % w.q_count;
-    int qt[kAxes];
-    q_tile_of(w, q_index, qt);
+  QWalk walk;
+  walk.begin(w, w.head_kv * p.heads_per_kv);
+  for (int it = 0; it < total; ++it, walk.next(w)) {
+    const int head = walk.head;
+    const int(&qt)[kAxes] = walk.qt;
     const int stage = it % kStages;
     const uint32_t phase = (it / kStages) & 1;
     const uint32_t q_base = smem_addr(s.q[stage]), do_base = smem_addr(s.d_o[stage]);
@@ -236,13 +186,14 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
     // Pair class (spatial mode): the minimum over axes of the per-axis classes.
     bool partial = false;
     if (!p.additional) {
-      PairClass cls = PairClass::full;
 #pragma unroll
       for (int a = 0; a < kAxes; ++a)
-        cls = combine(cls, classify_axis_tiles(p.axes[a], p.axes[a].extent, qt[a], w.kt[a],
-                                               p.q_tile[a], p.kv_tile[a]));
-      partial = cls != PairClass::full;
+        if (a >= walk.changed)
+          axis_class[a] = classify_axis_tiles(p.axes[a], p.axes[a].extent, qt[a], w.kt[a],
+                                              p.q_tile[a], p.kv_tile[a]);
+      partial = combine(combine(axis_class[0], axis_class[1]), axis_class[2]) != PairClass::full;
     }
+    const bool masked = partial || key_mask;
 
     float sacc[kS], dpacc[kS];
     mbar_wait(&s.q_full[stage], phase);
@@ -272,9 +223,29 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
     fence_regs(sacc);
     fence_regs(dpacc);
 
-    // Mask (partial pairs: per-axis inverse rule; invalid keys: always).
-    int lo[2][kAxes], q_width[2][kAxes];
-    if (partial) {
+    // P^T = exp2(S^T scale_log2 - LSE2), dS^T = P^T (dP^T - delta). Full pairs run without
+    // mask code; masked pairs zero P^T outside the rule (partial pairs: one unsigned compare per
+    // axis against the key's query window) and for slots that hold no key.
+    const float scale_log2 = p.scale_log2;
+    auto grad = [&](int idx, float l2, float dl, bool keep) {
+      float pr = fast_exp2(fmaf(sacc[idx], scale_log2, -l2));
+      if (!keep) pr = 0.f;
+      sacc[idx] = pr;
+      dpacc[idx] = pr * (dpacc[idx] - dl);
+    };
+    const float* lse2 = s.lse2[stage];
+    const float* delta = s.delta[stage];
+    if (!masked) {
+#pragma unroll
+      for (int j = 0; j < kBwdQRows / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int c = j * 8 + quad * 2 + e;
+#pragma unroll
+          for (int i = 0; i < 2; ++i) grad(j * 4 + i * 2 + e, lse2[c], delta[c], true);
+        }
+    } else {
+      int lo[2][kAxes], q_width[2][kAxes];
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -283,35 +254,26 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
           lo[i][a] = s.key_q_lo[r][a] - qt[a] * p.q_tile[a];
           q_width[i][a] = s.key_q_width[r][a];
         }
-    }
-    const float scale_log2 = p.scale_log2;
 #pragma unroll
-    for (int j = 0; j < kBwdQRows / 8; ++j)
+      for (int j = 0; j < kBwdQRows / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int c = j * 8 + quad * 2 + e;
-        const float l2 = s.lse2[stage][c];
-        const float dl = s.delta[stage][c];
-        int local[kAxes];
-        if (partial) tile_local(c, p.q_tile, local);
+        for (int e = 0; e < 2; ++e) {
+          const int c = j * 8 + quad * 2 + e;
+          int local[kAxes];
+          tile_local(c, p.q_tile, local);
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int idx = j * 4 + i * 2 + e;
-          float pr = fast_exp2(fmaf(sacc[idx], scale_log2, -l2));
-          if (partial) {
-            bool ok = true;
+          for (int i = 0; i < 2; ++i) {
+            bool keep = key_valid[i];
+            if (partial) {
 #pragma unroll
-            for (int a = 0; a < kAxes; ++a)
-              ok = ok && static_cast<unsigned>(local[a] - lo[i][a]) <
-                             static_cast<unsigned>(q_width[i][a]);
-            if (!ok) pr = 0.f;
-          } else if (p.additional && !key_valid[i]) {  // beyond the additional keys
-            pr = 0.f;
+              for (int a = 0; a < kAxes; ++a)
+                keep = keep && static_cast<unsigned>(local[a] - lo[i][a]) <
+                                   static_cast<unsigned>(q_width[i][a]);
+            }
+            grad(j * 4 + i * 2 + e, lse2[c], delta[c], keep);
           }
-          sacc[idx] = pr;
-          dpacc[idx] = pr * (dpacc[idx] - dl);
         }
-      }
+    }
 
     // P^T and dS^T as A operands (registers), dS^T also into shared memory for dQ.
     uint32_t pa[kS / 2], da[kS / 2];
@@ -471,8 +433,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const __grid_constant__ CUtensorMap tm_k,
                     const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ BwdParams p) {
   extern __shared__ uint8_t smem_raw[];
-  auto& s = *reinterpret_cast<SharedStorage<D>*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  auto& s = *reinterpret_cast<SharedStorage<D>*>(align_shared_1024(smem_raw));
   const Work w = make_work(p);
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {

@@ -16,6 +16,15 @@ namespace gna::hopper {
 // derived from it (wgmma descriptors, branch conditions), in uniform registers.
 __device__ __forceinline__ int warp_uniform(int v) { return __shfl_sync(0xffffffff, v, 0); }
 
+// The first 1024-byte aligned byte of dynamic shared memory (128-byte swizzled TMA boxes need
+// that alignment). Derived from the shared array by pointer arithmetic, not through an integer,
+// so that the compiler still knows it points to shared memory and emits shared (not generic)
+// loads and stores for everything addressed from it.
+__device__ __forceinline__ uint8_t* align_shared_1024(uint8_t* raw) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(raw));
+  return raw + ((1024u - (a & 1023u)) & 1023u);
+}
+
 __device__ __forceinline__ int log2_pow2(int v) { return __ffs(v) - 1; }
 
 __device__ __forceinline__ float fast_exp2(float x) {
