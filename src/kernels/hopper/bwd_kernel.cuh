@@ -8,8 +8,9 @@
 //   P^T = exp2(S^T * scale_log2 - LSE2), dS^T = P^T (dP^T - delta)
 //   dV += P^T dO, dK += dS^T Q           (wgmma RS, operands from registers, kept all along)
 //   dQ += dS K                           (dS^T staged in shared memory, wgmma SS transposed)
-// and add dQ into an fp32 accumulator with vector reductions (in deterministic mode in the
-// order of the KV tiles, one turn counter per Q tile). Head dim 128 splits dQ's columns between
+// and stage dQ in shared memory, from where a writer thread of the producer warpgroup adds it
+// into an fp32 accumulator with tensor-map reduce-adds, one per 32-column box (in deterministic
+// mode in the order of the KV tiles, one turn counter per Q tile). Head dim 128 splits dQ's columns between
 // the warpgroups (all 128 keys each); smaller head dims let each warpgroup add its own keys'
 // part of every column.
 #pragma once
@@ -27,12 +28,24 @@
 namespace gna::hopper::bwd {
 
 constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
-constexpr int kProducerRegs = 40;
+constexpr int kProducerRegs = 48;  // 128 x 48 + 256 x 232 = the whole register file
 constexpr int kConsumerRegs = 232;
 constexpr int kStages = 2;
 
 // dS^T: [128 keys][64 queries] 16-bit, 128-byte rows, 128-byte swizzle.
 constexpr int kDsBytes = kBwdKvRows * kBwdQRows * 2;
+
+// dQ columns each consumer warpgroup adds per pair: head dim 128 splits the columns between the
+// warpgroups (each over all 128 keys), smaller head dims give each warpgroup every column (over
+// its own 64 keys).
+template <int D>
+constexpr int dq_columns() {
+  return D == 128 ? 64 : D;
+}
+// A warpgroup's dQ staging: boxes of 32 fp32 columns (128-byte rows, 128-byte swizzle), the box
+// of the accumulator's tensor map.
+constexpr int kDqBoxCols = 32;
+constexpr int kDqBoxBytes = kBwdQRows * kDqBoxCols * 4;
 
 template <int D>
 struct SharedStorage {
@@ -41,6 +54,7 @@ struct SharedStorage {
   alignas(1024) uint8_t q[kStages][TileLayout<D, kBwdQRows>::kTileBytes];
   alignas(1024) uint8_t d_o[kStages][TileLayout<D, kBwdQRows>::kTileBytes];
   alignas(1024) uint8_t ds[kStages][kDsBytes];
+  alignas(1024) uint8_t dq[2][dq_columns<D>() / kDqBoxCols][kDqBoxBytes];  // per warpgroup
   // Per key row of the tile: its query window per axis (inverse rule), kept here instead of in
   // registers (used by partial pairs only); written by lane 0 of the row's quad.
   int key_q_lo[kBwdKvRows][kAxes], key_q_width[kBwdKvRows][kAxes];
@@ -48,6 +62,7 @@ struct SharedStorage {
   float delta[kStages][kBwdQRows];
   uint64_t kv_full;
   uint64_t q_full[kStages], q_empty[kStages];
+  uint64_t dq_full[2], dq_empty[2];  // per consumer warpgroup: its dQ staging area
 };
 
 template <int D>
@@ -124,7 +139,7 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
   constexpr int kS = kBwdQRows / 2;               // S^T accumulators per thread (64 x 64)
   constexpr int kG = D / 2;                       // dK / dV accumulators per thread (64 x D)
   constexpr bool kSplitColumns = D == 128;        // dQ: columns split between warpgroups
-  constexpr int kDqN = kSplitColumns ? 64 : D;    // dQ columns per warpgroup
+  constexpr int kDqN = dq_columns<D>();           // dQ columns per warpgroup
   constexpr int kDqKeys = kSplitColumns ? 128 : 64;
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
@@ -314,6 +329,7 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
 
     // dQ = dS K: dS^T from shared memory (M-major), K N-major.
     fence_proxy_async_smem();
+    mbar_wait(&s.dq_empty[wg], (it & 1) ^ 1);
     if (kSplitColumns)
       named_barrier_sync(3, 256);
     else
@@ -338,54 +354,25 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
     // the producer's next stores into the stage by the barrier alone.
     mbar_arrive(&s.q_empty[stage]);
 
-    // dQ into the fp32 accumulator (rows outside the image skipped).
-    int* turn = nullptr;
-    if (p.turns != nullptr) {
-      int rank;
-      if (p.additional) {
-        rank = w.kt[2];
-      } else {
-        rank = 0;
-#pragma unroll
-        for (int a = 0; a < kAxes; ++a) {
-          const Range kr = kv_tiles_for_q_tile(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
-                                               p.kv_tile[a]);
-          rank = rank * kr.size() + (w.kt[a] - kr.begin);
-        }
-      }
-      const int q_lin = (qt[0] * p.q_tiles[1] + qt[1]) * p.q_tiles[2] + qt[2];
-      turn = p.turns + (static_cast<int64_t>(w.batch) * p.heads_q + head) * p.q_tiles_per_image +
-             q_lin;
-      if (wtid == 0)
-        while (ld_acquire(turn) < 2 * rank + wg) {
-        }
-      named_barrier_sync(1 + wg, 128);
-    }
+    // dQ into the staging area in the tensor map's box layout (the dQ writer has read the
+    // previous pair's: waited for before the dQ GEMM, where fewer registers are live), from
+    // where the writer adds it into the accumulator. Column pair
+    // j * 8 + quad * 2 of row r sits in 16-byte chunk (j % 4) * 2 + quad / 2 of the row, swizzled
+    // by XOR with r % 8: with the buffer 1024-byte aligned, the swizzle of the j-dependent part
+    // is an XOR of the address with (j % 4) << 5.
+    const uint32_t stage_dq = smem_addr(s.dq[wg][0]);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r = row_in_wg + 8 * i;
-      // tile_row_offset written out: through the helper this loop compiles to other machine code
-      // than the measured kernel's.
-      int local[kAxes];
-      tile_local(r, p.q_tile, local);
-      bool valid = true;
-      int64_t off = w.batch * p.row_batch_stride + head;
+      const uint32_t row_addr =
+          stage_dq + r * 128 + (((quad / 2) ^ (r & 7)) << 4) + (quad & 1) * 8;
 #pragma unroll
-      for (int a = 0; a < kAxes; ++a) {
-        const int c = qt[a] * p.q_tile[a] + local[a];
-        valid = valid && c < p.axes[a].extent;
-        off += c * p.row_axis_stride[a];
-      }
-      if (!valid) continue;
-      float* dst = p.dq_accum + off * D + (kSplitColumns ? wg * 64 : 0) + quad * 2;
-#pragma unroll
-      for (int j = 0; j < kDqN / 8; ++j) red_add_v2(dst + j * 8, dq[j * 4 + i * 2], dq[j * 4 + i * 2 + 1]);
+      for (int j = 0; j < kDqN / 8; ++j)
+        st_shared_v2((row_addr ^ ((j % 4) << 5)) + (j / 4) * kDqBoxBytes, dq[j * 4 + i * 2],
+                     dq[j * 4 + i * 2 + 1]);
     }
-    if (turn != nullptr) {
-      __threadfence();
-      named_barrier_sync(1 + wg, 128);
-      if (wtid == 0) red_release_add(turn, 1);
-    }
+    fence_proxy_async_smem();
+    mbar_arrive(&s.dq_full[wg]);
   }
 
   // Epilogue: dK (scaled) and dV of this warpgroup's keys, rows outside the image skipped.
@@ -426,12 +413,69 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
   }
 }
 
+// The dQ writer (one thread of the producer warpgroup): for every visit, each consumer
+// warpgroup's staged dQ goes into the fp32 accumulator with one tensor reduce-add per 32-column
+// box (rows outside the image are clipped by the map). In deterministic mode it first waits for
+// the warpgroup's turn at the Q tile and passes the turn on once the additions are performed,
+// so that the consumers never wait for turns themselves.
+template <int D>
+__device__ __forceinline__ void dq_writer(const BwdParams& p, SharedStorage<D>& s, const Work& w,
+                                          const CUtensorMap* tm_dq) {
+  constexpr int kDqN = dq_columns<D>();
+  constexpr bool kSplitColumns = D == 128;
+  const int x_base = w.batch * p.axes[0].extent;
+  const int total = w.q_count * p.heads_per_kv;
+  QWalk walk;
+  walk.begin(w, w.head_kv * p.heads_per_kv);
+  for (int it = 0; it < total; ++it, walk.next(w)) {
+    const int(&qt)[kAxes] = walk.qt;
+    int* turn = nullptr;
+    int rank = 0;
+    if (p.turns != nullptr) {
+      if (p.additional) {
+        rank = w.kt[2];
+      } else {
+#pragma unroll
+        for (int a = 0; a < kAxes; ++a) {
+          const Range kr = kv_tiles_for_q_tile(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
+                                               p.kv_tile[a]);
+          rank = rank * kr.size() + (w.kt[a] - kr.begin);
+        }
+      }
+      const int q_lin = (qt[0] * p.q_tiles[1] + qt[1]) * p.q_tiles[2] + qt[2];
+      turn = p.turns + (static_cast<int64_t>(w.batch) * p.heads_q + walk.head) *
+                           p.q_tiles_per_image + q_lin;
+    }
+#pragma unroll 1
+    for (int wg = 0; wg < 2; ++wg) {
+      mbar_wait(&s.dq_full[wg], it & 1);
+      if (turn != nullptr) spin_until_at_least(turn, 2 * rank + wg);
+      const int col0 = kSplitColumns ? wg * 64 : 0;
+#pragma unroll
+      for (int box = 0; box < kDqN / kDqBoxCols; ++box)
+        tma_reduce_add_5d(tm_dq, s.dq[wg][box], col0 + box * kDqBoxCols, walk.head,
+                          qt[2] * p.q_tile[2], qt[1] * p.q_tile[1], x_base + qt[0] * p.q_tile[0]);
+      bulk_commit();
+      if (turn != nullptr) {
+        bulk_wait<0>();
+        fence_proxy_async_global();
+        red_release_add(turn, 1);
+      } else {
+        bulk_wait_read<0>();
+      }
+      mbar_arrive(&s.dq_empty[wg]);
+    }
+  }
+  bulk_wait<0>();  // every addition performed before the CTA ends
+}
+
 template <int D, typename Tag>
 __global__ void __launch_bounds__(kThreads, 1)
     backward_kernel(const __grid_constant__ CUtensorMap tm_q,
                     const __grid_constant__ CUtensorMap tm_do,
                     const __grid_constant__ CUtensorMap tm_k,
-                    const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ BwdParams p) {
+                    const __grid_constant__ CUtensorMap tm_v,
+                    const __grid_constant__ CUtensorMap tm_dq, const __grid_constant__ BwdParams p) {
   extern __shared__ uint8_t smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<D>*>(align_shared_1024(smem_raw));
   const Work w = make_work(p);
@@ -441,17 +485,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     prefetch_tensor_map(&tm_do);
     prefetch_tensor_map(&tm_k);
     prefetch_tensor_map(&tm_v);
+    prefetch_tensor_map(&tm_dq);
     mbar_init(&s.kv_full, 1);
     for (int i = 0; i < kStages; ++i) {
       mbar_init(&s.q_full[i], 33);  // the TMA issue (expect_tx) + 32 lanes writing LSE / delta
       mbar_init(&s.q_empty[i], 256);  // one arrival per consumer thread
+    }
+    for (int i = 0; i < 2; ++i) {
+      mbar_init(&s.dq_full[i], 128);  // every thread of the warpgroup, after its stores
+      mbar_init(&s.dq_empty[i], 1);   // the writer, once the reduction has read the staging
     }
     fence_barrier_init();
   }
   __syncthreads();
   if (warpgroup == 0) {
     regs_decrease<kProducerRegs>();
-    if (threadIdx.x < 32) producer<D>(p, s, w, &tm_q, &tm_do, &tm_k, &tm_v);
+    if (threadIdx.x < 32)
+      producer<D>(p, s, w, &tm_q, &tm_do, &tm_k, &tm_v);
+    else if (threadIdx.x == 32)
+      dq_writer<D>(p, s, w, &tm_dq);
   } else {
     regs_increase<kConsumerRegs>();
     consumer<D, Tag>(p, s, w, warpgroup - 1);

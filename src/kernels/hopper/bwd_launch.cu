@@ -175,18 +175,36 @@ BwdParams base_params(const Problem& p, const LaunchPlan& plan, const LaunchSlic
 
 // Row scratch pointers and strides of a slice (dilation folded into the axis strides).
 void set_rows(BwdParams& bp, const Problem& p, const LaunchPlan& plan, const LaunchSlice& s,
-              const float* lse2, const float* delta, float* dq_accum) {
+              const float* lse2, const float* delta) {
   const RowStrides rs = row_strides(p);
   int64_t origin = static_cast<int64_t>(s.run) * rs.batch;
   for (int a = 0; a < p.rank; ++a) origin += s.group[a] * rs.axis[a];
   bp.lse2 = lse2 + origin;
   bp.delta = delta + origin;
-  bp.dq_accum = dq_accum + origin * p.dim_qk;
   bp.row_batch_stride = rs.batch;
   for (int ka = 0; ka < kAxes; ++ka) {
     const int a = ka - plan.off;
     bp.row_axis_stride[ka] = a < 0 ? 0 : rs.axis[a] * p.axes[a].dilation;
   }
+}
+
+// The fp32 dQ accumulator as a token tensor [B, spatial.., Hq, D] (contiguous), for its maps.
+TensorRef accumulator_ref(const Problem& p, float* data, int device) {
+  TensorRef t;
+  t.data = data;
+  t.dtype = DType::f32;
+  t.device = device;
+  t.rank = p.rank + 3;
+  t.shape[0] = p.batch;
+  for (int a = 0; a < p.rank; ++a) t.shape[1 + a] = p.axes[a].extent;
+  t.shape[p.rank + 1] = p.heads_q;
+  t.shape[p.rank + 2] = p.dim_qk;
+  int64_t stride = 1;
+  for (int i = t.rank - 1; i >= 0; --i) {
+    t.strides[i] = stride;
+    stride *= t.shape[i];
+  }
+  return t;
 }
 
 }  // namespace
@@ -206,6 +224,7 @@ void backward(const BackwardCall& call) {
   float* dq_accum = device_alloc<float>(rows * D, stream);
   GNA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, rows * D * sizeof(float), stream));
   launch_backward_preprocess(call, lse2, delta, stream);
+  const TensorRef accumulator = accumulator_ref(p, dq_accum, call.in.q.device);
 
   const LaunchPlan plan = plan_launches(p, {&call.in.q, &call.in.k, &call.in.v, &call.d_out});
   Problem p_add = p;  // additional keys: every token, no dilation groups
@@ -232,11 +251,11 @@ void backward(const BackwardCall& call) {
   }
   size_t launch_index = 0;
 
-  CUtensorMap maps[4];
+  CUtensorMap maps[5];
   for (const LaunchSlice& s : plan.slices) {
     BwdParams bp = base_params(p, plan, s, tiles);
     bp.kv_tiles_per_image = bp.kv_tiles[0] * bp.kv_tiles[1] * bp.kv_tiles[2];
-    set_rows(bp, p, plan, s, lse2, delta, dq_accum);
+    set_rows(bp, p, plan, s, lse2, delta);
     bp.dk = static_cast<char*>(call.dk.data) + plan.origin(s, call.dk) * es;
     bp.dv = static_cast<char*>(call.dv.data) + plan.origin(s, call.dv) * es;
     bp.dk_batch_stride = call.dk.strides[0];
@@ -253,6 +272,7 @@ void backward(const BackwardCall& call) {
     encode_token_map(&maps[1], p, plan, s, call.d_out, bp.q_tile, D);
     encode_token_map(&maps[2], p, plan, s, call.in.k, bp.kv_tile, D);
     encode_token_map(&maps[3], p, plan, s, call.in.v, bp.kv_tile, D);
+    encode_token_map(&maps[4], p, plan, s, accumulator, bp.q_tile, D);
     const int grid = bp.kv_tiles_per_image * p.heads_kv * plan.per_run;
     launch_kernel(D, bf16, maps, bp, grid, stream);
   }
@@ -262,7 +282,7 @@ void backward(const BackwardCall& call) {
       BwdParams bp = base_params(p_add, plan_add, s, tiles);
       bp.additional = 1;
       bp.kv_tiles_per_image = tiles_along(p.additional_kv, kBwdKvRows);
-      set_rows(bp, p_add, plan_add, s, lse2, delta, dq_accum);
+      set_rows(bp, p_add, plan_add, s, lse2, delta);
       const TensorRef& dak = *call.d_additional_k;
       const TensorRef& dav = *call.d_additional_v;
       // Additional tensors [B, N, Hkv, D]: the batch is the launch's batch index.
@@ -280,6 +300,7 @@ void backward(const BackwardCall& call) {
       encode_token_map(&maps[1], p_add, plan_add, s, call.d_out, bp.q_tile, D);
       encode_additional_map(&maps[2], *call.in.additional_k, p.dtype, D, kBwdKvRows);
       encode_additional_map(&maps[3], *call.in.additional_v, p.dtype, D, kBwdKvRows);
+      encode_token_map(&maps[4], p_add, plan_add, s, accumulator, bp.q_tile, D);
       const int grid = bp.kv_tiles_per_image * p.heads_kv * plan_add.per_run;
       launch_kernel(D, bf16, maps, bp, grid, stream);
     }

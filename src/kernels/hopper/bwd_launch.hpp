@@ -22,7 +22,7 @@ BwdTiles choose_backward_tiles(const Problem& p, const KernelOptions& options);
 bool supports_backward(const BackwardCall& call, std::string* why);
 void backward(const BackwardCall& call);
 
-// Kernel launchers per head dim (bwd_d*.cu). maps: q, dO, k, v tensor maps.
+// Kernel launchers per head dim (bwd_d*.cu). maps: q, dO, k, v and dQ accumulator tensor maps.
 void launch_backward_d32(bool bf16, const void* maps, const BwdParams& p, int grid, void* stream);
 void launch_backward_d64(bool bf16, const void* maps, const BwdParams& p, int grid, void* stream);
 void launch_backward_d128(bool bf16, const void* maps, const BwdParams& p, int grid, void* stream);

@@ -31,13 +31,12 @@ struct BwdParams {
   int additional_kv;       // additional keys
   float scale;             // softmax scale (dK)
   float scale_log2;        // scale * log2(e)
-  // Per query row (b, token, h) of [B, tokens, Hq]: LSE in the log2 domain and rowsum(dO * O);
-  // the dQ accumulator is [B, tokens, Hq, D] fp32. Element offsets of a row: batch *
-  // row_batch_stride + sum(coordinate * row_axis_stride) + head; base pointers already at this
-  // launch's group origin and first batch.
+  // Per query row (b, token, h) of [B, tokens, Hq]: LSE in the log2 domain and rowsum(dO * O).
+  // Element offsets of a row: batch * row_batch_stride + sum(coordinate * row_axis_stride) +
+  // head; base pointers already at this launch's group origin and first batch. (The dQ
+  // accumulator, [B, tokens, Hq, D] fp32, is reached through its tensor map.)
   const float* lse2;
   const float* delta;
-  float* dq_accum;
   int64_t row_batch_stride, row_axis_stride[kAxes];
   // dK / dV outputs (input dtype): element strides, base pointers at the group origin and the
   // run's first batch; in additional mode axis 2 runs over the additional tokens.

@@ -279,26 +279,37 @@ template <> struct WgmmaSSTT<32, F16Tag> {
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
   }
 };
-// Vector fp32 reduction into global memory (no return value).
-__device__ __forceinline__ void red_add_v2(float* addr, float a, float b) {
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
+// Two fp32 values into shared memory at a 32-bit shared address.
+__device__ __forceinline__ void st_shared_v2(uint32_t addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
 }
-__device__ __forceinline__ int ld_acquire(const int* addr) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(addr) : "memory");
-  return v;
+
+// Spins until the counter reaches `target` (acquire semantics, gpu scope).
+__device__ __forceinline__ void spin_until_at_least(const int* addr, int target) {
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b32 v;\n"
+      "SPIN_%=:\n"
+      "ld.acquire.gpu.global.b32 v, [%0];\n"
+      "setp.lt.s32 p, v, %1;\n"
+      "@p bra SPIN_%=;\n}\n" ::"l"(addr),
+      "r"(target)
+      : "memory");
 }
 __device__ __forceinline__ void red_release_add(int* addr, int v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(addr), "r"(v) : "memory");
 }
 
 // ---- bulk reductions (backward dQ) -------------------------------------------------------
-// Adds `bytes` (a multiple of 16) of fp32 values from shared memory into global memory,
-// element by element, asynchronously; tracked by the issuing thread's bulk groups.
-__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const void* src, uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
-               "r"(smem_addr(src)), "r"(bytes)
-               : "memory");
+// Adds a box of fp32 values from shared memory into global memory through a 5-D tensor map
+// (element-wise, rows outside the tensor skipped by the map), asynchronously; tracked by the
+// issuing thread's bulk groups. The shared layout is the map's box layout (swizzle included).
+__device__ __forceinline__ void tma_reduce_add_5d(const void* tensor_map, const void* src, int c0,
+                                                  int c1, int c2, int c3, int c4) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.5d.global.shared::cta.add.tile.bulk_group"
+      " [%0, {%2, %3, %4, %5, %6}], [%1];\n" ::"l"(tensor_map),
+      "r"(smem_addr(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+      : "memory");
 }
 __device__ __forceinline__ void bulk_commit() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");

@@ -65,14 +65,18 @@ bool tma_readable(const TensorRef& t, const char* name, std::string* why) {
   return true;
 }
 
-void encode_map(CUtensorMap* map, const MapDims& d, void* base, DType dtype, int head_dim) {
+void encode_map(CUtensorMap* map, const MapDims& d, void* base, DType dtype) {
   const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
+  const int row_bytes = static_cast<int>(d.box[0]) * dtype_size(dtype);
   const CUtensorMapSwizzle swizzle =
-      head_dim >= 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
-  const CUresult r = encode_tiled()(
-      map, dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      5, base, d.dim, d.stride_bytes, d.box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      row_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  const CUtensorMapDataType type = dtype == DType::bf16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                         : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  const CUresult r = encode_tiled()(map, type, 5, base, d.dim, d.stride_bytes, d.box, elem_strides,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     fail(ErrorKind::runtime, "hopper: cuTensorMapEncodeTiled failed (", static_cast<int>(r),
          ") for dims [", d.dim[0], ", ", d.dim[1], ", ", d.dim[2], ", ", d.dim[3], ", ", d.dim[4],
@@ -97,7 +101,7 @@ void encode_additional_map(CUtensorMap* map, const TensorRef& t, DType dtype, in
   d.box[2] = box_tokens;
   d.box[3] = 1;
   d.box[4] = 1;
-  encode_map(map, d, t.data, dtype, head_dim);
+  encode_map(map, d, t.data, dtype);
 }
 
 int64_t LaunchPlan::origin(const LaunchSlice& s, const TensorRef& t) const {
@@ -157,12 +161,13 @@ LaunchPlan plan_launches(const Problem& p, std::initializer_list<const TensorRef
 void encode_token_map(CUtensorMap* map, const Problem& p, const LaunchPlan& plan,
                       const LaunchSlice& s, const TensorRef& t, const int* tile, int head_dim) {
   const int r = plan.rank;
-  const int es = dtype_size(p.dtype);
+  const int es = dtype_size(t.dtype);
+  const int row_elements = 128 / es;  // 128-byte box rows
   MapDims d{};
   d.dim[0] = head_dim;
   d.dim[1] = t.shape[r + 1];
   d.stride_bytes[0] = t.strides[r + 1] * es;
-  d.box[0] = head_dim < 64 ? head_dim : 64;
+  d.box[0] = head_dim < row_elements ? head_dim : row_elements;
   d.box[1] = 1;
   for (int ka = 0; ka < kAxes; ++ka) {
     const int a = ka - plan.off;
@@ -174,7 +179,7 @@ void encode_token_map(CUtensorMap* map, const Problem& p, const LaunchPlan& plan
     d.stride_bytes[dim - 1] = (stride > 0 ? stride : 8) * es;
     d.box[dim] = tile[ka];
   }
-  encode_map(map, d, static_cast<char*>(t.data) + plan.origin(s, t) * es, p.dtype, head_dim);
+  encode_map(map, d, static_cast<char*>(t.data) + plan.origin(s, t) * es, t.dtype);
 }
 
 }  // namespace gna::hopper

@@ -34,8 +34,9 @@ struct MapDims {
   cuuint64_t stride_bytes[4];  // of dims 1..4
   cuuint32_t box[5];
 };
-// 128-byte swizzle for head dims >= 64, else 64-byte; throws on failure.
-void encode_map(CUtensorMap* map, const MapDims& d, void* base, DType dtype, int head_dim);
+// bf16, fp16 or fp32 elements; 128-byte swizzle for 128-byte box rows, else 64-byte; throws on
+// failure.
+void encode_map(CUtensorMap* map, const MapDims& d, void* base, DType dtype);
 
 // Tensor map over additional keys or values [B, N, H, head_dim], box (min(head_dim, 64), 1,
 // box_tokens, 1, 1); the batch index is the outermost coordinate.
@@ -69,8 +70,9 @@ struct LaunchPlan {
 // stride spans the axis (contiguous layouts) and the dilation divides the outer extent.
 LaunchPlan plan_launches(const Problem& p, std::initializer_list<const TensorRef*> token_tensors);
 
-// Tensor map over a heads-last token tensor [B, spatial.., H, head_dim] for one slice, box
-// (min(head_dim, 64), 1, tile...) so that a tile is one box per 64 columns.
+// Tensor map over a heads-last token tensor [B, spatial.., H, head_dim] of 16-bit or fp32
+// elements (t.dtype) for one slice, box (min(head_dim, 128 bytes of elements), 1, tile...) so
+// that a tile is one box per 64 (16-bit) or 32 (fp32) columns.
 void encode_token_map(CUtensorMap* map, const Problem& p, const LaunchPlan& plan,
                       const LaunchSlice& s, const TensorRef& t, const int* tile, int head_dim);
 
