@@ -453,8 +453,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                    const __grid_constant__ CUtensorMap tm_ak,
                    const __grid_constant__ CUtensorMap tm_av, const __grid_constant__ FwdParams p) {
   extern __shared__ uint8_t smem_raw[];
-  auto& s = *reinterpret_cast<SharedStorage<D>*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  auto& s = *reinterpret_cast<SharedStorage<D>*>(align_shared_1024(smem_raw));
 
   int work = blockIdx.x;
   const int tile = work % p.q_tiles_per_image;

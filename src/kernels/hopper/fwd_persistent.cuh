@@ -423,8 +423,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                               const __grid_constant__ CUtensorMap tm_av,
                               const __grid_constant__ FwdParams p) {
   extern __shared__ uint8_t smem_raw[];
-  auto& s = *reinterpret_cast<PersistentStorage<D>*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  auto& s = *reinterpret_cast<PersistentStorage<D>*>(align_shared_1024(smem_raw));
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     prefetch_tensor_map(&tm_q);
