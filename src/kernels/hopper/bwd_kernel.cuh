@@ -28,8 +28,10 @@
 namespace gna::hopper::bwd {
 
 constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
-constexpr int kProducerRegs = 48;  // 128 x 48 + 256 x 232 = the whole register file
-constexpr int kConsumerRegs = 232;
+constexpr int kProducerRegs = 48;
+constexpr int kConsumerRegs = 224;
+// setmaxnreg.inc takes registers only from what the CTA holds (168 x 384 at launch):
+// 128 x 48 + 256 x 224 <= 168 x 384.
 constexpr int kStages = 2;
 
 // dS^T: [128 keys][64 queries] 16-bit, 128-byte rows, 128-byte swizzle.
