@@ -58,7 +58,8 @@ struct ForwardSmem {
   static constexpr int kVDelta = kKDelta + 8 * kForwardRowsKV;
   static constexpr int kWindows = kVDelta + 8 * kForwardRowsKV;  // key window per Q row and axis
   static constexpr int kTable = kWindows + kRowsQ * kMaxRank * int(sizeof(Range));
-  static constexpr int kBytes = kTable + 4 * kForwardTableTiles;
+  static constexpr int kMask = kTable + 4 * kForwardTableTiles;  // two stages, see build_mask
+  static constexpr int kBytes = kMask + 2 * kRowsQ * 8;
 };
 
 // The KV tiles one Q tile visits: the per-axis box, then the additional-KV tiles.
@@ -246,6 +247,40 @@ struct ForwardCta {
     return i;
   }
 
+  // Which keys of a masked pair each Q row attends, for the stage that holds the pair: 64 bits
+  // per row (bit k of word k / 32 for key k of the tile). Each lane of a warp decides for one key
+  // and a ballot gives the row's word, so that the warps' GEMM code only tests bits and holds
+  // no mask state next to S and the accumulators.
+  __device__ uint32_t* mask(int s) const {
+    return reinterpret_cast<uint32_t*>(smem + Smem::kMask) + s * kRowsQ * 2;
+  }
+  __device__ void build_mask(int i, int s) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int word = warp % 2, key = word * 32 + lane;
+    constexpr int kRowsPerWarp = kRowsQ / 2;
+    const int row_first = (warp / 2) * kRowsPerWarp;
+    uint32_t* out = mask(s) + row_first * 2 + word;
+    if (i >= walk.spatial) {  // additional tokens: the same keys for every row
+      const uint32_t bits = __ballot_sync(0xffffffffu, (i - walk.spatial) * BN + key < walk.additional);
+      for (int r = lane; r < kRowsPerWarp; r += 32) out[r * 2] = bits;
+      return;
+    }
+    const Problem& p = P.p;
+    int kt[kMaxRank], jg[kMaxRank];
+    spatial_coordinates(i, kt);
+    GNA_FOR_AXES(a, p.rank) kt[a] *= P.tile_kv[a];
+    const bool key_valid = geo.coordinates(kv_rows()[key], kt, jg);
+    uint32_t mine = 0;  // word of row r with r % 32 == lane
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const Range* win = windows() + (row_first + r) * kMaxRank;
+      bool attend = key_valid;
+      GNA_FOR_AXES(a, p.rank) attend = attend && win[a].contains(jg[a]);
+      const uint32_t bits = __ballot_sync(0xffffffffu, attend);
+      if (r % 32 == lane) mine = bits;
+      if (r % 32 == 31) out[(r - 31 + lane) * 2] = mine;
+    }
+  }
+
   __device__ void load_q() {
     const Problem& p = P.p;
     constexpr int kChunks = D / 8;
@@ -367,26 +402,17 @@ struct ForwardWarp {
     }
   }
 
-  // Keys per softmax step: the whole 64-key tile with one m-block; 32 with two, so that S of
-  // both m-blocks (2 x 32 keys) fits next to the 2 x 16 x DV accumulators without spills.
-  static constexpr int kStep = MB == 1 ? BN : BN / 2;
-  static constexpr int kNB = kStep / 8;  // n-blocks of S per step
+  // The whole 64-key tile in one softmax step, so that each Q fragment read from shared memory
+  // feeds 8 key blocks (S of two m-blocks is 64 registers; no mask state is live next to it).
+  static constexpr int kStep = BN;
+  static constexpr int kNB = kStep / 8;  // n-blocks of S
 
-  // MASK: 0 none, 1 spatial per-element mask, 2 additional-token count mask. q_smem: the
-  // address of this warp's first Q row; row0: this thread's first row in the tile.
-  template <int MASK>
-  __device__ __forceinline__ void tile(const Cta& cta, uint32_t q_smem, int row0, uint32_t k_smem,
-                                       uint32_t v_smem, float scale_log2, const int* kt_base,
-                                       int add_valid) {
-#pragma unroll
-    for (int step = 0; step < BN / kStep; ++step)
-      keys<MASK>(cta, step, q_smem, row0, k_smem, v_smem, scale_log2, kt_base, add_valid);
-  }
-
-  template <int MASK>
-  __device__ __forceinline__ void keys(const Cta& cta, int step, uint32_t q_smem, int row0,
-                                       uint32_t k_smem, uint32_t v_smem, float scale_log2,
-                                       const int* kt_base, int add_valid) {
+  // MASKED: scores of keys a row does not attend (mask_rows: the pair's bits, see build_mask)
+  // become -inf. q_smem: the address of this warp's first Q row; row0: this thread's first row
+  // in the tile.
+  template <bool MASKED>
+  __device__ __forceinline__ void tile(uint32_t q_smem, int row0, uint32_t k_smem,
+                                       uint32_t v_smem, float scale_log2, const uint32_t* mask_rows) {
     using QTile = typename Cta::QTile;
     using KTile = SmemTile<BN, D>;
     using VTile = SmemTile<BN, DV>;
@@ -394,7 +420,6 @@ struct ForwardWarp {
     const auto qc = QTile::lean_cursor(lane % 16, lane / 16);
     const auto kc = KTile::lean_cursor((lane % 8) + (lane / 16) * 8, (lane / 8) % 2);
     const auto vc = VTile::lean_cursor((lane % 8) + ((lane / 8) % 2) * 8, lane / 16);
-    const int key0 = step * kStep;  // first key of this step in the tile
     float s[MB][kNB][4];
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb)
@@ -409,7 +434,7 @@ struct ForwardWarp {
 #pragma unroll
       for (int np = 0; np < kNB / 2; ++np) {
         uint32_t b[4];
-        ldmatrix_x4(b, k_smem + kc.at(key0 / 16 + np, ks));
+        ldmatrix_x4(b, k_smem + kc.at(np, ks));
 #pragma unroll
         for (int mb = 0; mb < MB; ++mb) {
           Mma<T>::run(s[mb][2 * np], qf[mb], b[0], b[1]);
@@ -418,35 +443,20 @@ struct ForwardWarp {
       }
     }
     const int t = lane % 4;
-    if (MASK == 1) {
-      const Problem& p = cta.P.p;
+    if (MASKED) {
 #pragma unroll
-      for (int nb = 0; nb < kNB; ++nb) {
+      for (int mb = 0; mb < MB; ++mb) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = key0 + nb * 8 + 2 * t + e;
-          int jg[kMaxRank];
-          const bool key_valid = cta.geo.coordinates(cta.kv_rows()[col], kt_base, jg);
+        for (int r = 0; r < 2; ++r) {
+          const uint2 bits = *reinterpret_cast<const uint2*>(mask_rows + (row0 + mb * 16 + 8 * r) * 2);
+          const uint32_t lo = bits.x >> (2 * t), hi = bits.y >> (2 * t);
 #pragma unroll
-          for (int mb = 0; mb < MB; ++mb) {
+          for (int nb = 0; nb < kNB; ++nb)
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const Range* win = cta.windows() + (row0 + mb * 16 + 8 * r) * kMaxRank;
-              bool attend = key_valid;
-              GNA_FOR_AXES(a, p.rank) attend = attend && win[a].contains(jg[a]);
-              if (!attend) s[mb][nb][2 * r + e] = -INFINITY;
-            }
-          }
+            for (int e = 0; e < 2; ++e)
+              if (!(((nb < 4 ? lo : hi) >> ((nb % 4) * 8 + e)) & 1u)) s[mb][nb][2 * r + e] = -INFINITY;
         }
       }
-    } else if (MASK == 2) {
-#pragma unroll
-      for (int nb = 0; nb < kNB; ++nb)
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-          if (key0 + nb * 8 + 2 * t + e >= add_valid)
-#pragma unroll
-            for (int mb = 0; mb < MB; ++mb) s[mb][nb][e] = s[mb][nb][2 + e] = -INFINITY;
     }
     // Online softmax in the log2 domain (the scale folded into one FMA per score).
     float correction[MB][2];
@@ -501,7 +511,7 @@ struct ForwardWarp {
 #pragma unroll
       for (int dp = 0; dp < DV / 16; ++dp) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, v_smem + vc.at(key0 / 16 + kk, dp));
+        ldmatrix_x4_trans(b, v_smem + vc.at(kk, dp));
 #pragma unroll
         for (int mb = 0; mb < MB; ++mb) {
           Mma<T>::run(acc[mb][2 * dp], a[mb], b[0], b[1]);
@@ -577,7 +587,10 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 2)
   PairClass cls = PairClass::empty, next_cls = PairClass::empty;
   int i = cta.next_tile(0, &cls);
   cta.load_q();
-  if (i < cta.walk.total) cta.load_kv(i, 0, cls);
+  if (i < cta.walk.total) {
+    cta.load_kv(i, 0, cls);
+    if (cls != PairClass::full) cta.build_mask(i, 0);
+  }
   cp_async_commit();
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -590,27 +603,19 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 2)
   int stage = 0;
   while (i < cta.walk.total) {
     const int next = cta.next_tile(i + 1, &next_cls);
-    if (next < cta.walk.total) cta.load_kv(next, stage ^ 1, next_cls);
+    if (next < cta.walk.total) {
+      cta.load_kv(next, stage ^ 1, next_cls);
+      if (next_cls != PairClass::full) cta.build_mask(next, stage ^ 1);
+    }
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    int kt[kMaxRank], kt_base[kMaxRank];
-
     const uint32_t k_smem = smem_address(smem + Smem::kK + stage * Smem::KTile::kBytes);
     const uint32_t v_smem = smem_address(smem + Smem::kV + stage * Smem::VTile::kBytes);
-    if (i >= cta.walk.spatial) {
-      const int valid = cta.walk.additional - (i - cta.walk.spatial) * Cta::BN;
-      if (cls == PairClass::full)
-        w.template tile<0>(cta, q_smem, row0, k_smem, v_smem, P.scale_log2, kt_base, valid);
-      else
-        w.template tile<2>(cta, q_smem, row0, k_smem, v_smem, P.scale_log2, kt_base, valid);
-    } else if (cls == PairClass::full) {
-      w.template tile<0>(cta, q_smem, row0, k_smem, v_smem, P.scale_log2, kt_base, 0);
-    } else {
-      cta.spatial_coordinates(i, kt);
-      GNA_FOR_AXES(a, p.rank) kt_base[a] = kt[a] * P.tile_kv[a];
-      w.template tile<1>(cta, q_smem, row0, k_smem, v_smem, P.scale_log2, kt_base, 0);
-    }
+    if (cls == PairClass::full)
+      w.template tile<false>(q_smem, row0, k_smem, v_smem, P.scale_log2, nullptr);
+    else
+      w.template tile<true>(q_smem, row0, k_smem, v_smem, P.scale_log2, cta.mask(stage));
     __syncthreads();  // stage is overwritten by the load issued in the next iteration
     stage ^= 1;
     i = next;
