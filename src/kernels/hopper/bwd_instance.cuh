@@ -1,4 +1,4 @@
-// Launches one instantiation of the backward kernel (maps: 5 CUtensorMap in order q, dO, k, v, dQ accumulator).
+// Launches one instantiation of the backward kernel (maps: 7 CUtensorMap in order q, dO, k, v, dQ accumulator, dK, dV).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,7 +19,7 @@ void launch_backward_kernel(const void* maps_v, const BwdParams& p, int grid, vo
     fail(ErrorKind::runtime, "hopper: cannot reserve ", smem, " bytes of shared memory: ",
          cudaGetErrorString(attr));
   bwd::backward_kernel<D, Tag><<<grid, bwd::kThreads, smem, static_cast<cudaStream_t>(stream)>>>(
-      maps[0], maps[1], maps[2], maps[3], maps[4], p);
+      maps[0], maps[1], maps[2], maps[3], maps[4], maps[5], maps[6], p);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
     fail(ErrorKind::runtime, "hopper: backward launch failed: ", cudaGetErrorString(err));

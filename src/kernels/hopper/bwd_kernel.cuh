@@ -135,7 +135,8 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D>& s
 
 template <int D, typename Tag>
 __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s, const Work& w,
-                                         int wg) {
+                                         int wg, const CUtensorMap* tm_dk,
+                                         const CUtensorMap* tm_dv) {
   using KvT = TileLayout<D, kBwdKvRows>;
   using QT = TileLayout<D, kBwdQRows>;
   constexpr int kS = kBwdQRows / 2;               // S^T accumulators per thread (64 x 64)
@@ -377,7 +378,55 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
     mbar_arrive(&s.dq_full[wg]);
   }
 
-  // Epilogue: dK (scaled) and dV of this warpgroup's keys, rows outside the image skipped.
+  if (p.store_by_tma) {
+    // Epilogue through the tensor maps of dK and dV: both warpgroups are done with K and V
+    // (the last dQ GEMM reads K), so dK (scaled) and dV go into their buffers in the load
+    // layout, and one thread stores the tile, rows outside the image clipped by the maps.
+    named_barrier_sync(3, 256);
+    using KvT = TileLayout<D, kBwdKvRows>;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = wg * 64 + row_in_wg + 8 * i;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        const int col = j * 8 + quad * 2;
+        const int cb = col % KvT::kBoxCols;
+        const int chunk = (cb / 8) ^ (r % 8);
+        const int off = (col / KvT::kBoxCols) * KvT::kBoxBytes + r * KvT::kRowBytes + chunk * 16 +
+                        (cb % 8) * 2;
+        *reinterpret_cast<uint32_t*>(s.k + off) =
+            pack2<Tag>(dk[j * 4 + i * 2] * p.scale, dk[j * 4 + i * 2 + 1] * p.scale);
+        *reinterpret_cast<uint32_t*>(s.v + off) = pack2<Tag>(dv[j * 4 + i * 2], dv[j * 4 + i * 2 + 1]);
+      }
+    }
+    fence_proxy_async_smem();
+    named_barrier_sync(3, 256);
+    if (threadIdx.x == 128) {
+      // The tile's coordinates decoded again rather than kept in registers through the loop.
+      const Work t = make_work(p);
+      int c2, c3, c4;
+      if (p.additional) {
+        c2 = t.kt[2] * kBwdKvRows;
+        c3 = p.batch_offset + t.batch;
+        c4 = 0;
+      } else {
+        c2 = t.kt[2] * p.kv_tile[2];
+        c3 = t.kt[1] * p.kv_tile[1];
+        c4 = t.batch * p.axes[0].extent + t.kt[0] * p.kv_tile[0];
+      }
+#pragma unroll
+      for (int box = 0; box < KvT::kBoxes; ++box) {
+        tma_store_5d(tm_dk, s.k + box * KvT::kBoxBytes, box * KvT::kBoxCols, t.head_kv, c2, c3, c4);
+        tma_store_5d(tm_dv, s.v + box * KvT::kBoxBytes, box * KvT::kBoxCols, t.head_kv, c2, c3, c4);
+      }
+      bulk_commit();
+      bulk_wait<0>();
+    }
+    return;
+  }
+
+  // Epilogue for gradient tensors that tensor maps cannot address: dK (scaled) and dV of this
+  // warpgroup's keys, element by element, rows outside the image skipped.
   const bool additional = p.additional != 0;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -477,7 +526,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const __grid_constant__ CUtensorMap tm_do,
                     const __grid_constant__ CUtensorMap tm_k,
                     const __grid_constant__ CUtensorMap tm_v,
-                    const __grid_constant__ CUtensorMap tm_dq, const __grid_constant__ BwdParams p) {
+                    const __grid_constant__ CUtensorMap tm_dq,
+                    const __grid_constant__ CUtensorMap tm_dk,
+                    const __grid_constant__ CUtensorMap tm_dv, const __grid_constant__ BwdParams p) {
   extern __shared__ uint8_t smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<D>*>(align_shared_1024(smem_raw));
   const Work w = make_work(p);
@@ -488,6 +539,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     prefetch_tensor_map(&tm_k);
     prefetch_tensor_map(&tm_v);
     prefetch_tensor_map(&tm_dq);
+    if (p.store_by_tma) {
+      prefetch_tensor_map(&tm_dk);
+      prefetch_tensor_map(&tm_dv);
+    }
     mbar_init(&s.kv_full, 1);
     for (int i = 0; i < kStages; ++i) {
       mbar_init(&s.q_full[i], 33);  // the TMA issue (expect_tx) + 32 lanes writing LSE / delta
@@ -508,7 +563,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       dq_writer<D>(p, s, w, &tm_dq);
   } else {
     regs_increase<kConsumerRegs>();
-    consumer<D, Tag>(p, s, w, warpgroup - 1);
+    consumer<D, Tag>(p, s, w, warpgroup - 1, &tm_dk, &tm_dv);
   }
 }
 

@@ -226,7 +226,12 @@ void backward(const BackwardCall& call) {
   launch_backward_preprocess(call, lse2, delta, stream);
   const TensorRef accumulator = accumulator_ref(p, dq_accum, call.in.q.device);
 
-  const LaunchPlan plan = plan_launches(p, {&call.in.q, &call.in.k, &call.in.v, &call.d_out});
+  // dK / dV join the plan so that batches fold into axis 0 only where their maps can fold too.
+  const LaunchPlan plan =
+      plan_launches(p, {&call.in.q, &call.in.k, &call.in.v, &call.d_out, &call.dk, &call.dv});
+  std::string why;
+  const bool grads_by_tma =
+      tma_readable(call.dk, "dk", &why) && tma_readable(call.dv, "dv", &why);
   Problem p_add = p;  // additional keys: every token, no dilation groups
   for (int a = 0; a < p.rank; ++a) p_add.axes[a].dilation = 1;
   const LaunchPlan plan_add =
@@ -251,7 +256,7 @@ void backward(const BackwardCall& call) {
   }
   size_t launch_index = 0;
 
-  CUtensorMap maps[5];
+  CUtensorMap maps[7];
   for (const LaunchSlice& s : plan.slices) {
     BwdParams bp = base_params(p, plan, s, tiles);
     bp.kv_tiles_per_image = bp.kv_tiles[0] * bp.kv_tiles[1] * bp.kv_tiles[2];
@@ -273,6 +278,13 @@ void backward(const BackwardCall& call) {
     encode_token_map(&maps[2], p, plan, s, call.in.k, bp.kv_tile, D);
     encode_token_map(&maps[3], p, plan, s, call.in.v, bp.kv_tile, D);
     encode_token_map(&maps[4], p, plan, s, accumulator, bp.q_tile, D);
+    // A KV tile reaching past the extent into the next folded batch would store rows of it.
+    bp.store_by_tma =
+        grads_by_tma && (plan.per_run == 1 || bp.axes[0].extent % bp.kv_tile[0] == 0);
+    if (bp.store_by_tma) {
+      encode_token_map(&maps[5], p, plan, s, call.dk, bp.kv_tile, D);
+      encode_token_map(&maps[6], p, plan, s, call.dv, bp.kv_tile, D);
+    }
     const int grid = bp.kv_tiles_per_image * p.heads_kv * plan.per_run;
     launch_kernel(D, bf16, maps, bp, grid, stream);
   }
@@ -301,6 +313,12 @@ void backward(const BackwardCall& call) {
       encode_additional_map(&maps[2], *call.in.additional_k, p.dtype, D, kBwdKvRows);
       encode_additional_map(&maps[3], *call.in.additional_v, p.dtype, D, kBwdKvRows);
       encode_token_map(&maps[4], p_add, plan_add, s, accumulator, bp.q_tile, D);
+      bp.store_by_tma = tma_readable(dak, "d_additional_k", &why) &&
+                        tma_readable(dav, "d_additional_v", &why);
+      if (bp.store_by_tma) {
+        encode_additional_map(&maps[5], dak, p.dtype, D, kBwdKvRows);
+        encode_additional_map(&maps[6], dav, p.dtype, D, kBwdKvRows);
+      }
       const int grid = bp.kv_tiles_per_image * p.heads_kv * plan_add.per_run;
       launch_kernel(D, bf16, maps, bp, grid, stream);
     }

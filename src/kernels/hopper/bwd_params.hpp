@@ -44,6 +44,9 @@ struct BwdParams {
   void* dv;
   int64_t dk_batch_stride, dk_axis_stride[kAxes], dk_head_stride;
   int64_t dv_batch_stride, dv_axis_stride[kAxes], dv_head_stride;
+  // 1: dK / dV stored through their tensor maps (tensor-map compatible strides, and no KV tile
+  // reaching into the next batch folded into axis 0); 0: element by element.
+  int store_by_tma;
   // Deterministic mode: one counter per (batch, query head, Q tile) of this launch (zeroed);
   // the CTAs adding into a Q tile's dQ rows take turns in the order of their KV tiles.
   int* turns;

@@ -299,6 +299,17 @@ __device__ __forceinline__ void red_release_add(int* addr, int v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(addr), "r"(v) : "memory");
 }
 
+// Stores a shared-memory box into global memory through a 5-D tensor map (rows outside the
+// tensor skipped by the map), asynchronously; tracked by the issuing thread's bulk groups.
+__device__ __forceinline__ void tma_store_5d(const void* tensor_map, const void* src, int c0, int c1,
+                                             int c2, int c3, int c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];\n" ::
+          "l"(tensor_map),
+      "r"(smem_addr(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+      : "memory");
+}
+
 // ---- bulk reductions (backward dQ) -------------------------------------------------------
 // Adds a box of fp32 values from shared memory into global memory through a 5-D tensor map
 // (element-wise, rows outside the tensor skipped by the map), asynchronously; tracked by the
