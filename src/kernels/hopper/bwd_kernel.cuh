@@ -389,11 +389,7 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
       const int r = wg * 64 + row_in_wg + 8 * i;
 #pragma unroll
       for (int j = 0; j < D / 8; ++j) {
-        const int col = j * 8 + quad * 2;
-        const int cb = col % KvT::kBoxCols;
-        const int chunk = (cb / 8) ^ (r % 8);
-        const int off = (col / KvT::kBoxCols) * KvT::kBoxBytes + r * KvT::kRowBytes + chunk * 16 +
-                        (cb % 8) * 2;
+        const int off = KvT::offset(r, j * 8 + quad * 2);
         *reinterpret_cast<uint32_t*>(s.k + off) =
             pack2<Tag>(dk[j * 4 + i * 2] * p.scale, dk[j * 4 + i * 2 + 1] * p.scale);
         *reinterpret_cast<uint32_t*>(s.v + off) = pack2<Tag>(dv[j * 4 + i * 2], dv[j * 4 + i * 2 + 1]);

@@ -78,6 +78,14 @@ struct TileLayout {
   static constexpr int kTileBytes = kBoxes * kBoxBytes;
   static constexpr uint32_t kSwizzleMode = kRowBytes == 128 ? 1 : (kRowBytes == 64 ? 2 : 3);
   static constexpr int kChunksPerRow = kRowBytes / 16;
+
+  // Byte offset of element (row r, column c) in the tile image: its box, its row, and the TMA
+  // swizzle (the 16-byte chunk index XORed with the offset's bits above the 128-byte line, as
+  // many bits as a row has chunks).
+  __device__ static int offset(int r, int c) {
+    const int o = r * kRowBytes + (c % kBoxCols) * 2;
+    return (c / kBoxCols) * kBoxBytes + (o ^ (((o >> 7) & (kChunksPerRow - 1)) << 4));
+  }
 };
 
 // Two floats rounded to the input dtype, packed as the 32-bit operand register of a wgmma.
