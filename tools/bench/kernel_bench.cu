@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -81,10 +82,20 @@ struct Tensor {
   int64_t bytes() const { return ref.numel() * dtype_size(ref.dtype); }
 };
 
+// Warm-up before timing: at least `warmup` calls and at least kWarmupSeconds of back-to-back
+// work, so that the GPU has left its idle clocks (a case timed right after start-up or a pause
+// ran up to 20% slow on an H100: the dense forward, first in the list, at 9 ms per call).
+constexpr double kWarmupSeconds = 0.25;
+
 template <typename F>
 double median_ms(F&& f, int warmup, int reps) {
-  for (int i = 0; i < warmup; ++i) f();
-  CHECK(cudaDeviceSynchronize());
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  for (int i = 0; i < warmup || seconds() < kWarmupSeconds; ++i) {
+    f();
+    CHECK(cudaDeviceSynchronize());
+  }
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
