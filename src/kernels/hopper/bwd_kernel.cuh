@@ -28,10 +28,11 @@
 namespace gna::hopper::bwd {
 
 constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
-constexpr int kProducerRegs = 48;
-constexpr int kConsumerRegs = 224;
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
 // setmaxnreg.inc takes registers only from what the CTA holds (168 x 384 at launch):
-// 128 x 48 + 256 x 224 <= 168 x 384.
+// 128 x 40 + 256 x 232 = 168 x 384. (At 224 for the consumers ptxas serializes the head dim
+// 128 wgmmas.)
 constexpr int kStages = 2;
 
 // dS^T: [128 keys][64 queries] 16-bit, 128-byte rows, 128-byte swizzle.
@@ -65,6 +66,10 @@ struct SharedStorage {
   uint64_t kv_full;
   uint64_t q_full[kStages], q_empty[kStages];
   uint64_t dq_full[2], dq_empty[2];  // per consumer warpgroup: its dQ staging area
+  // Deterministic mode, per visit (ring of 4): the Q tile's turn counter and this CTA's rank
+  // among the KV tiles adding into it, computed by a consumer thread for the dQ writer (whose
+  // 40 registers do not hold that computation).
+  int turn_index[4], turn_rank[4];
 };
 
 template <int D>
@@ -212,6 +217,25 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
       partial = combine(combine(axis_class[0], axis_class[1]), axis_class[2]) != PairClass::full;
     }
     const bool masked = partial || key_mask;
+    if (p.turns != nullptr && wg == 0 && wtid == 0) {
+      // The writer is done with this ring slot (last used four visits ago): at the previous
+      // visit this warpgroup waited (dq_empty) for the writer to finish the visit before that,
+      // and the writer goes in order.
+      int rank = 0;
+      if (p.additional) {
+        rank = w.kt[2];
+      } else {
+#pragma unroll
+        for (int a = 0; a < kAxes; ++a) {
+          const Range kr = kv_tiles_for_q_tile(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
+                                               p.kv_tile[a]);
+          rank = rank * kr.size() + (w.kt[a] - kr.begin);
+        }
+      }
+      const int q_lin = (qt[0] * p.q_tiles[1] + qt[1]) * p.q_tiles[2] + qt[2];
+      s.turn_index[it % 4] = (w.batch * p.heads_q + head) * p.q_tiles_per_image + q_lin;
+      s.turn_rank[it % 4] = rank;
+    }
 
     float sacc[kS], dpacc[kS];
     mbar_wait(&s.q_full[stage], phase);
@@ -478,24 +502,13 @@ __device__ __forceinline__ void dq_writer(const BwdParams& p, SharedStorage<D>& 
     const int(&qt)[kAxes] = walk.qt;
     int* turn = nullptr;
     int rank = 0;
-    if (p.turns != nullptr) {
-      if (p.additional) {
-        rank = w.kt[2];
-      } else {
-#pragma unroll
-        for (int a = 0; a < kAxes; ++a) {
-          const Range kr = kv_tiles_for_q_tile(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
-                                               p.kv_tile[a]);
-          rank = rank * kr.size() + (w.kt[a] - kr.begin);
-        }
-      }
-      const int q_lin = (qt[0] * p.q_tiles[1] + qt[1]) * p.q_tiles[2] + qt[2];
-      turn = p.turns + (static_cast<int64_t>(w.batch) * p.heads_q + walk.head) *
-                           p.q_tiles_per_image + q_lin;
-    }
 #pragma unroll 1
     for (int wg = 0; wg < 2; ++wg) {
       mbar_wait(&s.dq_full[wg], it & 1);
+      if (p.turns != nullptr && wg == 0) {  // written before warpgroup 0's dQ was staged
+        turn = p.turns + s.turn_index[it % 4];
+        rank = s.turn_rank[it % 4];
+      }
       if (turn != nullptr) spin_until_at_least(turn, 2 * rank + wg);
       const int col0 = kSplitColumns ? wg * 64 : 0;
 #pragma unroll
