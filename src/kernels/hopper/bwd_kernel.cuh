@@ -250,7 +250,6 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
                                            8 * QT::kRowBytes, QT::kSwizzleMode);
       WgmmaSS<kBwdQRows, Tag>::run(sacc, dk_a, dq_b, kk > 0);
     }
-    wgmma_commit();  // S^T in its own group: P^T is computed while dP^T is still running
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const int box = kk * 16 / KvT::kBoxCols;
@@ -262,13 +261,20 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
       WgmmaSS<kBwdQRows, Tag>::run(dpacc, dv_a, do_b, kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<1>();
+    wgmma_wait<0>();
     fence_regs(sacc);
+    fence_regs(dpacc);
 
-    // P^T = exp2(S^T scale_log2 - LSE2). Full pairs run without mask code; masked pairs zero
-    // P^T outside the rule (partial pairs: one unsigned compare per axis against the key's
-    // query window) and for slots that hold no key.
+    // P^T = exp2(S^T scale_log2 - LSE2), dS^T = P^T (dP^T - delta). Full pairs run without
+    // mask code; masked pairs zero P^T outside the rule (partial pairs: one unsigned compare per
+    // axis against the key's query window) and for slots that hold no key.
     const float scale_log2 = p.scale_log2;
+    auto grad = [&](int idx, float l2, float dl, bool keep) {
+      float pr = fast_exp2(fmaf(sacc[idx], scale_log2, -l2));
+      if (!keep) pr = 0.f;
+      sacc[idx] = pr;
+      dpacc[idx] = pr * (dpacc[idx] - dl);
+    };
     const float* lse2 = s.lse2[stage];
     const float* delta = s.delta[stage];
     if (!masked) {
@@ -276,12 +282,9 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
       for (int j = 0; j < kBwdQRows / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float l2 = lse2[j * 8 + quad * 2 + e];
+          const int c = j * 8 + quad * 2 + e;
 #pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            const int idx = j * 4 + i * 2 + e;
-            sacc[idx] = fast_exp2(fmaf(sacc[idx], scale_log2, -l2));
-          }
+          for (int i = 0; i < 2; ++i) grad(j * 4 + i * 2 + e, lse2[c], delta[c], true);
         }
     } else {
       int lo[2][kAxes], q_width[2][kAxes];
@@ -309,58 +312,20 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
                 keep = keep && static_cast<unsigned>(local[a] - lo[i][a]) <
                                    static_cast<unsigned>(q_width[i][a]);
             }
-            const int idx = j * 4 + i * 2 + e;
-            const float pr = fast_exp2(fmaf(sacc[idx], scale_log2, -lse2[c]));
-            sacc[idx] = keep ? pr : 0.f;
+            grad(j * 4 + i * 2 + e, lse2[c], delta[c], keep);
           }
         }
     }
 
-    // dV += P^T dO (P^T from registers, dO N-major: transposed). Below head dim 128 it is
-    // issued before dS^T is known; at 128 the registers do not hold it in flight next to
-    // dP^T (ptxas would serialize the wgmmas), so it goes with dK.
+    // P^T and dS^T as A operands (registers), dS^T also into shared memory for dQ.
     uint32_t pa[kS / 2], da[kS / 2];
 #pragma unroll
     for (int k = 0; k < kBwdQRows / 16; ++k)
 #pragma unroll
-      for (int h = 0; h < 4; ++h)
+      for (int h = 0; h < 4; ++h) {
         pa[k * 4 + h] = pack2<Tag>(sacc[8 * k + 2 * h], sacc[8 * k + 2 * h + 1]);
-    auto issue_dv = [&] {
-      wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < kBwdQRows / 16; ++k) {
-        const uint64_t db = make_smem_desc(do_base + k * 16 * QT::kRowBytes, QT::kBoxBytes,
-                                           8 * QT::kRowBytes, QT::kSwizzleMode);
-        WgmmaRS<D, Tag>::run(dv, &pa[k * 4], db);
-      }
-      wgmma_commit();
-    };
-    constexpr bool kEarlyDv = D < 128;
-    if constexpr (kEarlyDv) {
-      issue_dv();
-      wgmma_wait<1>();  // dP^T done (groups retire in order); dV may still run
-    } else {
-      wgmma_wait<0>();
-    }
-    fence_regs(dpacc);
-
-    // dS^T = P^T (dP^T - delta), as an A operand and into shared memory for dQ.
-#pragma unroll
-    for (int j = 0; j < kBwdQRows / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float dl = delta[j * 8 + quad * 2 + e];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int idx = j * 4 + i * 2 + e;
-          dpacc[idx] = sacc[idx] * (dpacc[idx] - dl);
-        }
-      }
-#pragma unroll
-    for (int k = 0; k < kBwdQRows / 16; ++k)
-#pragma unroll
-      for (int h = 0; h < 4; ++h)
         da[k * 4 + h] = pack2<Tag>(dpacc[8 * k + 2 * h], dpacc[8 * k + 2 * h + 1]);
+      }
     uint8_t* ds = s.ds[stage];
 #pragma unroll
     for (int j = 0; j < kBwdQRows / 8; ++j)
@@ -373,9 +338,14 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
             da[(j / 2) * 4 + (j % 2) * 2 + i];
       }
 
-    // dK += dS^T Q (Q N-major: transposed).
-    if constexpr (!kEarlyDv) issue_dv();
+    // dV += P^T dO, dK += dS^T Q (B operands N-major: transposed).
     wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kBwdQRows / 16; ++k) {
+      const uint64_t db = make_smem_desc(do_base + k * 16 * QT::kRowBytes, QT::kBoxBytes,
+                                         8 * QT::kRowBytes, QT::kSwizzleMode);
+      WgmmaRS<D, Tag>::run(dv, &pa[k * 4], db);
+    }
 #pragma unroll
     for (int k = 0; k < kBwdQRows / 16; ++k) {
       const uint64_t db = make_smem_desc(q_base + k * 16 * QT::kRowBytes, QT::kBoxBytes,
