@@ -52,17 +52,6 @@ __device__ __forceinline__ Work make_work(const BwdParams& p) {
   return w;
 }
 
-// Coordinates (axis 2, axis 1, axis 0 with the folded batch) of the CTA's KV tile in the
-// tensor maps of K, V, dK and dV; in additional mode (token, batch, 0) of the additional ones.
-struct KvBox {
-  int c2, c3, c4;
-};
-__device__ __forceinline__ KvBox kv_box(const BwdParams& p, const Work& w) {
-  if (p.additional) return {w.kt[2] * kBwdKvRows, p.batch_offset + w.batch, 0};
-  return {w.kt[2] * p.kv_tile[2], w.kt[1] * p.kv_tile[1],
-          w.batch * p.axes[0].extent + w.kt[0] * p.kv_tile[0]};
-}
-
 struct QWalk {
   int qt[kAxes];     // Q tile of the current visit
   int first[kAxes];  // the Q tile every head's walk starts at
