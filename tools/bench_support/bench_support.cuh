@@ -106,27 +106,23 @@ inline Timing time_ms(const std::function<void()>& f, int reps_hint, int max_rep
   cudaEvent_t e0, e1;
   GNA_BENCH_CHECK(cudaEventCreate(&e0));
   GNA_BENCH_CHECK(cudaEventCreate(&e1));
-  f();
-  GNA_BENCH_CHECK(cudaEventRecord(e0));
-  f();
-  GNA_BENCH_CHECK(cudaEventRecord(e1));
-  GNA_BENCH_CHECK(cudaEventSynchronize(e1));
-  float first = 0;
-  GNA_BENCH_CHECK(cudaEventElapsedTime(&first, e0, e1));
-  std::fprintf(stderr, "first timed call: %.3f ms\n", first);
-  const int reps = reps_hint > 0
-                       ? reps_hint
-                       : std::max(5, std::min(max_reps, static_cast<int>(2000.f / first)));
-  std::vector<float> times;
-  for (int i = 0; i < reps; ++i) {
+  auto timed_call = [&] {
     GNA_BENCH_CHECK(cudaEventRecord(e0));
     f();
     GNA_BENCH_CHECK(cudaEventRecord(e1));
     GNA_BENCH_CHECK(cudaEventSynchronize(e1));
     float ms = 0;
     GNA_BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    times.push_back(ms);
-  }
+    return ms;
+  };
+  f();
+  const float first = timed_call();
+  std::fprintf(stderr, "first timed call: %.3f ms\n", first);
+  const int reps = reps_hint > 0
+                       ? reps_hint
+                       : std::max(5, std::min(max_reps, static_cast<int>(2000.f / first)));
+  std::vector<float> times;
+  for (int i = 0; i < reps; ++i) times.push_back(timed_call());
   GNA_BENCH_CHECK(cudaGetLastError());
   std::sort(times.begin(), times.end());
   cudaEventDestroy(e0);
