@@ -347,14 +347,26 @@ struct ForwardCta {
   // period, so every destination is one add away from the first; the thread index is read
   // afresh (volatile) so that the compiler rebuilds these few values per call instead of holding
   // them in registers through the GEMMs.
-  template <typename Tile, int CHUNKS>
-  __device__ __forceinline__ void load_rows_full(const T* first, const int64_t* delta, uint32_t base) {
-    constexpr int kThreads = kForwardWarps * 32;
-    constexpr int kStep = kThreads / CHUNKS;
+  // This thread's part of a K or V tile copy: 16-byte column chunk ch of rows row_first + it *
+  // kStep, the first one's shared address dst.
+  template <int CHUNKS>
+  struct RowCopy {
+    static constexpr int kStep = kForwardWarps * 32 / CHUNKS;
     static_assert(kStep % 8 == 0, "row step must keep the swizzle phase");
+    int row_first, ch;
+    uint32_t dst;
+  };
+  template <typename Tile, int CHUNKS>
+  __device__ __forceinline__ RowCopy<CHUNKS> row_copy(uint32_t base) {
     const int tid = thread_index();
     const int row_first = tid / CHUNKS, ch = tid % CHUNKS;
-    const uint32_t dst = base + Tile::offset(row_first, ch * 8);
+    return {row_first, ch, base + Tile::offset(row_first, ch * 8)};
+  }
+
+  template <typename Tile, int CHUNKS>
+  __device__ __forceinline__ void load_rows_full(const T* first, const int64_t* delta, uint32_t base) {
+    constexpr int kStep = RowCopy<CHUNKS>::kStep;
+    const auto [row_first, ch, dst] = row_copy<Tile, CHUNKS>(base);
     const char* src = reinterpret_cast<const char*>(first + ch * 8);
     const int64_t* d = delta + row_first;
 #pragma unroll
@@ -366,12 +378,8 @@ struct ForwardCta {
   template <typename Tile, int CHUNKS>
   __device__ __forceinline__ void load_rows(const T* first, const int64_t* delta, uint32_t base,
                                             const int* kt_base) {
-    constexpr int kThreads = kForwardWarps * 32;
-    constexpr int kStep = kThreads / CHUNKS;
-    static_assert(kStep % 8 == 0, "row step must keep the swizzle phase");
-    const int tid = thread_index();
-    const int row_first = tid / CHUNKS, ch = tid % CHUNKS;
-    const uint32_t dst = base + Tile::offset(row_first, ch * 8);
+    constexpr int kStep = RowCopy<CHUNKS>::kStep;
+    const auto [row_first, ch, dst] = row_copy<Tile, CHUNKS>(base);
 #pragma unroll
     for (int it = 0; it < BN / kStep; ++it) {
       const int row = row_first + it * kStep;
