@@ -121,11 +121,11 @@ struct Row {
   std::string unit;
 };
 
-std::vector<std::string> split(const std::string& s) {
+std::vector<std::string> split(const std::string& s, char sep = ',') {
   std::vector<std::string> out;
   size_t b = 0;
   while (b <= s.size()) {
-    size_t e = s.find(',', b);
+    size_t e = s.find(sep, b);
     if (e == std::string::npos) e = s.size();
     if (e > b) out.push_back(s.substr(b, e - b));
     b = e + 1;
@@ -133,12 +133,36 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
+// A case from --shape EXTENTS:WINDOW:STRIDE:HEADS (axes joined by 'x', e.g.
+// 128x128:128x128:1x1:16); false if the text is not of that form.
+bool parse_shape(const std::string& text, Case* c) {
+  const std::vector<std::string> parts = split(text, ':');
+  if (parts.size() != 4) return false;
+  const std::vector<std::string> e = split(parts[0], 'x'), w = split(parts[1], 'x'),
+                                  st = split(parts[2], 'x');
+  if (e.empty() || e.size() > 3 || w.size() != e.size() || st.size() != e.size()) return false;
+  c->name = "shape " + text;
+  c->rank = static_cast<int>(e.size());
+  for (int a = 0; a < 3; ++a) {
+    const bool on = a < c->rank;
+    c->extent[a] = on ? std::atoi(e[a].c_str()) : 1;
+    c->window[a] = on ? std::atoi(w[a].c_str()) : 1;
+    c->stride[a] = on ? std::atoi(st[a].c_str()) : 1;
+    if (c->extent[a] < 1 || c->window[a] < 1 || c->stride[a] < 1) return false;
+  }
+  c->heads = std::atoi(parts[3].c_str());
+  c->dim = 128;
+  c->backward = true;
+  return c->heads >= 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string json_path, only, backends_arg;
   int reps = 10, warmup = 2;
-  bool quick = false;
+  bool quick = false, forward_only = false;
+  std::vector<Case> shapes;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -148,10 +172,23 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = std::atoi(next().c_str());
     else if (a == "--warmup") warmup = std::atoi(next().c_str());
     else if (a == "--quick") quick = true;
-    else {
+    else if (a == "--forward-only") forward_only = true;
+    else if (a == "--shape") {
+      Case c;
+      const std::string text = next();
+      if (!parse_shape(text, &c)) {
+        std::fprintf(stderr, "gna-kernel-bench: --shape '%s' is not EXTENTS:WINDOW:STRIDE:HEADS "
+                     "(axes joined by 'x', e.g. 128x128:128x128:1x1:16)\n", text.c_str());
+        return 2;
+      }
+      shapes.push_back(c);
+    } else {
       std::printf(
           "usage: gna-kernel-bench [--cases a,b] [--backends portable,...] [--reps N] [--warmup N]\n"
-          "                        [--quick] [--json file]\n");
+          "                        [--quick] [--forward-only] [--json file]\n"
+          "                        [--shape EXTENTS:WINDOW:STRIDE:HEADS]...\n"
+          "  --shape adds a bf16 d128 case (e.g. 128x128:128x128:1x1:16); with --shape and no\n"
+          "  --cases only the --shape cases run.\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -180,7 +217,12 @@ int main(int argc, char** argv) {
       {"flux4k 80x80 NA", 2, {256, 256, 1}, {80, 80, 1}, {1, 1, 1}, 24, 128, false},
   };
   if (quick) reps = std::min(reps, 3);
-  const std::vector<std::string> wanted = split(only);
+  std::vector<std::string> wanted = split(only);
+  if (!shapes.empty() && wanted.empty()) wanted.push_back("");  // no built-in case, no permute
+  for (const Case& c : shapes) {
+    cases.push_back(c);
+    wanted.push_back(c.name);
+  }
   std::vector<Row> rows;
 
   for (const Case& c : cases) {
@@ -213,7 +255,7 @@ int main(int argc, char** argv) {
       } catch (const Error& e) {
         std::printf("# %s forward on %s: %s\n", c.name.c_str(), be.c_str(), e.what());
       }
-      if (!c.backward) continue;
+      if (!c.backward || forward_only) continue;
       try {
         AttentionGradients g{dq.ref, dk.ref, dv.ref};
         const double ms = median_ms(

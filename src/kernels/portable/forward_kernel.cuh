@@ -23,8 +23,9 @@ namespace gna::portable {
 
 constexpr int kForwardWarps = 4;
 constexpr int kForwardRowsKV = 64;
-// A Q tile whose box holds at most this many KV tiles tabulates their coordinates and classes
-// once (see ForwardCta::build_table); larger boxes work them out per tile.
+// The walk's steps (KV tile offsets in the box and pair class) are tabulated this many at a time
+// (see ForwardCta::build_table) and the table is refilled as the walk passes its end; only boxes
+// with an axis too long for the entries' bits work them out per tile.
 constexpr int kForwardTableTiles = 1024;
 // Q rows of a CTA whose warps own MB m-blocks each.
 constexpr int forward_rows_q(int mb) { return kForwardWarps * 16 * mb; }
@@ -71,6 +72,11 @@ struct KvWalk {
   // The walk starts at spatial tile `rotation` and wraps around, so that the CTAs of one head do
   // not all read the same KV tile at the same time (dense problems).
   int rotation = 0;
+  // Walk table (see WalkEntry): whether the box fits its entries (bits per axis), and the walk
+  // step of its first entry.
+  bool tabulated = false;
+  int entry_bits = 0;
+  int table_first = 0;
 
   // Spatial tile (row-major in the box) visited at step i < spatial.
   __device__ __forceinline__ int spatial_tile(int i) const {
@@ -102,22 +108,25 @@ struct ForwardCtaState {
   int64_t k_step[kMaxRank], v_step[kMaxRank];
 };
 
-// Walk step i < spatial of a CTA, packed in a Word: its KV tile's offsets in the box (kBits per
-// axis) and the pair's class by the rule (top two bits). The table holds 32-bit entries (its
-// boxes have at most kForwardTableTiles tiles, so 10 bits per axis suffice); larger boxes use
-// 64-bit entries with 20 bits per axis.
+// Walk step i < spatial of a CTA, packed in a Word: its KV tile's offsets in the box (`bits` per
+// axis) and the pair's class by the rule (top two bits). The table holds 32-bit entries with
+// min(30 / rank, 20) bits per axis (walk_entry_bits); boxes with a longer axis use 64-bit
+// entries with 20 bits per axis, worked out per tile.
 template <typename Word>
 struct WalkEntry {
-  static constexpr int kBits = sizeof(Word) == 4 ? 10 : 20;
-  static constexpr Word kMask = (Word(1) << kBits) - 1;
   static constexpr int kClassShift = 8 * sizeof(Word) - 2;
-  __device__ __forceinline__ static int offset(Word e, int a) { return static_cast<int>((e >> (kBits * a)) & kMask); }
+  __device__ __forceinline__ static int offset(Word e, int a, int bits) {
+    return static_cast<int>((e >> (bits * a)) & ((Word(1) << bits) - 1));
+  }
   __device__ __forceinline__ static PairClass pair_class(Word e) { return static_cast<PairClass>(e >> kClassShift); }
 };
-static_assert(kForwardTableTiles <= 1024, "table entries hold 10 bits per axis");
+constexpr int kRuleEntryBits = 20;
+// (At most kRuleEntryBits: the table is refilled from rule-path entries.)
+__device__ __forceinline__ int walk_entry_bits(int rank) { return min_i(30 / rank, kRuleEntryBits); }
 
 template <typename Word, typename T>
-__device__ __forceinline__ Word spatial_entry(const ForwardParams<T>& P, const ForwardCtaState& st, int i) {
+__device__ __forceinline__ Word spatial_entry(const ForwardParams<T>& P, const ForwardCtaState& st, int i,
+                                              int bits) {
   const Problem& p = P.p;
   int kt[kMaxRank];
   st.walk.tile_coordinates(st.walk.spatial_tile(i), p.rank, kt);
@@ -126,14 +135,14 @@ __device__ __forceinline__ Word spatial_entry(const ForwardParams<T>& P, const F
   GNA_FOR_AXES(a, p.rank) {
     c = combine(c, classify_axis_tiles(p.axes[a], st.geo.n[a], st.qt[a], kt[a], P.tile_q[a],
                                        P.tile_kv[a]));
-    e |= static_cast<Word>(kt[a] - st.walk.box[a].begin) << (WalkEntry<Word>::kBits * a);
+    e |= static_cast<Word>(kt[a] - st.walk.box[a].begin) << (bits * a);
   }
   return e | static_cast<Word>(c) << WalkEntry<Word>::kClassShift;
 }
 template <typename T>
 __device__ __noinline__ uint64_t spatial_entry_from_rule(const ForwardParams<T>& P,
                                                          const ForwardCtaState& st, int i) {
-  return spatial_entry<uint64_t, T>(P, st, i);
+  return spatial_entry<uint64_t, T>(P, st, i, kRuleEntryBits);
 }
 
 template <typename T, int D, int DV, int MB>
@@ -201,25 +210,54 @@ struct ForwardCta {
   }
 
   __device__ uint32_t* table() const { return reinterpret_cast<uint32_t*>(smem + Smem::kTable); }
-  __device__ bool tabulated() const { return walk.spatial <= kForwardTableTiles; }
+  __device__ bool tabulated() const { return walk.tabulated; }
+  // Step i sits at i % kForwardTableTiles (the table holds kForwardTableTiles steps from
+  // walk.table_first, a multiple of that).
+  __device__ uint32_t table_entry(int i) const { return table()[static_cast<unsigned>(i) % kForwardTableTiles]; }
 
-  // Walk step i < spatial (see WalkEntry): small boxes tabulate it once (build_table), so that
-  // the walk costs one shared load per tile; larger ones work it out through a call, which keeps
-  // that code (and whatever the compiler would hoist of it) out of the main loop.
-  __device__ void build_table() {
+  // Walk steps first.. (see WalkEntry) into the table, so that the walk costs one shared load
+  // per tile; boxes with an axis too long for the table's entries work each step out through a
+  // call, which keeps that code (and whatever the compiler would hoist of it) out of the main
+  // loop. Called by every thread; thread 0 records `first` (read after the next barrier).
+  __device__ void build_table(int first) {
     if (!tabulated()) return;
-    for (int i = threadIdx.x; i < walk.spatial; i += blockDim.x)
-      table()[i] = spatial_entry<uint32_t, T>(P, state, i);
+    const int count = min_i(kForwardTableTiles, walk.spatial - first);
+    for (int i = threadIdx.x; i < count; i += blockDim.x)
+      table()[(first + i) % kForwardTableTiles] = spatial_entry<uint32_t, T>(P, state, first + i, walk.entry_bits);
+    if (threadIdx.x == 0) walk.table_first = first;
+  }
+  // Whether walk step i needs the table refilled (every thread reaches this with the same i).
+  __device__ bool past_table(int i) const {
+    return tabulated() && i < walk.spatial && i >= walk.table_first + kForwardTableTiles;
+  }
+  // Between two iterations of the main loop (no thread reads the table then). The steps come
+  // through the call of the rule path (64-bit entries, repacked), so that the main loop holds
+  // none of that code.
+  __device__ void refill_table(int first) {
+    __syncthreads();
+    const int count = min_i(kForwardTableTiles, walk.spatial - first);
+    const int bits = walk.entry_bits;
+    for (int i = threadIdx.x; i < count; i += blockDim.x) {
+      const uint64_t e = spatial_entry_from_rule(P, state, first + i);
+      uint32_t packed = static_cast<uint32_t>(WalkEntry<uint64_t>::pair_class(e))
+                        << WalkEntry<uint32_t>::kClassShift;
+      GNA_FOR_AXES(a, P.p.rank)
+        packed |= static_cast<uint32_t>(WalkEntry<uint64_t>::offset(e, a, kRuleEntryBits)) << (bits * a);
+      table()[(first + i) % kForwardTableTiles] = packed;
+    }
+    if (threadIdx.x == 0) walk.table_first = first;
+    __syncthreads();
   }
 
   // Offsets in the box of spatial tile i, per axis.
   __device__ __forceinline__ void box_offsets(int i, int* e) const {
     if (tabulated()) {
-      const uint32_t packed = table()[i];
-      GNA_FOR_AXES(a, P.p.rank) e[a] = WalkEntry<uint32_t>::offset(packed, a);
+      const uint32_t packed = table_entry(i);
+      const int bits = walk.entry_bits;
+      GNA_FOR_AXES(a, P.p.rank) e[a] = WalkEntry<uint32_t>::offset(packed, a, bits);
     } else {
       const uint64_t packed = spatial_entry_from_rule(P, state, i);
-      GNA_FOR_AXES(a, P.p.rank) e[a] = WalkEntry<uint64_t>::offset(packed, a);
+      GNA_FOR_AXES(a, P.p.rank) e[a] = WalkEntry<uint64_t>::offset(packed, a, kRuleEntryBits);
     }
   }
 
@@ -234,13 +272,15 @@ struct ForwardCta {
       const int first = (i - walk.spatial) * BN;
       return first + BN <= walk.additional ? PairClass::full : PairClass::partial;
     }
-    return tabulated() ? WalkEntry<uint32_t>::pair_class(table()[i])
+    return tabulated() ? WalkEntry<uint32_t>::pair_class(table_entry(i))
                        : WalkEntry<uint64_t>::pair_class(spatial_entry_from_rule(P, state, i));
   }
 
-  // First tile index >= i that is not empty (walk.total if none).
-  __device__ int next_tile(int i, PairClass* cls) const {
+  // First tile index >= i that is not empty (walk.total if none). Called by every thread with
+  // the same i, between iterations of the main loop: refills the table where the walk passes it.
+  __device__ int next_tile(int i, PairClass* cls) {
     for (; i < walk.total; ++i) {
+      if (past_table(i)) refill_table(i);
       *cls = classify(i);
       if (*cls != PairClass::empty) break;
     }
@@ -574,6 +614,11 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 2)
   setup.walk.rotation = setup.walk.spatial > 0 ? blockIdx.x % setup.walk.spatial : 0;
   setup.walk.additional = p.additional_kv;
   setup.walk.total = setup.walk.spatial + (p.additional_kv + Cta::BN - 1) / Cta::BN;
+  setup.walk.entry_bits = walk_entry_bits(p.rank);
+  setup.walk.tabulated = true;
+  GNA_FOR_AXES(a, p.rank) setup.walk.tabulated =
+      setup.walk.tabulated && setup.walk.box[a].size() <= (1 << setup.walk.entry_bits);
+  setup.walk.table_first = 0;
 
   __shared__ ForwardCtaState state;
   if (threadIdx.x == 0) state = setup;
@@ -589,7 +634,7 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 2)
   __syncthreads();
   cta.build_kv_deltas();
   cta.build_windows();
-  cta.build_table();
+  cta.build_table(0);
   __syncthreads();
 
   PairClass cls = PairClass::empty, next_cls = PairClass::empty;
