@@ -225,12 +225,18 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
       if (p.additional) {
         rank = w.kt[2];
       } else {
+        // The KV tile's index in the Q tile's box, in the CTAs' order (make_work), so that a
+        // KV tile's turn never waits for a CTA launched after it.
+        int size[kAxes], off[kAxes];
 #pragma unroll
         for (int a = 0; a < kAxes; ++a) {
           const Range kr = kv_tiles_for_q_tile(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
                                                p.kv_tile[a]);
-          rank = rank * kr.size() + (w.kt[a] - kr.begin);
+          size[a] = kr.size();
+          off[a] = w.kt[a] - kr.begin;
         }
+        rank = p.kv_outer_axis_fastest ? (off[2] * size[1] + off[1]) * size[0] + off[0]
+                                       : (off[0] * size[1] + off[1]) * size[2] + off[2];
       }
       const int q_lin = (qt[0] * p.q_tiles[1] + qt[1]) * p.q_tiles[2] + qt[2];
       s.turn_index[it % 4] = (w.batch * p.heads_q + head) * p.q_tiles_per_image + q_lin;

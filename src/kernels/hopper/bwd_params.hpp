@@ -24,6 +24,9 @@ struct BwdParams {
   int kv_tiles[kAxes];    // KV tiles per axis (spatial mode)
   int q_tiles_per_image;
   int kv_tiles_per_image;  // spatial: product of kv_tiles; additional: additional KV tiles
+  // Spatial mode: the CTAs take the KV tiles with the outermost axis fastest (1) or in row
+  // order (0); see make_work.
+  int kv_outer_axis_fastest;
   int batches;             // batch indices folded into this launch
   int batch_offset;        // first batch index of the run
   int heads_q, heads_kv, heads_per_kv;

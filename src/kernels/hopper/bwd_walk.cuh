@@ -27,6 +27,13 @@ __device__ __forceinline__ Work make_work(const BwdParams& p) {
   if (p.additional) {
     w.kt[0] = w.kt[1] = 0;
     w.kt[2] = tile;
+  } else if (p.kv_outer_axis_fastest) {
+    // CTAs running together then hold KV tiles of a compact block whose Q boxes overlap (along
+    // the outermost axis, typically video time, a few tiles often share one box), so that the
+    // Q, dO and dQ tiles they visit stay in L2; in row order they span whole planes of the image.
+    w.kt[0] = tile % p.kv_tiles[0];
+    w.kt[1] = (tile / p.kv_tiles[0]) % p.kv_tiles[1];
+    w.kt[2] = tile / (p.kv_tiles[0] * p.kv_tiles[1]);
   } else {
     w.kt[2] = tile % p.kv_tiles[2];
     w.kt[1] = (tile / p.kv_tiles[2]) % p.kv_tiles[1];
