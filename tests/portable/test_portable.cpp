@@ -172,8 +172,10 @@ TEST(Portable, LargeAgainstGpuReference) {
     for (DType t : {DType::f16, DType::bf16}) compare_with_gpu_reference(L, t, backward);
 }
 
-// Boxes too large for the kernels' walk tables (forward: more than 1024 KV tiles per Q tile;
-// backward: more than 1024 Q tiles along an axis per KV tile) take the rule path.
+// Boxes larger than the kernels' walk tables: the forward refills its table of 1024 walk steps
+// as a Q tile's walk passes its end (more than 1024 KV tiles per Q tile; the 1-D case also needs
+// more than 10 bits per axis), the backward takes the rule path (more than 1024 Q tiles along
+// an axis per KV tile).
 TEST(Portable, LargeBoxesAgainstGpuReference) {
   GNA_SKIP_WITHOUT_GPU();
   // Billions of pairs: far too slow under compute-sanitizer, whose runs use a subset.
@@ -182,6 +184,7 @@ TEST(Portable, LargeBoxesAgainstGpuReference) {
   const Large cases[] = {
       {1, {70000}, {70000}, {1}, {1}, {false}, 1, 1, 32, 0},
       {2, {256, 288}, {256, 288}, {1, 1}, {1, 1}, {false, false}, 1, 1, 32, 0},
+      {3, {32, 48, 48}, {32, 48, 48}, {1, 1, 1}, {1, 1, 1}, {false, false, false}, 1, 1, 32, 0},
   };
   for (const Large& L : cases) compare_with_gpu_reference(L, DType::bf16, backward);
 }
