@@ -11,7 +11,6 @@ namespace gna::portable {
 namespace {
 
 constexpr int kForwardRowsQ = 128, kForwardRowsKV = 64;  // forced Q tiles: up to 128 rows
-constexpr int kBackwardRowsQ = 64, kBackwardRowsKV = 64;
 
 bool refuse(std::string* why, const std::string& reason) {
   if (why) *why = "portable: " + reason;

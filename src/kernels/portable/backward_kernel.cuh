@@ -1,9 +1,12 @@
-// Portable fused backward (mma.sync, sm_80+), KV-stationary: one CTA of 4 warps per (KV tile of
-// up to 64 tokens, batch, KV head, dilation group) keeps K and V in shared memory and walks the
+// Portable fused backward (mma.sync, sm_80+), KV-stationary: one CTA of 8 warps per (KV tile of
+// up to 128 tokens, batch, KV head, dilation group) keeps K and V in shared memory and walks the
 // Q tiles (64 tokens) of every query head of its GQA group whose queries attend it (the inverse
 // rule's box; empty pairs skipped, full pairs unmasked). Per pair, warp w owns keys 16w..16w+15:
 //   S^T = K Q^T, P^T = exp(S^T - LSE), dP^T = V dO^T, dS^T = P^T (dP^T - delta)
-//   dV += P^T dO, dK += dS^T Q (registers), dQ += dS K (fp32 atomics into a buffer).
+//   dV += P^T dO, dK += dS^T Q (registers),
+// and 16 queries x half the columns of dQ += dS K over all 128 keys (fp32 atomics into a
+// buffer): 128 keys per CTA halve the Q / dO loads and the dQ additions per FLOP against 64.
+// One CTA per SM (about 150 KB of shared memory).
 // CTAs of additional KV tiles walk every Q tile of every dilation group.
 // Zero-filled padding rows contribute nothing (their Q, dO, K or V are zero) and are never
 // stored, so only pairs that are partial by the rule need the per-element mask.
@@ -17,12 +20,12 @@
 #include "kernels/common/element.cuh"
 #include "kernels/common/token_tensor.cuh"
 #include "kernels/portable/mma.cuh"
+#include "kernels/portable/tile_plan.hpp"
 #include "kernels/portable/tile_rows.cuh"
 
 namespace gna::portable {
 
-constexpr int kBackwardRows = 64;  // Q tile and KV tile rows
-constexpr int kBackwardWarps = 4;
+constexpr int kBackwardWarps = kBackwardRowsKV / 16;  // 16 keys per warp
 // A spatial CTA whose box spans at most this many Q tiles along every axis tabulates, per axis
 // and offset in the box, the axis's pair class (bits 0-1) and whether the Q tile's rows along it
 // are all inside the group (bit 2); an item's class and rows-valid flag combine its axes' entries.
@@ -50,27 +53,27 @@ struct BackwardParams {
 
 template <int D, int DV>
 struct BackwardSmem {
-  static constexpr int R = kBackwardRows;
-  using QTile = SmemTile<R, D>;
-  using OTile = SmemTile<R, DV>;   // dO
-  using KTile = SmemTile<R, D>;
-  using VTile = SmemTile<R, DV>;
-  using STile = SmemTile<R, R>;    // dS^T [key][query]
+  static constexpr int RQ = kBackwardRowsQ, RK = kBackwardRowsKV;
+  using QTile = SmemTile<RQ, D>;
+  using OTile = SmemTile<RQ, DV>;  // dO
+  using KTile = SmemTile<RK, D>;
+  using VTile = SmemTile<RK, DV>;
+  using STile = SmemTile<RK, RQ>;  // dS^T [key][query]
   static constexpr int kK = 0;
   static constexpr int kV = kK + KTile::kBytes;
   static constexpr int kQ = kV + VTile::kBytes;                 // 2 stages
   static constexpr int kO = kQ + 2 * QTile::kBytes;              // 2 stages
   static constexpr int kS = kO + 2 * OTile::kBytes;
-  static constexpr int kLse = kS + STile::kBytes;                // 2 stages x R floats
-  static constexpr int kDelta = kLse + 2 * 4 * R;                // 2 stages x R floats
-  static constexpr int kQRows = kDelta + 2 * 4 * R;              // packed row offsets
-  static constexpr int kKVRows = kQRows + 4 * R;
-  static constexpr int kQDelta = kKVRows + 4 * R;                // byte deltas per Q row
-  static constexpr int kODelta = kQDelta + 8 * R;
-  static constexpr int kLseDelta = kODelta + 8 * R;
-  static constexpr int kLinDelta = kLseDelta + 8 * R;            // linear token delta
-  static constexpr int kQWin = kLinDelta + 8 * R;               // query window per key row, axis
-  static constexpr int kTable = kQWin + 8 * kMaxRank * R;        // per-axis Q tile entries
+  static constexpr int kLse = kS + STile::kBytes;                // 2 stages x RQ floats
+  static constexpr int kDelta = kLse + 2 * 4 * RQ;               // 2 stages x RQ floats
+  static constexpr int kQRows = kDelta + 2 * 4 * RQ;             // packed row offsets
+  static constexpr int kKVRows = kQRows + 4 * RQ;
+  static constexpr int kQDelta = kKVRows + 4 * RK;               // byte deltas per Q row
+  static constexpr int kODelta = kQDelta + 8 * RQ;
+  static constexpr int kLseDelta = kODelta + 8 * RQ;
+  static constexpr int kLinDelta = kLseDelta + 8 * RQ;           // linear token delta
+  static constexpr int kQWin = kLinDelta + 8 * RQ;               // query window per key row, axis
+  static constexpr int kTable = kQWin + 8 * kMaxRank * RK;       // per-axis Q tile entries
   static constexpr int kBytes = kTable + kMaxRank * kBackwardAxisTable;
 };
 
@@ -101,7 +104,7 @@ __device__ __noinline__ BackwardItem backward_item_from_rule(const BackwardParam
   it.geo.rank = p.rank;
   int rest = idx;
   it.cls = PairClass::full;
-  it.rows_valid = P.q_volume == kBackwardRows;
+  it.rows_valid = P.q_volume == kBackwardRowsQ;
   GNA_FOR_AXES_REVERSE(a, p.rank) {
     it.geo.group[a] = group % p.axes[a].dilation;
     group /= p.axes[a].dilation;
@@ -139,12 +142,12 @@ __device__ __forceinline__ void load_q_rows(const T* first, const int64_t* delta
   if (rows_valid) {
     const char* src = reinterpret_cast<const char*>(first + ch * 8);
 #pragma unroll
-    for (int it = 0; it < kBackwardRows / kStep; ++it)
+    for (int it = 0; it < kBackwardRowsQ / kStep; ++it)
       cp_async_16(dst + it * kStep * CHUNKS * 16, src + delta[row_first + it * kStep]);
     return;
   }
 #pragma unroll
-  for (int it = 0; it < kBackwardRows / kStep; ++it) {
+  for (int it = 0; it < kBackwardRowsQ / kStep; ++it) {
     const int row = row_first + it * kStep;
     int ig[kMaxRank];
     const bool valid = geo.coordinates(q_rows[row], q_base, ig);
@@ -155,11 +158,11 @@ __device__ __forceinline__ void load_q_rows(const T* first, const int64_t* delta
 }
 
 template <typename T, int D, int DV>
-__global__ void __launch_bounds__(kBackwardWarps * 32, 2)
+__global__ void __launch_bounds__(kBackwardWarps * 32, 1)
     fused_backward_kernel(const __grid_constant__ BackwardParams<T> P) {
   extern __shared__ __align__(128) char smem[];
   using Smem = BackwardSmem<D, DV>;
-  constexpr int R = kBackwardRows;
+  constexpr int RQ = kBackwardRowsQ, RK = kBackwardRowsKV;
   const Problem& p = P.p;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g4 = lane / 4, t4 = lane % 4;
@@ -175,7 +178,7 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
   const int heads_per_kv = p.heads_q / p.heads_kv;
   const bool additional = static_cast<int>(blockIdx.x) >= P.kv_tiles_total;
   if (additional && blockIdx.z != 0) return;  // additional tiles: group 0's CTAs take them
-  const int add_first = (blockIdx.x - P.kv_tiles_total) * R;
+  const int add_first = (blockIdx.x - P.kv_tiles_total) * RK;
 
   // Own group geometry and KV tile (spatial CTAs).
   GroupGeometry kv_geo_init;
@@ -210,10 +213,10 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
   }
 
   // Row tables.
-  for (int r = tid; r < R; r += blockDim.x) {
+  for (int r = tid; r < RK; r += blockDim.x) kv_rows[r] = pack_row(P.tile_kv, p.rank, r, P.kv_volume);
+  for (int r = tid; r < RQ; r += blockDim.x) {
     const uint32_t qp = pack_row(P.tile_q, p.rank, r, P.q_volume);
     q_rows[r] = qp;
-    kv_rows[r] = pack_row(P.tile_kv, p.rank, r, P.kv_volume);
     int64_t dq = 0, dob = 0, dl = 0, lin = 0;
     if (!(qp & kPaddingRow)) {
       int64_t lin_stride = 1;
@@ -237,9 +240,9 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
   {
     const uint32_t k_s = smem_address(smem + Smem::kK), v_s = smem_address(smem + Smem::kV);
     constexpr int CK = D / 8, CV = DV / 8;
-    for (int c = tid; c < R * (CK + CV); c += blockDim.x) {
-      const bool is_k = c < R * CK;
-      const int cc = is_k ? c : c - R * CK;
+    for (int c = tid; c < RK * (CK + CV); c += blockDim.x) {
+      const bool is_k = c < RK * CK;
+      const int cc = is_k ? c : c - RK * CK;
       const int chunks = is_k ? CK : CV;
       const int row = cc / chunks, ch = cc % chunks;
       const T* src = P.k.data;
@@ -263,7 +266,7 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
 
   // Query windows (inverse rule) of each key row, for partial pairs.
   Range* qwin = reinterpret_cast<Range*>(smem + Smem::kQWin);
-  for (int r = tid; r < R; r += blockDim.x) {
+  for (int r = tid; r < RK; r += blockDim.x) {
     int jg[kMaxRank];
     const uint32_t packed = kv_rows[r];
     kv_geo.coordinates(packed, kt_base, jg);
@@ -333,7 +336,7 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
     it.h = hk * heads_per_kv + pos.hi;
     it.geo = kv_geo;
     PairClass cls = PairClass::full;
-    bool valid = P.q_volume == R;
+    bool valid = P.q_volume == RQ;
     GNA_FOR_AXES(a, p.rank) {
       const int e = offset(pos, a);
       const uint8_t entry = axis_table[a * kBackwardAxisTable + e];
@@ -372,13 +375,13 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
                                              it.rows_valid);
     load_q_rows<typename Smem::OTile, DV / 8>(P.d_o.data + o_first, o_delta, o_s, it.geo, it.q_base, q_rows,
                                               it.rows_valid);
-    for (int r = tid; r < R; r += blockDim.x) {
+    for (int r = tid; r < RQ; r += blockDim.x) {
       int ig[kMaxRank];
       const bool valid = it.rows_valid || it.geo.coordinates(q_rows[r], it.q_base, ig);
       const float* lsrc = P.lse.data + l_first + lse_delta[r];
       const float* dsrc = P.delta + (b * tokens + lin_first + lin_delta[r]) * p.heads_q + it.h;
-      cp_async_4(smem_address(smem + Smem::kLse + (s * R + r) * 4), valid ? lsrc : P.lse.data, valid);
-      cp_async_4(smem_address(smem + Smem::kDelta + (s * R + r) * 4), valid ? dsrc : P.delta, valid);
+      cp_async_4(smem_address(smem + Smem::kLse + (s * RQ + r) * 4), valid ? lsrc : P.lse.data, valid);
+      cp_async_4(smem_address(smem + Smem::kDelta + (s * RQ + r) * 4), valid ? dsrc : P.delta, valid);
     }
   };
 
@@ -422,8 +425,8 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
     __syncthreads();
     const uint32_t q_s = smem_address(smem + Smem::kQ + stage * Smem::QTile::kBytes);
     const uint32_t o_s = smem_address(smem + Smem::kO + stage * Smem::OTile::kBytes);
-    const float* lse_s = reinterpret_cast<const float*>(smem + Smem::kLse) + stage * R;
-    const float* delta_s = reinterpret_cast<const float*>(smem + Smem::kDelta) + stage * R;
+    const float* lse_s = reinterpret_cast<const float*>(smem + Smem::kLse) + stage * RQ;
+    const float* delta_s = reinterpret_cast<const float*>(smem + Smem::kDelta) + stage * RQ;
 
     // In two halves of 32 queries (fewer live registers): S^T = K Q^T and dP^T = V dO^T
     // (16 keys x 32 queries per warp), P^T, dS^T, then dV += P^T dO and dK += dS^T Q.
@@ -532,8 +535,13 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
     }
     __syncthreads();  // dS^T complete
 
-    // dQ (this warp's 16 queries x D) = dS K, in column chunks of 64, added atomically.
+    // dQ = dS K over the 128 keys: warp w adds queries 16 (w % 4).. and the columns of half
+    // w / 4, in chunks of at most 64, atomically.
     {
+      constexpr int kQBlocks = RQ / 16;
+      const int qblock = warp % kQBlocks;
+      constexpr int kCols = D / (kBackwardWarps / kQBlocks);
+      const int col_first = (warp / kQBlocks) * kCols;
       bool qvalid[2];
       int64_t qrow_off[2];
       int64_t lin_first = 0;
@@ -542,21 +550,21 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 2)
       lin_first += int64_t(b) * p.tokens();
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int row = warp * 16 + g4 + 8 * r;
+        const int row = qblock * 16 + g4 + 8 * r;
         int ig[kMaxRank];
         qvalid[r] = cur.rows_valid || cur.geo.coordinates(q_rows[row], cur.q_base, ig);
         qrow_off[r] = ((lin_first + lin_delta[row]) * p.heads_q + cur.h) * D;
       }
-      constexpr int kChunk = D < 64 ? D : 64;
+      constexpr int kChunk = kCols < 64 ? kCols : 64;
 #pragma unroll
-      for (int c0 = 0; c0 < D; c0 += kChunk) {
+      for (int c0 = col_first; c0 < col_first + kCols; c0 += kChunk) {
         float acc[kChunk / 8][4];
 #pragma unroll
         for (int nb = 0; nb < kChunk / 8; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.f;
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
+        for (int kk = 0; kk < RK / 16; ++kk) {
           uint32_t a[4];
-          ldmatrix_x4_trans(a, s_s + c_sT.at(kk, warp));
+          ldmatrix_x4_trans(a, s_s + c_sT.at(kk, qblock));
 #pragma unroll
           for (int dpair = 0; dpair < kChunk / 16; ++dpair) {
             uint32_t bk[4];

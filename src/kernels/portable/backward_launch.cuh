@@ -108,7 +108,7 @@ void launch_backward(const BackwardCall& call, const TilePlan& plan) {
   using Smem = BackwardSmem<D, DV>;
   auto kernel = fused_backward_kernel<T, D, DV>;
   GNA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Smem::kBytes));
-  const int add_tiles = (p.additional_kv + kBackwardRows - 1) / kBackwardRows;
+  const int add_tiles = (p.additional_kv + kBackwardRowsKV - 1) / kBackwardRowsKV;
   const dim3 grid(P.kv_tiles_total + add_tiles, p.batch * p.heads_kv, P.groups);
   kernel<<<grid, kBackwardWarps * 32, Smem::kBytes, stream>>>(P);
   GNA_CUDA_CHECK_LAUNCH();

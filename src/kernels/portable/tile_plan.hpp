@@ -11,6 +11,9 @@
 
 namespace gna::portable {
 
+// Rows of the backward kernel's tiles (its CTA keeps a KV tile and walks 64-row Q tiles).
+constexpr int kBackwardRowsQ = 64, kBackwardRowsKV = 128;
+
 struct TilePlan {
   TileShape q;
   TileShape kv;
