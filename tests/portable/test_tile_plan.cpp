@@ -88,6 +88,38 @@ TEST(TilePlan, ForcedTileValidation) {
   EXPECT_NE(why.find("axis 0: size 0"), std::string::npos) << why;
 }
 
+// The kernels' shared memory against the per-block limits: sm_80 (A100) 163 KB and sm_90
+// 227 KB hold every kernel; sm_86 / sm_89 (RTX 30 / 40, L40S) 99 KB hold the forward with
+// 64-row Q tiles, which the tile choice falls back to there.
+TEST(PortableSharedMemory, KernelsFitTheDevicesTheyClaim) {
+  constexpr int kSm80 = 166912, kSm86 = 101376;
+  const int dims[][2] = {{32, 32}, {64, 64}, {128, 128}, {64, 128}, {128, 64}};
+  for (const auto& d : dims) {
+    const int narrow = forward_shared_bytes(d[0], d[1], 64);
+    const int wide = forward_shared_bytes(d[0], d[1], 128);
+    const int backward = backward_shared_bytes(d[0], d[1]);
+    EXPECT_GT(narrow, 0) << d[0] << "/" << d[1];
+    EXPECT_GT(wide, narrow) << d[0] << "/" << d[1];
+    EXPECT_LE(wide, kSm80) << d[0] << "/" << d[1];
+    EXPECT_LE(backward, kSm80) << d[0] << "/" << d[1];
+    EXPECT_LE(narrow, kSm86) << d[0] << "/" << d[1];
+  }
+  EXPECT_EQ(forward_shared_bytes(96, 96, 64), 0);
+  EXPECT_EQ(backward_shared_bytes(96, 96), 0);
+}
+
+TEST(PortableSharedMemory, ForwardTilesFallBackToWhatFits) {
+  Problem p = make(2, {128, 128}, {128, 128}, {1, 1});
+  p.dim_qk = p.dim_v = 128;
+  const KernelOptions none;
+  EXPECT_EQ(forward_tiles(p, none, 232448).q.volume(2), 128);  // dense: the wide kernel
+  const int narrow_limit = forward_shared_bytes(128, 128, 64);
+  ASSERT_LT(narrow_limit, forward_shared_bytes(128, 128, 128));
+  const TilePlan t = forward_tiles(p, none, narrow_limit);
+  EXPECT_EQ(t.q.volume(2), 64);
+  EXPECT_EQ(t.kv.volume(2), 64);
+}
+
 // Dispatch-side checks that need no GPU: what the kernels are compiled for, and the refusal of
 // host tensors naming the reason.
 TEST(PortableSupport, HeadDimsAndHostTensors) {

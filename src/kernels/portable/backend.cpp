@@ -45,6 +45,16 @@ bool aligned_rows(const TensorRef& t, const char* name, std::string* why) {
   return true;
 }
 
+// Shared memory per block the device allows (opt-in), 0 if it cannot be asked.
+int shared_limit(int device) {
+  int bytes = 0;
+  if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return bytes;
+}
+
 bool supports_problem(const Problem& p, const AttentionTensors& in, const KernelOptions& opt,
                       bool forward, std::string* why) {
   if (in.q.on_host()) return refuse(why, "tensors are in host memory (needs CUDA device tensors)");
@@ -56,6 +66,14 @@ bool supports_problem(const Problem& p, const AttentionTensors& in, const Kernel
   const int cc = compute_capability(in.q.device);
   if (cc < 80) return refuse(why, str("device compute capability ", cc / 10, ".", cc % 10,
                                       " not supported (needs 8.0 or newer)"));
+  // The smallest kernel variant must fit (the forward falls back to 64-row Q tiles).
+  const int limit = shared_limit(in.q.device);
+  const int need = forward ? forward_shared_bytes(p.dim_qk, p.dim_v, 64)
+                           : backward_shared_bytes(p.dim_qk, p.dim_v);
+  if (limit > 0 && need > limit)
+    return refuse(why, str(forward ? "forward" : "backward", " at head dims ", p.dim_qk, "/",
+                           p.dim_v, " needs ", need, " bytes of shared memory per block, the device allows ",
+                           limit));
   if (int64_t(p.batch) * p.heads_q > 65535)
     return refuse(why, str("batch * heads ", int64_t(p.batch) * p.heads_q, " exceeds 65535"));
   int groups = 1;
@@ -79,6 +97,11 @@ bool supports_problem(const Problem& p, const AttentionTensors& in, const Kernel
     if (!valid_tile(opt.q_tile, p.rank, rows_q, false, "query", &reason) ||
         !valid_tile(opt.kv_tile, p.rank, rows_kv, forward, "key/value", &reason))
       return refuse(why, reason);
+    const int wide = forward_shared_bytes(p.dim_qk, p.dim_v, 128);
+    if (forward && opt.q_tile.volume(p.rank) > 64 && limit > 0 && wide > limit)
+      return refuse(why, str("query tile volume ", opt.q_tile.volume(p.rank), " needs ", wide,
+                             " bytes of shared memory per block, the device allows ", limit,
+                             " (at most 64 tokens here)"));
   }
   return true;
 }
@@ -129,8 +152,10 @@ bool supports_backward(const BackwardCall& call, std::string* why) {
   return aligned_rows(call.d_out, "d_out", why);
 }
 
-TilePlan forward_tiles(const Problem& p, const KernelOptions& options) {
+TilePlan forward_tiles(const Problem& p, const KernelOptions& options, int shared_limit) {
   if (opt_forced(options)) return score_tiles(p, options.q_tile, options.kv_tile);
+  if (shared_limit > 0 && forward_shared_bytes(p.dim_qk, p.dim_v, 128) > shared_limit)
+    return choose_tiles(p, 64, kForwardRowsKV);
   return choose_forward_tiles(p);
 }
 
@@ -139,7 +164,7 @@ TilePlan backward_tiles(const Problem& p, const KernelOptions& options) {
 }
 
 void forward(const ForwardCall& call) {
-  const TilePlan plan = forward_tiles(call.problem, call.options);
+  const TilePlan plan = forward_tiles(call.problem, call.options, shared_limit(call.in.q.device));
   const Problem& p = call.problem;
   const bool f16 = p.dtype == DType::f16;
   bool launched = false;

@@ -17,9 +17,16 @@ const char* supported_head_dims();
 bool supports_forward(const ForwardCall& call, std::string* why);
 bool supports_backward(const BackwardCall& call, std::string* why);
 
-// Tile shapes used for a call: the caller's (options) or choose_tiles'.
-TilePlan forward_tiles(const Problem& p, const KernelOptions& options);
+// Tile shapes used for a call: the caller's (options) or choose_tiles'. The forward's
+// shared_limit (bytes per block the device allows, 0: no limit) rules out 128-row Q tiles
+// whose kernel does not fit.
+TilePlan forward_tiles(const Problem& p, const KernelOptions& options, int shared_limit = 0);
 TilePlan backward_tiles(const Problem& p, const KernelOptions& options);
+
+// Shared memory per CTA of the kernels (0 for head dims without a kernel): the forward with
+// Q tiles of rows_q rows, the backward.
+int forward_shared_bytes(int dim_qk, int dim_v, int rows_q);
+int backward_shared_bytes(int dim_qk, int dim_v);
 
 void forward(const ForwardCall& call);
 void backward(const BackwardCall& call);

@@ -1,0 +1,36 @@
+// Shared memory per CTA of each portable kernel, for the host side (backend.cpp), which decides
+// from it whether a kernel fits the device (sm_86 / sm_89 allow 99 KB per block, sm_80 163 KB,
+// sm_90 227 KB).
+#include "kernels/portable/backward_kernel.cuh"
+#include "kernels/portable/forward_kernel.cuh"
+#include "kernels/portable/portable.hpp"
+
+namespace gna::portable {
+namespace {
+
+template <int D, int DV>
+int forward_bytes(int rows_q) {
+  return rows_q > forward_rows_q(1) ? ForwardSmem<D, DV, 2>::kBytes : ForwardSmem<D, DV, 1>::kBytes;
+}
+
+}  // namespace
+
+int forward_shared_bytes(int dim_qk, int dim_v, int rows_q) {
+  if (dim_qk == 32 && dim_v == 32) return forward_bytes<32, 32>(rows_q);
+  if (dim_qk == 64 && dim_v == 64) return forward_bytes<64, 64>(rows_q);
+  if (dim_qk == 64 && dim_v == 128) return forward_bytes<64, 128>(rows_q);
+  if (dim_qk == 128 && dim_v == 64) return forward_bytes<128, 64>(rows_q);
+  if (dim_qk == 128 && dim_v == 128) return forward_bytes<128, 128>(rows_q);
+  return 0;
+}
+
+int backward_shared_bytes(int dim_qk, int dim_v) {
+  if (dim_qk == 32 && dim_v == 32) return BackwardSmem<32, 32>::kBytes;
+  if (dim_qk == 64 && dim_v == 64) return BackwardSmem<64, 64>::kBytes;
+  if (dim_qk == 64 && dim_v == 128) return BackwardSmem<64, 128>::kBytes;
+  if (dim_qk == 128 && dim_v == 64) return BackwardSmem<128, 64>::kBytes;
+  if (dim_qk == 128 && dim_v == 128) return BackwardSmem<128, 128>::kBytes;
+  return 0;
+}
+
+}  // namespace gna::portable
