@@ -104,8 +104,12 @@ TEST(PortableSharedMemory, KernelsFitTheDevicesTheyClaim) {
     EXPECT_LE(backward, kSm80) << d[0] << "/" << d[1];
     EXPECT_LE(narrow, kSm86) << d[0] << "/" << d[1];
   }
-  EXPECT_EQ(forward_shared_bytes(96, 96, 64), 0);
-  EXPECT_EQ(backward_shared_bytes(96, 96), 0);
+  // Sizes exist exactly for the head dims the backend claims.
+  for (int dq : {16, 32, 64, 96, 128, 256})
+    for (int dv : {16, 32, 64, 96, 128, 256}) {
+      EXPECT_EQ(forward_shared_bytes(dq, dv, 64) > 0, head_dims_supported(dq, dv)) << dq << "/" << dv;
+      EXPECT_EQ(backward_shared_bytes(dq, dv) > 0, head_dims_supported(dq, dv)) << dq << "/" << dv;
+    }
 }
 
 TEST(PortableSharedMemory, ForwardTilesFallBackToWhatFits) {
