@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "api/backend.hpp"
+#include "bench_support/bench_support.cuh"
 #include "gna/gna.hpp"
 #include "kernels/layout/permute.hpp"
 
@@ -100,15 +101,7 @@ double median_ms(F&& f, int warmup, int reps) {
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
   std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    CHECK(cudaEventRecord(a));
-    f();
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
+  for (int i = 0; i < reps; ++i) t.push_back(bench::event_ms(a, b, f));
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   std::sort(t.begin(), t.end());

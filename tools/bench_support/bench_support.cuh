@@ -1,6 +1,6 @@
 // Pieces shared by the kernel benchmarks (tools/hopper_bench, tools/hopper_bwd_bench): the case
 // description and its tensors, a CUDA status check that exits, a deterministic bf16 fill in
-// [-1, 1), the backend lookup and the event timing loop.
+// [-1, 1), the backend lookup and the event timing (event_ms also in tools/bench).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -100,21 +100,24 @@ struct Timing {
   int reps;
 };
 
+// Milliseconds of one call of f between events e0 and e1 (recorded around it, then waited for).
+inline float event_ms(cudaEvent_t e0, cudaEvent_t e1, const std::function<void()>& f) {
+  GNA_BENCH_CHECK(cudaEventRecord(e0));
+  f();
+  GNA_BENCH_CHECK(cudaEventRecord(e1));
+  GNA_BENCH_CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  GNA_BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  return ms;
+}
+
 // Median and minimum milliseconds of f over reps_hint runs, or (reps_hint 0) about 2 s worth,
 // 5 to max_reps; one warm-up call and one timed call first.
 inline Timing time_ms(const std::function<void()>& f, int reps_hint, int max_reps) {
   cudaEvent_t e0, e1;
   GNA_BENCH_CHECK(cudaEventCreate(&e0));
   GNA_BENCH_CHECK(cudaEventCreate(&e1));
-  auto timed_call = [&] {
-    GNA_BENCH_CHECK(cudaEventRecord(e0));
-    f();
-    GNA_BENCH_CHECK(cudaEventRecord(e1));
-    GNA_BENCH_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    GNA_BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    return ms;
-  };
+  auto timed_call = [&] { return event_ms(e0, e1, f); };
   f();
   const float first = timed_call();
   std::fprintf(stderr, "first timed call: %.3f ms\n", first);
