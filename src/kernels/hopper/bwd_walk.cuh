@@ -53,8 +53,9 @@ __device__ __forceinline__ Work make_work(const BwdParams& p) {
     }
     w.q_count *= w.q_size[a];
   }
-  // Without turns (deterministic mode) each CTA starts its walk at a different Q tile, so that
-  // CTAs running together add into different dQ rows instead of contending for the same ones.
+  // Outside deterministic mode (no turns) each CTA starts its walk at a different Q tile, so
+  // that CTAs running together add into different dQ rows instead of contending for the same
+  // ones.
   w.rotation = p.turns == nullptr && w.q_count > 1 ? tile % w.q_count : 0;
   return w;
 }
