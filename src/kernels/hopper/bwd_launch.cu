@@ -1,5 +1,5 @@
 // Host side of the Hopper backward: support check, tile choice with the core's tiling math,
-// scratch buffers, and the launches (preprocess; one backward launch per dilation-group
+// scratch buffers, and the launches (row pass; one backward launch per dilation-group
 // combination and batch run, tensor maps over the heads-last tensors; one launch for the
 // additional keys; dQ conversion).
 #include <cuda.h>
@@ -12,7 +12,9 @@
 
 #include "gna/core/error.hpp"
 #include "gna/core/tile_candidates.hpp"
+#include "kernels/common/backward_rows.hpp"
 #include "kernels/common/cuda_check.hpp"
+#include "kernels/common/scratch.hpp"
 #include "kernels/hopper/bwd_launch.hpp"
 #include "kernels/hopper/tma_host.hpp"
 
@@ -131,13 +133,6 @@ RowStrides row_strides(const Problem& p) {
   return s;
 }
 
-template <typename T>
-T* device_alloc(int64_t count, cudaStream_t stream) {
-  void* ptr = nullptr;
-  GNA_CUDA_CHECK(cudaMallocAsync(&ptr, std::max<int64_t>(count, 1) * sizeof(T), stream));
-  return static_cast<T*>(ptr);
-}
-
 void launch_kernel(int D, bool bf16, const CUtensorMap* maps, const BwdParams& bp, int grid,
                    void* stream) {
   if (grid == 0) return;
@@ -219,11 +214,11 @@ void backward(const BackwardCall& call) {
   const BwdTiles tiles = choose_backward_tiles(p, call.options);
 
   const int64_t rows = int64_t(p.batch) * p.tokens() * p.heads_q;
-  float* lse2 = device_alloc<float>(rows, stream);
-  float* delta = device_alloc<float>(rows, stream);
-  float* dq_accum = device_alloc<float>(rows * D, stream);
+  float* lse2 = cuda::scratch_alloc<float>(rows, stream);
+  float* delta = cuda::scratch_alloc<float>(rows, stream);
+  float* dq_accum = cuda::scratch_alloc<float>(rows * D, stream);
   GNA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, rows * D * sizeof(float), stream));
-  launch_backward_preprocess(call, lse2, delta, stream);
+  cuda::launch_backward_delta(p, call.out, call.d_out, call.lse, delta, lse2, stream);
   const TensorRef accumulator = accumulator_ref(p, dq_accum, call.in.q.device);
 
   // dK / dV join the plan so that batches fold into axis 0 only where their maps can fold too.
@@ -251,7 +246,7 @@ void backward(const BackwardCall& call) {
     };
     count(p, plan);
     if (p.additional_kv > 0) count(p_add, plan_add);
-    turns = device_alloc<int>(total, stream);
+    turns = cuda::scratch_alloc<int>(total, stream);
     GNA_CUDA_CHECK(cudaMemsetAsync(turns, 0, std::max<int64_t>(total, 1) * sizeof(int), stream));
   }
   size_t launch_index = 0;
@@ -330,11 +325,12 @@ void backward(const BackwardCall& call) {
     }
   }
 
-  launch_backward_dq_convert(call, dq_accum, stream);
-  GNA_CUDA_CHECK(cudaFreeAsync(lse2, stream));
-  GNA_CUDA_CHECK(cudaFreeAsync(delta, stream));
-  GNA_CUDA_CHECK(cudaFreeAsync(dq_accum, stream));
-  if (turns) GNA_CUDA_CHECK(cudaFreeAsync(turns, stream));
+  cuda::launch_dq_from_accumulator(p, dq_accum, call.dq, static_cast<float>(effective_scale(p)),
+                                   stream);
+  cuda::scratch_free(lse2, stream);
+  cuda::scratch_free(delta, stream);
+  cuda::scratch_free(dq_accum, stream);
+  if (turns) cuda::scratch_free(turns, stream);
 }
 
 }  // namespace gna::hopper

@@ -1,6 +1,7 @@
 // Host side of the Hopper backward kernel: support check, tile choice, scratch buffers, the
-// preprocess (LSE in the log2 domain, delta = rowsum(dO * O)), one launch per dilation-group
-// combination (plus one for the additional keys) and the dQ conversion.
+// row pass before it (LSE in the log2 domain, delta = rowsum(dO * O); kernels/common), one
+// launch per dilation-group combination (plus one for the additional keys) and the dQ
+// conversion after it.
 #pragma once
 
 #include <string>
@@ -27,9 +28,5 @@ void backward(const BackwardCall& call);
 void launch_backward_d32(bool bf16, const void* maps, const BwdParams& p, int grid, void* stream);
 void launch_backward_d64(bool bf16, const void* maps, const BwdParams& p, int grid, void* stream);
 void launch_backward_d128(bool bf16, const void* maps, const BwdParams& p, int grid, void* stream);
-
-// Preprocess and conversion kernels (bwd_preprocess.cu).
-void launch_backward_preprocess(const BackwardCall& call, float* lse2, float* delta, void* stream);
-void launch_backward_dq_convert(const BackwardCall& call, const float* dq_accum, void* stream);
 
 }  // namespace gna::hopper

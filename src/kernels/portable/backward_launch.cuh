@@ -2,57 +2,13 @@
 // kernel accumulating dQ in fp32, then dQ = scale * accumulator in the output dtype.
 #pragma once
 
+#include "kernels/common/backward_rows.hpp"
 #include "kernels/common/cuda_check.hpp"
+#include "kernels/common/scratch.hpp"
 #include "kernels/portable/backward_kernel.cuh"
 #include "kernels/portable/portable.hpp"
 
 namespace gna::portable {
-
-// One warp per (batch, token, query head) row: delta[row] = dO . O.
-template <typename T>
-__global__ void backward_delta_kernel(Problem p, cuda::TokenTensor<const T> o,
-                                      cuda::TokenTensor<const T> d_o, float* delta, int64_t rows) {
-  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  const int h = static_cast<int>(row % p.heads_q);
-  int64_t token = (row / p.heads_q) % p.tokens();
-  const int b = static_cast<int>(row / p.heads_q / p.tokens());
-  int x[kMaxRank];
-  for (int a = p.rank - 1; a >= 0; --a) {
-    x[a] = static_cast<int>(token % p.axes[a].extent);
-    token /= p.axes[a].extent;
-  }
-  const T* orow = o.at(b, x, p.rank, h);
-  const T* drow = d_o.at(b, x, p.rank, h);
-  float s = 0.f;
-  for (int d = lane; d < p.dim_v; d += 32) s += cuda::to_float(orow[d]) * cuda::to_float(drow[d]);
-  for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-  if (lane == 0) delta[row] = s;
-}
-
-// dq[b, x.., h, :] = scale * accum[(b, token, h), :] in the output dtype.
-template <typename T>
-__global__ void backward_dq_kernel(Problem p, const float* accum, cuda::TokenTensor<T> dq,
-                                   float scale, int64_t pairs) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= pairs) return;
-  const int half_dim = p.dim_qk / 2;
-  const int d = static_cast<int>(i % half_dim) * 2;
-  const int64_t row = i / half_dim;
-  const int h = static_cast<int>(row % p.heads_q);
-  int64_t token = (row / p.heads_q) % p.tokens();
-  const int b = static_cast<int>(row / p.heads_q / p.tokens());
-  int x[kMaxRank];
-  for (int a = p.rank - 1; a >= 0; --a) {
-    x[a] = static_cast<int>(token % p.axes[a].extent);
-    token /= p.axes[a].extent;
-  }
-  const float2 v = *reinterpret_cast<const float2*>(accum + row * p.dim_qk + d);
-  T* dst = dq.at(b, x, p.rank, h) + d;
-  dst[0] = cuda::from_float<T>(v.x * scale);
-  dst[1] = cuda::from_float<T>(v.y * scale);
-}
 
 template <typename T, int D, int DV>
 void launch_backward(const BackwardCall& call, const TilePlan& plan) {
@@ -93,17 +49,13 @@ void launch_backward(const BackwardCall& call, const TilePlan& plan) {
     P.d_add_v = cuda::token_tensor<T>(*call.d_additional_v, 1);
   }
   const int64_t rows = int64_t(p.batch) * p.tokens() * p.heads_q;
-  float* delta = nullptr;
-  float* accum = nullptr;
-  GNA_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&delta), rows * sizeof(float), stream));
-  GNA_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&accum), rows * p.dim_qk * sizeof(float), stream));
+  float* delta = cuda::scratch_alloc<float>(rows, stream);
+  float* accum = cuda::scratch_alloc<float>(rows * p.dim_qk, stream);
   GNA_CUDA_CHECK(cudaMemsetAsync(accum, 0, rows * p.dim_qk * sizeof(float), stream));
   P.delta = delta;
   P.dq_accum = accum;
 
-  backward_delta_kernel<T><<<static_cast<unsigned>((rows * 32 + 255) / 256), 256, 0, stream>>>(
-      p, cuda::token_tensor<const T>(call.out, p.rank), P.d_o, delta, rows);
-  GNA_CUDA_CHECK_LAUNCH();
+  cuda::launch_backward_delta(p, call.out, call.d_out, call.lse, delta, nullptr, stream);
 
   using Smem = BackwardSmem<D, DV>;
   auto kernel = fused_backward_kernel<T, D, DV>;
@@ -113,12 +65,9 @@ void launch_backward(const BackwardCall& call, const TilePlan& plan) {
   kernel<<<grid, kBackwardWarps * 32, Smem::kBytes, stream>>>(P);
   GNA_CUDA_CHECK_LAUNCH();
 
-  const int64_t pairs = rows * (p.dim_qk / 2);
-  backward_dq_kernel<T><<<static_cast<unsigned>((pairs + 255) / 256), 256, 0, stream>>>(
-      p, accum, cuda::token_tensor<T>(call.dq, p.rank), P.scale, pairs);
-  GNA_CUDA_CHECK_LAUNCH();
-  GNA_CUDA_CHECK(cudaFreeAsync(delta, stream));
-  GNA_CUDA_CHECK(cudaFreeAsync(accum, stream));
+  cuda::launch_dq_from_accumulator(p, accum, call.dq, P.scale, stream);
+  cuda::scratch_free(delta, stream);
+  cuda::scratch_free(accum, stream);
 }
 
 }  // namespace gna::portable
