@@ -1,6 +1,8 @@
 // CPU-only tests of the portable kernels' tile choice (run in CI without a GPU).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "gna/attention_params.hpp"
 #include "kernels/portable/portable.hpp"
 #include "kernels/portable/tile_plan.hpp"
@@ -90,7 +92,8 @@ TEST(TilePlan, ForcedTileValidation) {
 
 // The kernels' shared memory against the per-block limits: sm_80 (A100) 163 KB and sm_90
 // 227 KB hold every kernel; sm_86 / sm_89 (RTX 30 / 40, L40S) 99 KB hold the forward with
-// 64-row Q tiles, which the tile choice falls back to there.
+// 64-row Q tiles and the backward with 128-key KV tiles or, where those do not fit, 64-key
+// ones, which the tile choices fall back to there.
 TEST(PortableSharedMemory, KernelsFitTheDevicesTheyClaim) {
   constexpr int kSm80 = 166912, kSm86 = 101376;
   const int dims[][2] = {{32, 32}, {64, 64}, {128, 128}, {64, 128}, {128, 64}};
@@ -98,11 +101,17 @@ TEST(PortableSharedMemory, KernelsFitTheDevicesTheyClaim) {
     const int narrow = forward_shared_bytes(d[0], d[1], 64);
     const int wide = forward_shared_bytes(d[0], d[1], 128);
     const int backward = backward_shared_bytes(d[0], d[1]);
+    const int backward_small = backward_shared_bytes(d[0], d[1], kBackwardRowsKVSmall);
     EXPECT_GT(narrow, 0) << d[0] << "/" << d[1];
     EXPECT_GT(wide, narrow) << d[0] << "/" << d[1];
     EXPECT_LE(wide, kSm80) << d[0] << "/" << d[1];
     EXPECT_LE(backward, kSm80) << d[0] << "/" << d[1];
     EXPECT_LE(narrow, kSm86) << d[0] << "/" << d[1];
+    // The 64-key variant exists exactly where the 128-key backward does not fit 99 KB.
+    EXPECT_EQ(backward_small_variant(d[0], d[1]), backward > kSm86) << d[0] << "/" << d[1];
+    EXPECT_EQ(backward_small > 0, backward_small_variant(d[0], d[1])) << d[0] << "/" << d[1];
+    EXPECT_LE(std::min(backward, backward_small > 0 ? backward_small : backward), kSm86)
+        << d[0] << "/" << d[1];
   }
   // Sizes exist exactly for the head dims the backend claims.
   for (int dq : {16, 32, 64, 96, 128, 256})
@@ -110,6 +119,24 @@ TEST(PortableSharedMemory, KernelsFitTheDevicesTheyClaim) {
       EXPECT_EQ(forward_shared_bytes(dq, dv, 64) > 0, head_dims_supported(dq, dv)) << dq << "/" << dv;
       EXPECT_EQ(backward_shared_bytes(dq, dv) > 0, head_dims_supported(dq, dv)) << dq << "/" << dv;
     }
+}
+
+TEST(PortableSharedMemory, BackwardTilesFallBackToWhatFits) {
+  Problem p = make(3, {30, 48, 80}, {18, 24, 24}, {16, 8, 8});
+  p.dim_qk = p.dim_v = 128;
+  const KernelOptions none;
+  const TilePlan roomy = backward_tiles(p, none, 232448);
+  EXPECT_EQ(roomy.kv.volume(3), kBackwardRowsKV);
+  EXPECT_FALSE(backward_runs_small(p, roomy.kv));
+  const int small_limit = backward_shared_bytes(128, 128, kBackwardRowsKVSmall);
+  ASSERT_LT(small_limit, backward_shared_bytes(128, 128));
+  const TilePlan t = backward_tiles(p, none, small_limit);
+  EXPECT_EQ(t.q.volume(3), kBackwardRowsQ);
+  EXPECT_EQ(t.kv.volume(3), kBackwardRowsKVSmall);
+  EXPECT_TRUE(backward_runs_small(p, t.kv));
+  // Head dims whose 128-key kernel fits everywhere keep it.
+  p.dim_qk = p.dim_v = 64;
+  EXPECT_EQ(backward_tiles(p, none, 101376).kv.volume(3), kBackwardRowsKV);
 }
 
 TEST(PortableSharedMemory, ForwardTilesFallBackToWhatFits) {

@@ -149,10 +149,27 @@ bool parse_shape(const std::string& text, Case* c) {
   return c->heads >= 1;
 }
 
+// --tiles Q:KV (axes joined by 'x', e.g. 1x8x8:1x8x8): forced tile shapes for every call.
+bool parse_tiles(const std::string& text, KernelOptions* k) {
+  const std::vector<std::string> parts = split(text, ':');
+  if (parts.size() != 2) return false;
+  TileShape* shapes[2] = {&k->q_tile, &k->kv_tile};
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<std::string> sides = split(parts[i], 'x');
+    if (sides.empty() || sides.size() > 3) return false;
+    for (size_t a = 0; a < sides.size(); ++a) {
+      shapes[i]->size[a] = std::atoi(sides[a].c_str());
+      if (shapes[i]->size[a] < 1) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json_path, only, backends_arg;
+  std::string json_path, only, backends_arg, tiles_text;
+  KernelOptions forced;
   int reps = 10, warmup = 2;
   bool quick = false, forward_only = false;
   std::vector<Case> shapes;
@@ -166,6 +183,14 @@ int main(int argc, char** argv) {
     else if (a == "--warmup") warmup = std::atoi(next().c_str());
     else if (a == "--quick") quick = true;
     else if (a == "--forward-only") forward_only = true;
+    else if (a == "--tiles") {
+      tiles_text = next();
+      if (!parse_tiles(tiles_text, &forced)) {
+        std::fprintf(stderr, "gna-kernel-bench: --tiles '%s' is not Q:KV (axes joined by 'x', "
+                     "e.g. 1x8x8:1x8x8)\n", tiles_text.c_str());
+        return 2;
+      }
+    }
     else if (a == "--shape") {
       Case c;
       const std::string text = next();
@@ -179,9 +204,11 @@ int main(int argc, char** argv) {
       std::printf(
           "usage: gna-kernel-bench [--cases a,b] [--backends portable,...] [--reps N] [--warmup N]\n"
           "                        [--quick] [--forward-only] [--json file]\n"
-          "                        [--shape EXTENTS:WINDOW:STRIDE:HEADS]...\n"
+          "                        [--shape EXTENTS:WINDOW:STRIDE:HEADS]... [--tiles Q:KV]\n"
           "  --shape adds a bf16 d128 case (e.g. 128x128:128x128:1x1:16); with --shape and no\n"
-          "  --cases only the --shape cases run.\n");
+          "  --cases only the --shape cases run. --tiles forces the Q and KV tile shapes of every\n"
+          "  call (e.g. 1x8x8:1x8x8; the portable backward runs its 64-key variant for KV tiles\n"
+          "  of at most 64 tokens at head dim 128).\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -242,11 +269,13 @@ int main(int argc, char** argv) {
     for (const std::string& be : backends) {
       CallOptions opt;
       opt.backend = be;
+      opt.kernel = forced;
+      const std::string label = tiles_text.empty() ? be : be + " (tiles " + tiles_text + ")";
       try {
         TensorRef out = o.ref, l = lse.ref;
         const double ms = median_ms([&] { attention_forward(params, in, out, &l, opt); }, warmup, reps);
         CHECK(cudaDeviceSynchronize());
-        rows.push_back({c.name, be, "forward", ms, flops / ms / 1e9, "TFLOP/s"});
+        rows.push_back({c.name, label, "forward", ms, flops / ms / 1e9, "TFLOP/s"});
       } catch (const Error& e) {
         std::printf("# %s forward on %s: %s\n", c.name.c_str(), be.c_str(), e.what());
       }
@@ -256,7 +285,7 @@ int main(int argc, char** argv) {
         const double ms = median_ms(
             [&] { attention_backward(params, in, o.ref, lse.ref, d_o.ref, g, opt); }, warmup, reps);
         CHECK(cudaDeviceSynchronize());
-        rows.push_back({c.name, be, "backward", ms, 2.5 * flops / ms / 1e9, "TFLOP/s"});
+        rows.push_back({c.name, label, "backward", ms, 2.5 * flops / ms / 1e9, "TFLOP/s"});
       } catch (const Error& e) {
         std::printf("# %s backward on %s: %s\n", c.name.c_str(), be.c_str(), e.what());
       }

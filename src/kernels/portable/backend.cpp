@@ -66,10 +66,14 @@ bool supports_problem(const Problem& p, const AttentionTensors& in, const Kernel
   const int cc = compute_capability(in.q.device);
   if (cc < 80) return refuse(why, str("device compute capability ", cc / 10, ".", cc % 10,
                                       " not supported (needs 8.0 or newer)"));
-  // The smallest kernel variant must fit (the forward falls back to 64-row Q tiles).
+  // The smallest kernel variant must fit (the forward falls back to 64-row Q tiles, the backward
+  // to 64-key KV tiles where that variant exists).
   const int limit = shared_limit(in.q.device);
-  const int need = forward ? forward_shared_bytes(p.dim_qk, p.dim_v, 64)
-                           : backward_shared_bytes(p.dim_qk, p.dim_v);
+  const int need =
+      forward ? forward_shared_bytes(p.dim_qk, p.dim_v, 64)
+              : backward_shared_bytes(p.dim_qk, p.dim_v,
+                                      backward_small_variant(p.dim_qk, p.dim_v) ? kBackwardRowsKVSmall
+                                                                               : kBackwardRowsKV);
   if (limit > 0 && need > limit)
     return refuse(why, str(forward ? "forward" : "backward", " at head dims ", p.dim_qk, "/",
                            p.dim_v, " needs ", need, " bytes of shared memory per block, the device allows ",
@@ -102,6 +106,11 @@ bool supports_problem(const Problem& p, const AttentionTensors& in, const Kernel
       return refuse(why, str("query tile volume ", opt.q_tile.volume(p.rank), " needs ", wide,
                              " bytes of shared memory per block, the device allows ", limit,
                              " (at most 64 tokens here)"));
+    const int wide_backward = backward_shared_bytes(p.dim_qk, p.dim_v, kBackwardRowsKV);
+    if (!forward && !backward_runs_small(p, opt.kv_tile) && limit > 0 && wide_backward > limit)
+      return refuse(why, str("key/value tile volume ", opt.kv_tile.volume(p.rank), " needs ",
+                             wide_backward, " bytes of shared memory per block, the device allows ",
+                             limit, " (at most ", kBackwardRowsKVSmall, " tokens here)"));
   }
   return true;
 }
@@ -119,11 +128,6 @@ Backend make_backend() {
 }
 
 bool opt_forced(const KernelOptions& opt) { return opt.q_tile.size[0] != 0 || opt.kv_tile.size[0] != 0; }
-
-TilePlan tiles(const Problem& p, const KernelOptions& opt, int rows_q, int rows_kv) {
-  if (opt_forced(opt)) return score_tiles(p, opt.q_tile, opt.kv_tile);
-  return choose_tiles(p, rows_q, rows_kv);
-}
 
 }  // namespace
 
@@ -159,8 +163,16 @@ TilePlan forward_tiles(const Problem& p, const KernelOptions& options, int share
   return choose_forward_tiles(p);
 }
 
-TilePlan backward_tiles(const Problem& p, const KernelOptions& options) {
-  return tiles(p, options, kBackwardRowsQ, kBackwardRowsKV);
+bool backward_runs_small(const Problem& p, const TileShape& kv) {
+  return backward_small_variant(p.dim_qk, p.dim_v) && kv.volume(p.rank) <= kBackwardRowsKVSmall;
+}
+
+TilePlan backward_tiles(const Problem& p, const KernelOptions& options, int shared_limit) {
+  if (opt_forced(options)) return score_tiles(p, options.q_tile, options.kv_tile);
+  if (shared_limit > 0 && backward_small_variant(p.dim_qk, p.dim_v) &&
+      backward_shared_bytes(p.dim_qk, p.dim_v, kBackwardRowsKV) > shared_limit)
+    return choose_tiles(p, kBackwardRowsQ, kBackwardRowsKVSmall);
+  return choose_tiles(p, kBackwardRowsQ, kBackwardRowsKV);
 }
 
 void forward(const ForwardCall& call) {
@@ -179,7 +191,7 @@ void forward(const ForwardCall& call) {
 }
 
 void backward(const BackwardCall& call) {
-  const TilePlan plan = backward_tiles(call.problem, call.options);
+  const TilePlan plan = backward_tiles(call.problem, call.options, shared_limit(call.in.q.device));
   const Problem& p = call.problem;
   const bool f16 = p.dtype == DType::f16;
   bool launched = false;

@@ -5,7 +5,7 @@ namespace gna::portable {
 
 bool launch_backward_bf16_d32(const BackwardCall& call, const TilePlan& plan) {
   const int dv = call.problem.dim_v;
-  if (dv == 32) { launch_backward<__nv_bfloat16, 32, 32>(call, plan); return true; }
+  if (dv == 32) { launch_backward_variant<__nv_bfloat16, 32, 32>(call, plan); return true; }
   return false;
 }
 

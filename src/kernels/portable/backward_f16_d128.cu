@@ -5,8 +5,8 @@ namespace gna::portable {
 
 bool launch_backward_f16_d128(const BackwardCall& call, const TilePlan& plan) {
   const int dv = call.problem.dim_v;
-  if (dv == 128) { launch_backward<__half, 128, 128>(call, plan); return true; }
-  if (dv == 64) { launch_backward<__half, 128, 64>(call, plan); return true; }
+  if (dv == 128) { launch_backward_variant<__half, 128, 128>(call, plan); return true; }
+  if (dv == 64) { launch_backward_variant<__half, 128, 64>(call, plan); return true; }
   return false;
 }
 

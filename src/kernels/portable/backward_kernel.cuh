@@ -25,7 +25,9 @@
 
 namespace gna::portable {
 
-constexpr int kBackwardWarps = kBackwardRowsKV / 16;  // 16 keys per warp
+// 16 keys per warp: 8 warps for the 128-key KV tiles, 4 for the 64-key ones of the variant that
+// fits 99 KB of shared memory.
+constexpr int backward_warps(int rows_kv) { return rows_kv / 16; }
 // A spatial CTA whose box spans at most this many Q tiles along every axis tabulates, per axis
 // and offset in the box, the axis's pair class (bits 0-1) and whether the Q tile's rows along it
 // are all inside the group (bit 2); an item's class and rows-valid flag combine its axes' entries.
@@ -51,9 +53,11 @@ struct BackwardParams {
   float* dq_accum;     // [B, tokens, Hq, Dqk] fp32, unscaled
 };
 
-template <int D, int DV>
+// STAGES Q / dO stages: 2 (the next item loads during the current one) or 1 (it loads during
+// the dQ phase, which reads neither).
+template <int D, int DV, int RK_ = kBackwardRowsKV, int STAGES = 2>
 struct BackwardSmem {
-  static constexpr int RQ = kBackwardRowsQ, RK = kBackwardRowsKV;
+  static constexpr int RQ = kBackwardRowsQ, RK = RK_;
   using QTile = SmemTile<RQ, D>;
   using OTile = SmemTile<RQ, DV>;  // dO
   using KTile = SmemTile<RK, D>;
@@ -61,12 +65,12 @@ struct BackwardSmem {
   using STile = SmemTile<RK, RQ>;  // dS^T [key][query]
   static constexpr int kK = 0;
   static constexpr int kV = kK + KTile::kBytes;
-  static constexpr int kQ = kV + VTile::kBytes;                 // 2 stages
-  static constexpr int kO = kQ + 2 * QTile::kBytes;              // 2 stages
-  static constexpr int kS = kO + 2 * OTile::kBytes;
-  static constexpr int kLse = kS + STile::kBytes;                // 2 stages x RQ floats
-  static constexpr int kDelta = kLse + 2 * 4 * RQ;               // 2 stages x RQ floats
-  static constexpr int kQRows = kDelta + 2 * 4 * RQ;             // packed row offsets
+  static constexpr int kQ = kV + VTile::kBytes;                 // STAGES stages
+  static constexpr int kO = kQ + STAGES * QTile::kBytes;         // STAGES stages
+  static constexpr int kS = kO + STAGES * OTile::kBytes;
+  static constexpr int kLse = kS + STile::kBytes;                // STAGES x RQ floats
+  static constexpr int kDelta = kLse + STAGES * 4 * RQ;          // STAGES x RQ floats
+  static constexpr int kQRows = kDelta + STAGES * 4 * RQ;        // packed row offsets
   static constexpr int kKVRows = kQRows + 4 * RQ;
   static constexpr int kQDelta = kKVRows + 4 * RK;               // byte deltas per Q row
   static constexpr int kODelta = kQDelta + 8 * RQ;
@@ -129,11 +133,11 @@ __device__ __noinline__ BackwardItem backward_item_from_rule(const BackwardParam
 // apart); zero fill for rows outside the group, unless rows_valid says there are none. The
 // thread index is read afresh so that these values are rebuilt per call rather than held in
 // registers through the GEMMs.
-template <typename Tile, int CHUNKS, typename T>
+template <typename Tile, int CHUNKS, int WARPS, typename T>
 __device__ __forceinline__ void load_q_rows(const T* first, const int64_t* delta, uint32_t base,
                                             const GroupGeometry& geo, const int* q_base,
                                             const uint32_t* q_rows, bool rows_valid) {
-  constexpr int kThreads = kBackwardWarps * 32;
+  constexpr int kThreads = WARPS * 32;
   constexpr int kStep = kThreads / CHUNKS;
   static_assert(kStep % 8 == 0, "row step must keep the swizzle phase");
   const int tid = thread_index();
@@ -157,12 +161,13 @@ __device__ __forceinline__ void load_q_rows(const T* first, const int64_t* delta
   }
 }
 
-template <typename T, int D, int DV>
-__global__ void __launch_bounds__(kBackwardWarps * 32, 1)
+template <typename T, int D, int DV, int RK, int STAGES>
+__global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
     fused_backward_kernel(const __grid_constant__ BackwardParams<T> P) {
   extern __shared__ __align__(128) char smem[];
-  using Smem = BackwardSmem<D, DV>;
-  constexpr int RQ = kBackwardRowsQ, RK = kBackwardRowsKV;
+  using Smem = BackwardSmem<D, DV, RK, STAGES>;
+  constexpr int RQ = kBackwardRowsQ;
+  constexpr int kWarps = backward_warps(RK);
   const Problem& p = P.p;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g4 = lane / 4, t4 = lane % 4;
@@ -371,9 +376,9 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 1)
     const int64_t tokens = p.tokens();
     const uint32_t q_s = smem_address(smem + Smem::kQ + s * Smem::QTile::kBytes);
     const uint32_t o_s = smem_address(smem + Smem::kO + s * Smem::OTile::kBytes);
-    load_q_rows<typename Smem::QTile, D / 8>(P.q.data + q_first, q_delta, q_s, it.geo, it.q_base, q_rows,
+    load_q_rows<typename Smem::QTile, D / 8, kWarps>(P.q.data + q_first, q_delta, q_s, it.geo, it.q_base, q_rows,
                                              it.rows_valid);
-    load_q_rows<typename Smem::OTile, DV / 8>(P.d_o.data + o_first, o_delta, o_s, it.geo, it.q_base, q_rows,
+    load_q_rows<typename Smem::OTile, DV / 8, kWarps>(P.d_o.data + o_first, o_delta, o_s, it.geo, it.q_base, q_rows,
                                               it.rows_valid);
     for (int r = tid; r < RQ; r += blockDim.x) {
       int ig[kMaxRank];
@@ -411,17 +416,25 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 1)
   const auto c_kT = Smem::KTile::lean_cursor(lane_t, c_t);
   const auto c_sT = Smem::STile::lean_cursor(lane_b, c_b);
   int stage = 0;
-  while (i < total) {
-    int next;
-    Pos next_pos = pos;
-    {
-      Item nxt;
-      advance(next_pos);
-      next = next_item(i + 1, next_pos, nxt);
-      if (next < total) load_item(nxt, stage ^ 1);
-    }
+  // The next item (and its position) is found where its loads are issued: at the top with two
+  // stages, after the dS^T barrier with one.
+  auto find_and_load_next = [&](Pos& next_pos, int into) {
+    Item nxt;
+    advance(next_pos);
+    const int n = next_item(i + 1, next_pos, nxt);
+    if (n < total) load_item(nxt, into);
     cp_async_commit();
-    cp_async_wait<1>();
+    return n;
+  };
+  while (i < total) {
+    int next = total;
+    Pos next_pos = pos;
+    if constexpr (STAGES == 2) {
+      next = find_and_load_next(next_pos, stage ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
     __syncthreads();
     const uint32_t q_s = smem_address(smem + Smem::kQ + stage * Smem::QTile::kBytes);
     const uint32_t o_s = smem_address(smem + Smem::kO + stage * Smem::OTile::kBytes);
@@ -533,14 +546,15 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 1)
         }
       }
     }
-    __syncthreads();  // dS^T complete
+    __syncthreads();  // dS^T complete; Q, dO, LSE and delta of this stage no longer read
+    if constexpr (STAGES == 1) next = find_and_load_next(next_pos, 0);
 
     // dQ = dS K over the 128 keys: warp w adds queries 16 (w % 4).. and the columns of half
     // w / 4, in chunks of at most 64, atomically.
     {
       constexpr int kQBlocks = RQ / 16;
       const int qblock = warp % kQBlocks;
-      constexpr int kCols = D / (kBackwardWarps / kQBlocks);
+      constexpr int kCols = D / (kWarps / kQBlocks);
       const int col_first = (warp / kQBlocks) * kCols;
       bool qvalid[2];
       int64_t qrow_off[2];
@@ -609,7 +623,7 @@ __global__ void __launch_bounds__(kBackwardWarps * 32, 1)
       }
     }
     __syncthreads();  // dS^T and this stage are reused
-    stage ^= 1;
+    if constexpr (STAGES == 2) stage ^= 1;
     i = next;
     pos = next_pos;
     if (i < total) decode(i, pos, cur);

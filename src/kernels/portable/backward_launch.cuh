@@ -10,7 +10,9 @@
 
 namespace gna::portable {
 
-template <typename T, int D, int DV>
+// RK keys per KV tile (128, or 64 for the variant that fits 99 KB of shared memory, with
+// STAGES = 1).
+template <typename T, int D, int DV, int RK = kBackwardRowsKV, int STAGES = 2>
 void launch_backward(const BackwardCall& call, const TilePlan& plan) {
   const Problem& p = call.problem;
   cudaStream_t stream = static_cast<cudaStream_t>(call.stream);
@@ -57,17 +59,30 @@ void launch_backward(const BackwardCall& call, const TilePlan& plan) {
 
   cuda::launch_backward_delta(p, call.out, call.d_out, call.lse, delta, nullptr, stream);
 
-  using Smem = BackwardSmem<D, DV>;
-  auto kernel = fused_backward_kernel<T, D, DV>;
+  using Smem = BackwardSmem<D, DV, RK, STAGES>;
+  auto kernel = fused_backward_kernel<T, D, DV, RK, STAGES>;
   GNA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Smem::kBytes));
-  const int add_tiles = (p.additional_kv + kBackwardRowsKV - 1) / kBackwardRowsKV;
+  const int add_tiles = (p.additional_kv + RK - 1) / RK;
   const dim3 grid(P.kv_tiles_total + add_tiles, p.batch * p.heads_kv, P.groups);
-  kernel<<<grid, kBackwardWarps * 32, Smem::kBytes, stream>>>(P);
+  kernel<<<grid, backward_warps(RK) * 32, Smem::kBytes, stream>>>(P);
   GNA_CUDA_CHECK_LAUNCH();
 
   cuda::launch_dq_from_accumulator(p, accum, call.dq, P.scale, stream);
   cuda::scratch_free(delta, stream);
   cuda::scratch_free(accum, stream);
+}
+
+// The 128-key kernel, or the 64-key one with one stage where backward_runs_small says so (only
+// the head dims that have it instantiate it).
+template <typename T, int D, int DV>
+void launch_backward_variant(const BackwardCall& call, const TilePlan& plan) {
+  if constexpr (backward_small_variant(D, DV)) {
+    if (backward_runs_small(call.problem, plan.kv)) {
+      launch_backward<T, D, DV, kBackwardRowsKVSmall, 1>(call, plan);
+      return;
+    }
+  }
+  launch_backward<T, D, DV>(call, plan);
 }
 
 }  // namespace gna::portable

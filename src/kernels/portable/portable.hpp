@@ -21,12 +21,21 @@ bool supports_backward(const BackwardCall& call, std::string* why);
 // shared_limit (bytes per block the device allows, 0: no limit) rules out 128-row Q tiles
 // whose kernel does not fit.
 TilePlan forward_tiles(const Problem& p, const KernelOptions& options, int shared_limit = 0);
-TilePlan backward_tiles(const Problem& p, const KernelOptions& options);
+TilePlan backward_tiles(const Problem& p, const KernelOptions& options, int shared_limit = 0);
 
-// Shared memory per CTA of the kernels (0 for head dims without a kernel): the forward with
-// Q tiles of rows_q rows, the backward.
+// The backward's 64-key variant (one Q / dO stage) exists for the head dims whose 128-key kernel
+// needs more than 99 KB of shared memory per block (sm_86 / sm_89 / sm_120 allow 99 KB). It runs
+// when the 128-key kernel does not fit the device, or when the caller forces a KV tile of at
+// most 64 tokens.
+constexpr bool backward_small_variant(int dim_qk, int dim_v) {
+  return (dim_qk == 128 && (dim_v == 128 || dim_v == 64)) || (dim_qk == 64 && dim_v == 128);
+}
+bool backward_runs_small(const Problem& p, const TileShape& kv);
+
+// Shared memory per CTA of the kernels (0 for head dims without that kernel): the forward with
+// Q tiles of rows_q rows, the backward with KV tiles of rows_kv keys.
 int forward_shared_bytes(int dim_qk, int dim_v, int rows_q);
-int backward_shared_bytes(int dim_qk, int dim_v);
+int backward_shared_bytes(int dim_qk, int dim_v, int rows_kv = kBackwardRowsKV);
 
 void forward(const ForwardCall& call);
 void backward(const BackwardCall& call);

@@ -24,7 +24,16 @@ int forward_shared_bytes(int dim_qk, int dim_v, int rows_q) {
   return 0;
 }
 
-int backward_shared_bytes(int dim_qk, int dim_v) {
+int backward_shared_bytes(int dim_qk, int dim_v, int rows_kv) {
+  constexpr int kSmall = kBackwardRowsKVSmall;
+  if (rows_kv == kSmall) {
+    if (!backward_small_variant(dim_qk, dim_v)) return 0;
+    if (dim_qk == 64 && dim_v == 128) return BackwardSmem<64, 128, kSmall, 1>::kBytes;
+    if (dim_qk == 128 && dim_v == 64) return BackwardSmem<128, 64, kSmall, 1>::kBytes;
+    if (dim_qk == 128 && dim_v == 128) return BackwardSmem<128, 128, kSmall, 1>::kBytes;
+    return 0;
+  }
+  if (rows_kv != kBackwardRowsKV) return 0;
   if (dim_qk == 32 && dim_v == 32) return BackwardSmem<32, 32>::kBytes;
   if (dim_qk == 64 && dim_v == 64) return BackwardSmem<64, 64>::kBytes;
   if (dim_qk == 64 && dim_v == 128) return BackwardSmem<64, 128>::kBytes;

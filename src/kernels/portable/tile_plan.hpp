@@ -11,8 +11,9 @@
 
 namespace gna::portable {
 
-// Rows of the backward kernel's tiles (its CTA keeps a KV tile and walks 64-row Q tiles).
-constexpr int kBackwardRowsQ = 64, kBackwardRowsKV = 128;
+// Rows of the backward kernel's tiles (its CTA keeps a KV tile and walks 64-row Q tiles); the
+// variant for devices with 99 KB of shared memory per block keeps 64-key KV tiles.
+constexpr int kBackwardRowsQ = 64, kBackwardRowsKV = 128, kBackwardRowsKVSmall = 64;
 
 struct TilePlan {
   TileShape q;
