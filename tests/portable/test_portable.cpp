@@ -28,16 +28,16 @@ void sweep(int rank, int configs) {
   std::mt19937_64 rng(seed + 17 * rank);
   const bool backward = portable_backward_available();
   ConfigLimits lim;
-  int failures = 0, checked = 0, wide = 0, small_backward = 0;
+  int failures = 0, checked = 0, wide = 0, small_backward = 0, wide_backward = 0;
   for (int i = 0; i < configs && failures < 5; ++i, ++checked) {
     const Config c = random_config(rng, rank, lim);
     Case f16;
     f16.build(c, DType::f16, rng, backward);
     // Every other configuration forces the best 64-row Q / 64-token KV tiles, so that both
-    // forward variants (64- and 128-row Q tiles) and both backward variants (128-key KV tiles,
-    // and 64 keys with one stage where the head dims have that variant) are covered whatever
-    // the tile choice prefers.
-    KernelOptions forward_options;
+    // forward variants (64- and 128-row Q tiles) and the backward's 64-key variant (where the
+    // head dims have it) run whatever the tile choice prefers; every fourth forces the best
+    // 128-token KV tiles on the backward, so that its 128-key kernel runs too.
+    KernelOptions forward_options, backward_options;
     {
       TensorRef storage[5];
       const Problem p = make_problem(c.params, f16.device_inputs(storage));
@@ -45,32 +45,41 @@ void sweep(int rank, int configs) {
         const portable::TilePlan t = portable::choose_tiles(p, 64, 64);
         forward_options.q_tile = t.q;
         forward_options.kv_tile = t.kv;
-        if (backward && portable::backward_runs_small(p, t.kv)) ++small_backward;
-      } else if (portable::forward_tiles(p, forward_options).q.volume(rank) > 64) {
-        ++wide;
+        backward_options = forward_options;
+      } else if (i % 4 == 2) {
+        const portable::TilePlan t = portable::choose_tiles(p, 64, 128);
+        backward_options.q_tile = t.q;
+        backward_options.kv_tile = t.kv;
+      }
+      if (i % 2 == 0 && portable::forward_tiles(p, forward_options).q.volume(rank) > 64) ++wide;
+      if (backward) {
+        const portable::TilePlan b = portable::backward_tiles(p, backward_options);
+        ++(portable::backward_runs_small(p, b.kv) ? small_backward : wide_backward);
       }
     }
     Case bf16;
     bf16.copy_as(f16, DType::bf16);
     for (Case* cs : {&f16, &bf16}) {
       std::string err = cs->check_forward("portable", forward_options);
-      if (backward) err += cs->check_backward("portable", forward_options);
+      if (backward) err += cs->check_backward("portable", backward_options);
       if (!err.empty()) {
         ++failures;
         ADD_FAILURE() << dtype_name(cs->q.dtype) << " config " << i << ": " << c.describe()
-                      << (i % 2 ? " (64-token tiles forced)" : "") << ": " << err
+                      << (i % 2 ? " (64-token tiles forced)" : i % 4 == 2 ? " (128-token backward KV tiles forced)" : "") << ": " << err
                       << " (GNA_TEST_SEED=" << seed << ")";
       }
     }
   }
   std::printf("rank %d: %d random configurations x {f16, bf16}, forward%s (%d of the "
-              "unforced half with 128-row Q tiles, %d backward runs of the 64-key variant), "
-              "seed %llu\n",
-              rank, checked, backward ? " and backward" : "", wide, small_backward,
+              "unforced half with 128-row Q tiles; backward: %d runs of the 64-key variant, %d of "
+              "the 128-key kernel), seed %llu\n",
+              rank, checked, backward ? " and backward" : "", wide, small_backward, wide_backward,
               static_cast<unsigned long long>(seed));
   if (checked >= 100) EXPECT_GT(wide, 0) << "no configuration ran the 128-row forward";
-  if (checked >= 100 && backward)
+  if (checked >= 100 && backward) {
     EXPECT_GT(small_backward, 0) << "no configuration ran the 64-key backward";
+    EXPECT_GT(wide_backward, 0) << "no configuration ran the 128-key backward";
+  }
 }
 
 TEST(Portable, Rank1) { sweep(1, configs_per_rank(500)); }

@@ -139,6 +139,20 @@ TEST(PortableSharedMemory, BackwardTilesFallBackToWhatFits) {
   EXPECT_EQ(backward_tiles(p, none, 101376).kv.volume(3), kBackwardRowsKV);
 }
 
+// Where the best 128-key tiles leave partial pairs (neighborhood attention), the 64-key variant
+// runs even when the 128-key kernel fits; dense and perfectly block-sparse problems keep 128 keys.
+TEST(PortableSharedMemory, BackwardSmallVariantForPartialPairs) {
+  Problem na = make(3, {30, 48, 80}, {18, 24, 24}, {1, 1, 1});
+  na.dim_qk = na.dim_v = 128;
+  ASSERT_GT(choose_tiles(na, kBackwardRowsQ, kBackwardRowsKV).partial_pairs, 0);
+  const TilePlan t = backward_tiles(na, KernelOptions{}, 232448);
+  EXPECT_EQ(t.kv.volume(3), kBackwardRowsKVSmall);
+  EXPECT_TRUE(backward_runs_small(na, t.kv));
+  Problem dense = make(2, {128, 128}, {128, 128}, {1, 1});
+  dense.dim_qk = dense.dim_v = 128;
+  EXPECT_EQ(backward_tiles(dense, KernelOptions{}, 232448).kv.volume(2), kBackwardRowsKV);
+}
+
 TEST(PortableSharedMemory, ForwardTilesFallBackToWhatFits) {
   Problem p = make(2, {128, 128}, {128, 128}, {1, 1});
   p.dim_qk = p.dim_v = 128;

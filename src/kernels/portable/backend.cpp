@@ -169,10 +169,12 @@ bool backward_runs_small(const Problem& p, const TileShape& kv) {
 
 TilePlan backward_tiles(const Problem& p, const KernelOptions& options, int shared_limit) {
   if (opt_forced(options)) return score_tiles(p, options.q_tile, options.kv_tile);
-  if (shared_limit > 0 && backward_small_variant(p.dim_qk, p.dim_v) &&
-      backward_shared_bytes(p.dim_qk, p.dim_v, kBackwardRowsKV) > shared_limit)
-    return choose_tiles(p, kBackwardRowsQ, kBackwardRowsKVSmall);
-  return choose_tiles(p, kBackwardRowsQ, kBackwardRowsKV);
+  const TilePlan wide = choose_tiles(p, kBackwardRowsQ, kBackwardRowsKV);
+  if (!backward_small_variant(p.dim_qk, p.dim_v)) return wide;
+  const bool fits = shared_limit <= 0 ||
+                    backward_shared_bytes(p.dim_qk, p.dim_v, kBackwardRowsKV) <= shared_limit;
+  if (fits && wide.partial_pairs == 0) return wide;
+  return choose_tiles(p, kBackwardRowsQ, kBackwardRowsKVSmall);
 }
 
 void forward(const ForwardCall& call) {
