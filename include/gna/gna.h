@@ -10,7 +10,7 @@
 extern "C" {
 #endif
 
-#define GNA_ABI_VERSION 1
+#define GNA_ABI_VERSION 2
 #define GNA_MAX_RANK 3
 #define GNA_MAX_TENSOR_RANK 8
 
@@ -91,6 +91,10 @@ gna_status gna_select_backend(const gna_params* params, const gna_tensor* q, con
 /* Exact merge of count partial outputs by their logsumexp (host float32/float64). */
 gna_status gna_merge_attentions(int32_t count, const gna_tensor* outputs, const gna_tensor* lses,
                                 gna_tensor* out, gna_tensor* lse_out);
+
+/* Gives back the scratch memory the GPU backends keep between calls (gna::release_cached_memory;
+ * since ABI version 2). */
+gna_status gna_release_cached_memory(void);
 
 /* Sliding Tile Attention: per-axis extent, tile and window (tokens) to GNA parameters. */
 gna_status gna_sta_params(int32_t rank, const int32_t* extent, const int32_t* tile,

@@ -42,4 +42,10 @@ std::string select_backward_backend(const AttentionParams& params, const Attenti
 
 std::vector<std::string> backend_names();
 
+// The GPU backends keep their scratch memory (the backward's fp32 dQ accumulator, 4 bytes per
+// query element, and per-row statistics) in a pool between calls, so that a training step does
+// not map and unmap it each time. This waits for the devices that have such a pool and gives the
+// memory back; later calls allocate again. Nothing to do without CUDA.
+void release_cached_memory();
+
 }  // namespace gna

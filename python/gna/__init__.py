@@ -4,7 +4,8 @@ Without torch installed, `import gna` still provides the simulator (gna.simulate
 gna.end_to_end_speedup) and the library's metadata; the attention functions then raise an
 ImportError that says so.
 """
-from ._lib import UnsupportedError, GnaRuntimeError, abi_version, backend_names, library_path
+from ._lib import (UnsupportedError, GnaRuntimeError, abi_version, backend_names, library_path,
+                   release_cached_memory)
 from .simulator import end_to_end_speedup, simulate, stride_sweep
 
 __version__ = "0.1.0"
@@ -30,4 +31,5 @@ else:
                           NeighborhoodAttention3D)
 
 __all__ = ["simulate", "stride_sweep", "end_to_end_speedup", "backend_names", "abi_version", "library_path",
+           "release_cached_memory",
            "UnsupportedError", "GnaRuntimeError", *_TORCH_NAMES]

@@ -140,6 +140,8 @@ lib.gna_last_error.restype = ctypes.c_char_p
 lib.gna_last_error.argtypes = []
 lib.gna_backend_names.restype = ctypes.c_char_p
 lib.gna_backend_names.argtypes = []
+lib.gna_release_cached_memory.restype = _status
+lib.gna_release_cached_memory.argtypes = []
 
 _T = _P(Tensor)
 lib.gna_validate.restype = _status
@@ -191,6 +193,12 @@ def abi_version():
 def backend_names():
     """Names of the backends built into the library, highest priority first."""
     return lib.gna_backend_names().decode().split()
+
+
+def release_cached_memory():
+    """Gives back the scratch memory the GPU backends keep between calls (the backward's fp32 dQ
+    accumulator and row statistics); waits for the GPUs first. Later calls allocate again."""
+    check(lib.gna_release_cached_memory())
 
 
 def int_array(values):

@@ -178,6 +178,10 @@ gna_status gna_merge_attentions(int32_t count, const gna_tensor* outputs, const 
   });
 }
 
+gna_status gna_release_cached_memory(void) {
+  return guarded([&] { gna::release_cached_memory(); });
+}
+
 gna_status gna_sta_params(int32_t rank, const int32_t* extent, const int32_t* tile,
                           const int32_t* window, gna_params* params) {
   return guarded([&] {

@@ -1,5 +1,7 @@
 #include "kernels/common/scratch.hpp"
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -9,9 +11,10 @@
 namespace gna::cuda {
 namespace {
 
+std::mutex mu;
+std::map<int, cudaMemPool_t> pools;
+
 cudaMemPool_t pool_of_current_device() {
-  static std::mutex mu;
-  static std::map<int, cudaMemPool_t> pools;
   int device = 0;
   GNA_CUDA_CHECK(cudaGetDevice(&device));
   std::lock_guard<std::mutex> lock(mu);
@@ -31,14 +34,40 @@ cudaMemPool_t pool_of_current_device() {
 
 }  // namespace
 
-void* scratch_alloc(size_t bytes, cudaStream_t stream) {
+void* scratch_alloc(size_t bytes, void* stream) {
   void* ptr = nullptr;
-  GNA_CUDA_CHECK(cudaMallocFromPoolAsync(&ptr, bytes > 0 ? bytes : 1, pool_of_current_device(), stream));
+  GNA_CUDA_CHECK(cudaMallocFromPoolAsync(&ptr, bytes > 0 ? bytes : 1, pool_of_current_device(),
+                                         static_cast<cudaStream_t>(stream)));
   return ptr;
 }
 
-void scratch_free(void* ptr, cudaStream_t stream) {
-  if (ptr != nullptr) GNA_CUDA_CHECK(cudaFreeAsync(ptr, stream));
+void scratch_free(void* ptr, void* stream) {
+  if (ptr != nullptr) GNA_CUDA_CHECK(cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream)));
+}
+
+void scratch_release() {
+  std::lock_guard<std::mutex> lock(mu);
+  if (pools.empty()) return;  // nothing allocated (also: no device to ask)
+  int current = 0;
+  GNA_CUDA_CHECK(cudaGetDevice(&current));
+  for (const auto& [device, pool] : pools) {
+    // Stream-ordered frees count as done only once they have run.
+    GNA_CUDA_CHECK(cudaSetDevice(device));
+    GNA_CUDA_CHECK(cudaDeviceSynchronize());
+    GNA_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+  }
+  GNA_CUDA_CHECK(cudaSetDevice(current));
+}
+
+size_t scratch_reserved_bytes() {
+  int device = 0;
+  GNA_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = pools.find(device);
+  if (it == pools.end()) return 0;
+  uint64_t bytes = 0;
+  GNA_CUDA_CHECK(cudaMemPoolGetAttribute(it->second, cudaMemPoolAttrReservedMemCurrent, &bytes));
+  return static_cast<size_t>(bytes);
 }
 
 }  // namespace gna::cuda
