@@ -6,7 +6,10 @@
 //   dV += P^T dO, dK += dS^T Q (registers),
 // and 16 queries x half the columns of dQ += dS K over all 128 keys (fp32 atomics into a
 // buffer): 128 keys per CTA halve the Q / dO loads and the dQ additions per FLOP against 64.
-// One CTA per SM (about 150 KB of shared memory).
+// One CTA per SM (about 150 KB of shared memory at head dim 128).
+// The variant with 64-key tiles (RK = 64: 4 warps, each adding 16 queries x all columns of dQ)
+// and one Q / dO stage fits 99 KB of shared memory; dispatch also runs it where the 128-key
+// tiles leave partial pairs (portable.hpp).
 // CTAs of additional KV tiles walk every Q tile of every dilation group.
 // Zero-filled padding rows contribute nothing (their Q, dO, K or V are zero) and are never
 // stored, so only pairs that are partial by the rule need the per-element mask.
@@ -549,8 +552,8 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
     __syncthreads();  // dS^T complete; Q, dO, LSE and delta of this stage no longer read
     if constexpr (STAGES == 1) next = find_and_load_next(next_pos, 0);
 
-    // dQ = dS K over the 128 keys: warp w adds queries 16 (w % 4).. and the columns of half
-    // w / 4, in chunks of at most 64, atomically.
+    // dQ = dS K over the CTA's keys: warp w adds queries 16 (w % 4).. and, with 8 warps, the
+    // columns of half w / 4 (with 4, every column), in chunks of at most 64, atomically.
     {
       constexpr int kQBlocks = RQ / 16;
       const int qblock = warp % kQBlocks;
