@@ -139,8 +139,9 @@ TEST(PortableSharedMemory, BackwardTilesFallBackToWhatFits) {
   EXPECT_EQ(backward_tiles(p, none, 101376).kv.volume(3), kBackwardRowsKV);
 }
 
-// Where the best 128-key tiles leave partial pairs (neighborhood attention), the 64-key variant
-// runs even when the 128-key kernel fits; dense and perfectly block-sparse problems keep 128 keys.
+// Where at least a tenth of the best 128-key tiles' pairs are partial (neighborhood attention),
+// the 64-key variant runs even when the 128-key kernel fits; dense, perfectly block-sparse and
+// nearly dense (causal) problems keep 128 keys.
 TEST(PortableSharedMemory, BackwardSmallVariantForPartialPairs) {
   Problem na = make(3, {30, 48, 80}, {18, 24, 24}, {1, 1, 1});
   na.dim_qk = na.dim_v = 128;
@@ -151,6 +152,13 @@ TEST(PortableSharedMemory, BackwardSmallVariantForPartialPairs) {
   Problem dense = make(2, {128, 128}, {128, 128}, {1, 1});
   dense.dim_qk = dense.dim_v = 128;
   EXPECT_EQ(backward_tiles(dense, KernelOptions{}, 232448).kv.volume(2), kBackwardRowsKV);
+  Problem causal = make(1, {16384}, {16384}, {1});
+  causal.axes[0].causal = true;
+  causal.dim_qk = causal.dim_v = 128;
+  const TilePlan c = choose_tiles(causal, kBackwardRowsQ, kBackwardRowsKV);
+  ASSERT_GT(c.partial_pairs, 0);
+  ASSERT_LT(c.partial_pairs, 0.1 * c.visited_pairs);
+  EXPECT_EQ(backward_tiles(causal, KernelOptions{}, 232448).kv.volume(1), kBackwardRowsKV);
 }
 
 TEST(PortableSharedMemory, ForwardTilesFallBackToWhatFits) {
