@@ -57,6 +57,15 @@ void validate(const Problem& p) {
   if (p.scale < 0.f) fail_invalid("scale must be > 0 (or 0 for 1/sqrt(dim)), got ", p.scale);
 }
 
+std::vector<int> rule_signature(const Problem& p) {
+  std::vector<int> s{p.rank};
+  for (int a = 0; a < p.rank; ++a) {
+    const AxisRule& r = p.axes[a];
+    s.insert(s.end(), {r.extent, r.window, r.dilation, r.stride, r.causal ? 1 : 0});
+  }
+  return s;
+}
+
 double mean_keys_per_query(const Problem& p) {
   // The rule is a product over axes and queries form a product grid, so the mean factorizes.
   double mean = 1.0;

@@ -63,6 +63,21 @@ TEST(TilePlan, ScoreMatchesChoice) {
   EXPECT_EQ(s.partial_pairs, t.partial_pairs);
 }
 
+// The choice is cached per rule: problems that differ in one axis parameter get their own, and
+// asking again returns the same.
+TEST(TilePlan, CachedChoiceFollowsTheRule) {
+  const Problem a = make(2, {100, 37}, {13, 9}, {3, 1});
+  Problem b = a;
+  b.axes[0].stride = 13;
+  const TilePlan ta = choose_tiles(a, 64, 64), tb = choose_tiles(b, 64, 64);
+  EXPECT_NE(ta.visited_pairs, tb.visited_pairs);
+  EXPECT_EQ(score_tiles(b, tb.q, tb.kv).visited_pairs, tb.visited_pairs);
+  const TilePlan again = choose_tiles(a, 64, 64);
+  EXPECT_EQ(again.visited_pairs, ta.visited_pairs);
+  EXPECT_EQ(again.q.volume(2), ta.q.volume(2));
+  EXPECT_NE(choose_tiles(a, 64, 128).kv.volume(2), ta.kv.volume(2));
+}
+
 // The forward picks between its 64-row and 128-row Q tiles: dense layouts take the wide one
 // (half the pairs at the same mask-free cost), and the pick is always one of the two best shapes.
 TEST(TilePlan, ForwardPicksOneOfItsTwoVariants) {

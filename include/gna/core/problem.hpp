@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gna/core/axis_rule.hpp"
 
@@ -38,6 +39,10 @@ double effective_scale(const Problem& p);
 
 // Throws gna::Error naming the axis, the parameter and the value when p is not valid.
 void validate(const Problem& p);
+
+// The rule as a key for caches of per-problem choices (tile shapes): rank, then per axis extent,
+// window, dilation, stride and causal flag.
+std::vector<int> rule_signature(const Problem& p);
 
 // Keys attended per query, averaged over queries (exact, by per-axis sums), excluding
 // additional KV tokens. For non-causal problems this is prod(window).

@@ -45,22 +45,13 @@ bool forced_shape(const TileShape& t, int rank, int tokens) {
   return any && t.volume(rank) == tokens;
 }
 
-std::vector<int> signature_of(const Problem& p) {
-  std::vector<int> s{p.rank};
-  for (int a = 0; a < p.rank; ++a) {
-    const AxisRule& r = p.axes[a];
-    s.insert(s.end(), {r.extent, r.window, r.dilation, r.stride, r.causal ? 1 : 0});
-  }
-  return s;
-}
-
 }  // namespace
 
 BwdTiles choose_backward_tiles(const Problem& p, const KernelOptions& options) {
   // Forced tiles (options) are honoured when their volumes are the backward's.
   const bool fq = forced_shape(options.q_tile, p.rank, kBwdQRows);
   const bool fkv = forced_shape(options.kv_tile, p.rank, kBwdKvRows);
-  std::vector<int> key = signature_of(p);
+  std::vector<int> key = rule_signature(p);
   for (int a = 0; a < p.rank; ++a)
     key.insert(key.end(), {fq ? options.q_tile.size[a] : 0, fkv ? options.kv_tile.size[a] : 0});
   static std::mutex mu;

@@ -65,15 +65,6 @@ double choice_cost(const TileChoice& c) {
 
 using Signature = std::vector<int>;
 
-Signature signature_of(const Problem& p) {
-  Signature s{p.rank};
-  for (int a = 0; a < p.rank; ++a) {
-    const AxisRule& r = p.axes[a];
-    s.insert(s.end(), {r.extent, r.window, r.dilation, r.stride, r.causal ? 1 : 0});
-  }
-  return s;
-}
-
 }  // namespace
 
 std::vector<TileChoice> ranked_tiles(const Problem& p, const KernelOptions& options) {
@@ -100,7 +91,7 @@ std::vector<TileChoice> ranked_tiles(const Problem& p, const KernelOptions& opti
     forced.push_back(forced_q ? options.q_tile.size[a] : 0);
     forced.push_back(forced_kv ? options.kv_tile.size[a] : 0);
   }
-  const auto key = std::make_tuple(signature_of(p), forced);
+  const auto key = std::make_tuple(rule_signature(p), forced);
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = cache.find(key);
@@ -268,7 +259,7 @@ TileChoice autotuned_tiles(const ForwardCall& call) {
   const Problem& p = call.problem;
   static std::mutex mu;
   static std::map<std::vector<int>, TileChoice> cache;
-  std::vector<int> key = signature_of(p);
+  std::vector<int> key = rule_signature(p);
   key.insert(key.end(), {p.heads_q, p.heads_kv, p.batch, p.dim_qk, static_cast<int>(p.dtype),
                          p.additional_kv});
   for (int a = 0; a < p.rank; ++a)
