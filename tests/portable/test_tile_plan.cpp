@@ -105,28 +105,32 @@ TEST(TilePlan, ForcedTileValidation) {
   EXPECT_NE(why.find("axis 0: size 0"), std::string::npos) << why;
 }
 
-// The kernels' shared memory against the per-block limits: sm_80 (A100) 163 KB and sm_90
-// 227 KB hold every kernel; sm_86 / sm_89 (RTX 30 / 40, L40S) 99 KB hold the forward with
-// 64-row Q tiles and the backward with 128-key KV tiles or, where those do not fit, 64-key
-// ones, which the tile choices fall back to there.
+// The kernels' shared memory against the per-block limits (less 1 KB for the kernels' static
+// shared memory): sm_90 (227 KB) holds every kernel; sm_80 (A100, 163 KB) the forward kernels
+// and the backward with 128-key KV tiles except at head dims 128/128, where it runs the 64-key
+// variant; sm_86 / sm_89 (RTX 30 / 40, L40S, 99 KB) the forward with 64-row Q tiles and the
+// backward with 128-key KV tiles or, where those do not fit, 64-key ones, which the tile
+// choices fall back to there.
 TEST(PortableSharedMemory, KernelsFitTheDevicesTheyClaim) {
-  constexpr int kSm80 = 166912, kSm86 = 101376;
+  constexpr int kStatic = 1024;
+  constexpr int kSm90 = 232448 - kStatic, kSm80 = 166912 - kStatic, kSm86 = 101376 - kStatic;
   const int dims[][2] = {{32, 32}, {64, 64}, {128, 128}, {64, 128}, {128, 64}};
   for (const auto& d : dims) {
     const int narrow = forward_shared_bytes(d[0], d[1], 64);
     const int wide = forward_shared_bytes(d[0], d[1], 128);
     const int backward = backward_shared_bytes(d[0], d[1]);
     const int backward_small = backward_shared_bytes(d[0], d[1], kBackwardRowsKVSmall);
+    const int smallest_backward = backward_small > 0 ? std::min(backward, backward_small) : backward;
     EXPECT_GT(narrow, 0) << d[0] << "/" << d[1];
     EXPECT_GT(wide, narrow) << d[0] << "/" << d[1];
     EXPECT_LE(wide, kSm80) << d[0] << "/" << d[1];
-    EXPECT_LE(backward, kSm80) << d[0] << "/" << d[1];
+    EXPECT_LE(backward, kSm90) << d[0] << "/" << d[1];
+    EXPECT_EQ(backward <= kSm80, !(d[0] == 128 && d[1] == 128)) << d[0] << "/" << d[1];
     EXPECT_LE(narrow, kSm86) << d[0] << "/" << d[1];
     // The 64-key variant exists exactly where the 128-key backward does not fit 99 KB.
     EXPECT_EQ(backward_small_variant(d[0], d[1]), backward > kSm86) << d[0] << "/" << d[1];
     EXPECT_EQ(backward_small > 0, backward_small_variant(d[0], d[1])) << d[0] << "/" << d[1];
-    EXPECT_LE(std::min(backward, backward_small > 0 ? backward_small : backward), kSm86)
-        << d[0] << "/" << d[1];
+    EXPECT_LE(smallest_backward, kSm86) << d[0] << "/" << d[1];
   }
   // Sizes exist exactly for the head dims the backend claims.
   for (int dq : {16, 32, 64, 96, 128, 256})
@@ -150,8 +154,13 @@ TEST(PortableSharedMemory, BackwardTilesFallBackToWhatFits) {
   EXPECT_EQ(t.kv.volume(3), kBackwardRowsKVSmall);
   EXPECT_TRUE(backward_runs_small(p, t.kv));
   // Head dims whose 128-key kernel fits everywhere keep it.
-  p.dim_qk = p.dim_v = 64;
+  p.dim_qk = p.dim_v = 32;
   EXPECT_EQ(backward_tiles(p, none, 101376).kv.volume(3), kBackwardRowsKV);
+  // At head dims 128/128 the A100 (163 KB) runs the 64-key variant, the 64/64 kernel keeps 128.
+  p.dim_qk = p.dim_v = 128;
+  EXPECT_EQ(backward_tiles(p, none, 166912).kv.volume(3), kBackwardRowsKVSmall);
+  p.dim_qk = p.dim_v = 64;
+  EXPECT_EQ(backward_tiles(p, none, 166912).kv.volume(3), kBackwardRowsKV);
 }
 
 // Where at least a tenth of the best 128-key tiles' pairs are partial (neighborhood attention),

@@ -170,7 +170,7 @@ bool parse_tiles(const std::string& text, KernelOptions* k) {
 int main(int argc, char** argv) {
   std::string json_path, only, backends_arg, tiles_text;
   KernelOptions forced;
-  int reps = 10, warmup = 2;
+  int reps = 10, warmup = 2, shape_dim = 128;
   bool quick = false, forward_only = false;
   std::vector<Case> shapes;
   for (int i = 1; i < argc; ++i) {
@@ -183,6 +183,7 @@ int main(int argc, char** argv) {
     else if (a == "--warmup") warmup = std::atoi(next().c_str());
     else if (a == "--quick") quick = true;
     else if (a == "--forward-only") forward_only = true;
+    else if (a == "--head-dim") shape_dim = std::atoi(next().c_str());
     else if (a == "--tiles") {
       tiles_text = next();
       if (!parse_tiles(tiles_text, &forced)) {
@@ -204,11 +205,13 @@ int main(int argc, char** argv) {
       std::printf(
           "usage: gna-kernel-bench [--cases a,b] [--backends portable,...] [--reps N] [--warmup N]\n"
           "                        [--quick] [--forward-only] [--json file]\n"
-          "                        [--shape EXTENTS:WINDOW:STRIDE:HEADS]... [--tiles Q:KV]\n"
-          "  --shape adds a bf16 d128 case (e.g. 128x128:128x128:1x1:16); with --shape and no\n"
+          "                        [--shape EXTENTS:WINDOW:STRIDE:HEADS]... [--head-dim D]\n"
+          "                        [--tiles Q:KV]\n"
+          "  --shape adds a bf16 case (e.g. 128x128:128x128:1x1:16) of head dim D (default 128,\n"
+          "  for Q, K and V); with --shape and no\n"
           "  --cases only the --shape cases run. --tiles forces the Q and KV tile shapes of every\n"
           "  call (e.g. 1x8x8:1x8x8; the portable backward runs its 64-key variant for KV tiles\n"
-          "  of at most 64 tokens at head dim 128).\n");
+          "  of at most 64 tokens at head dims 64 and 128).\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -241,7 +244,9 @@ int main(int argc, char** argv) {
   if (quick) reps = std::min(reps, 3);
   std::vector<std::string> wanted = split(only);
   if (!shapes.empty() && wanted.empty()) wanted.push_back("");  // no built-in case, no permute
-  for (const Case& c : shapes) {
+  for (Case c : shapes) {
+    c.dim = shape_dim;
+    if (shape_dim != 128) c.name += " d" + std::to_string(shape_dim);
     cases.push_back(c);
     wanted.push_back(c.name);
   }

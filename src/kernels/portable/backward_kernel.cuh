@@ -1,15 +1,19 @@
 // Portable fused backward (mma.sync, sm_80+), KV-stationary: one CTA of 8 warps per (KV tile of
 // up to 128 tokens, batch, KV head, dilation group) keeps K and V in shared memory and walks the
 // Q tiles (64 tokens) of every query head of its GQA group whose queries attend it (the inverse
-// rule's box; empty pairs skipped, full pairs unmasked). Per pair, warp w owns keys 16w..16w+15:
-//   S^T = K Q^T, P^T = exp(S^T - LSE), dP^T = V dO^T, dS^T = P^T (dP^T - delta)
-//   dV += P^T dO, dK += dS^T Q (registers),
-// and 16 queries x half the columns of dQ += dS K over all 128 keys (fp32 atomics into a
-// buffer): 128 keys per CTA halve the Q / dO loads and the dQ additions per FLOP against 64.
-// One CTA per SM (about 150 KB of shared memory at head dim 128).
-// The variant with 64-key tiles (RK = 64: 4 warps, each adding 16 queries x all columns of dQ)
-// and one Q / dO stage fits 99 KB of shared memory; dispatch also runs it where the 128-key
-// tiles leave partial pairs (portable.hpp).
+// rule's box; empty pairs skipped, full pairs unmasked). Per pair, in three phases split by
+// barriers:
+//   1. warp (32 keys x 32 queries): S^T = K Q^T, dP^T = V dO^T, P^T = exp(S^T - LSE),
+//      dS^T = P^T (dP^T - delta); P^T and dS^T to shared memory;
+//   2. warp (32 keys x half the columns): dV += P^T dO, dK += dS^T Q (registers);
+//   3. warp (32 queries x a quarter of the columns): dQ += dS K over all 128 keys (fp32
+//      atomics into a buffer).
+// 32-row warp tiles let each ldmatrix'd fragment feed two 16-row blocks (0.45 ldmatrix per
+// mma against 0.63 with 16-key warps holding all columns); 128 keys per CTA halve the Q / dO
+// loads and the dQ additions per FLOP against 64. One CTA per SM (170 KB of shared memory at
+// head dim 128).
+// The variant with 64-key tiles (RK = 64: 4 warps) and one Q / dO stage fits 99 KB of shared
+// memory; dispatch also runs it where the 128-key tiles leave partial pairs (portable.hpp).
 // CTAs of additional KV tiles walk every Q tile of every dilation group.
 // Zero-filled padding rows contribute nothing (their Q, dO, K or V are zero) and are never
 // stored, so only pairs that are partial by the rule need the per-element mask.
@@ -36,6 +40,10 @@ constexpr int backward_warps(int rows_kv) { return rows_kv / 16; }
 // are all inside the group (bit 2); an item's class and rows-valid flag combine its axes' entries.
 constexpr int kBackwardAxisTable = 1024;
 constexpr uint8_t kAxisRowsValid = 4;
+// Such a CTA also tabulates, per axis and offset in the box, the Q tile's offsets in Q, dO, LSE
+// and the linear token index (an item's are their sums), when the box's sizes add up to at most
+// this many entries (32 bytes each).
+constexpr int backward_offset_entries(int rows_kv) { return rows_kv * 4; }
 
 template <typename T>
 struct BackwardParams {
@@ -65,13 +73,14 @@ struct BackwardSmem {
   using OTile = SmemTile<RQ, DV>;  // dO
   using KTile = SmemTile<RK, D>;
   using VTile = SmemTile<RK, DV>;
-  using STile = SmemTile<RK, RQ>;  // dS^T [key][query]
+  using STile = SmemTile<RK, RQ>;  // P^T and dS^T [key][query]
   static constexpr int kK = 0;
   static constexpr int kV = kK + KTile::kBytes;
   static constexpr int kQ = kV + VTile::kBytes;                 // STAGES stages
   static constexpr int kO = kQ + STAGES * QTile::kBytes;         // STAGES stages
   static constexpr int kS = kO + STAGES * OTile::kBytes;
-  static constexpr int kLse = kS + STile::kBytes;                // STAGES x RQ floats
+  static constexpr int kP = kS + STile::kBytes;
+  static constexpr int kLse = kP + STile::kBytes;                // STAGES x RQ floats
   static constexpr int kDelta = kLse + STAGES * 4 * RQ;          // STAGES x RQ floats
   static constexpr int kQRows = kDelta + STAGES * 4 * RQ;        // packed row offsets
   static constexpr int kKVRows = kQRows + 4 * RQ;
@@ -80,12 +89,16 @@ struct BackwardSmem {
   static constexpr int kLseDelta = kODelta + 8 * RQ;
   static constexpr int kLinDelta = kLseDelta + 8 * RQ;           // linear token delta
   static constexpr int kQWin = kLinDelta + 8 * RQ;               // query window per key row, axis
-  static constexpr int kTable = kQWin + 8 * kMaxRank * RK;       // per-axis Q tile entries
+  static constexpr int kOffsets = kQWin + 8 * kMaxRank * RK;     // per-axis Q tile offsets
+  static constexpr int kTable = kOffsets + 32 * backward_offset_entries(RK);  // pair classes
   static constexpr int kBytes = kTable + kMaxRank * kBackwardAxisTable;
 };
 
 // One pair of the walk: a query head and Q tile (of dilation group geo) against the CTA's KV tile.
 struct BackwardItem {
+  // Offsets of the Q tile's first row (batch and head included) in Q, dO and LSE, and its linear
+  // token index b * tokens + token.
+  int64_t q_first, o_first, l_first, lin_first;
   GroupGeometry geo;
   int h;
   int q_base[kMaxRank];
@@ -100,7 +113,7 @@ template <typename T>
 __device__ __noinline__ BackwardItem backward_item_from_rule(const BackwardParams<T>& P,
                                                              const Range* box, int box_count,
                                                              const int* kt, bool additional,
-                                                             int hk, int i) {
+                                                             int b, int hk, int i) {
   const Problem& p = P.p;
   const int heads_per_kv = p.heads_q / p.heads_kv;
   BackwardItem it;
@@ -128,6 +141,18 @@ __device__ __noinline__ BackwardItem backward_item_from_rule(const BackwardParam
                                                    P.tile_kv[a]));
     }
   }
+  it.q_first = b * P.q.stride_batch + it.h * P.q.stride_head;
+  it.o_first = b * P.d_o.stride_batch + it.h * P.d_o.stride_head;
+  it.l_first = b * P.lse.stride_batch + it.h * P.lse.stride_head;
+  int64_t lin = 0;
+  GNA_FOR_AXES(a, p.rank) {
+    const int64_t x = coordinate_of(p.axes[a], it.geo.group[a], it.q_base[a]);
+    it.q_first += x * P.q.stride_axis[a];
+    it.o_first += x * P.d_o.stride_axis[a];
+    it.l_first += x * P.lse.stride_axis[a];
+    lin = lin * p.axes[a].extent + x;
+  }
+  it.lin_first = b * p.tokens() + lin;
   return it;
 }
 
@@ -171,6 +196,13 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
   using Smem = BackwardSmem<D, DV, RK, STAGES>;
   constexpr int RQ = kBackwardRowsQ;
   constexpr int kWarps = backward_warps(RK);
+  // Warps along the keys in phases 1 and 2 (32 keys each; two along queries or columns).
+  constexpr int kWarpsK = RK / 32;
+  // Phase 3 (dQ): queries x columns per warp, 32 x D / (kWarps / 2) unless that leaves fewer
+  // than 16 columns (then 16 queries).
+  constexpr int kDqRows = D / (kWarps / 2) >= 16 ? 32 : 16;
+  constexpr int kDqCols = D / (kWarps / (RQ / kDqRows));
+  static_assert(kDqCols % 16 == 0 && DV % 32 == 0 && D % 32 == 0, "fragment shapes");
   const Problem& p = P.p;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g4 = lane / 4, t4 = lane % 4;
@@ -298,14 +330,34 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
   const int total = walk_groups * heads_per_kv * box_count;
 
   using Item = BackwardItem;
-  // Spatial CTAs with boxes of at most kBackwardAxisTable Q tiles per axis tabulate the axes
-  // (see kBackwardAxisTable) and follow the walk with an odometer (offsets in the box, head),
-  // so that decoding an item costs a few shared loads and no division.
+  // Spatial CTAs with boxes of at most kBackwardAxisTable Q tiles per axis, backward_offset_entries
+  // in all, tabulate the axes (pair classes, row validity and offsets, see kBackwardAxisTable)
+  // and follow the walk with an odometer (offsets in the box, head), so that decoding an item
+  // and addressing its tiles costs a few shared loads and adds, no multiplication or division.
   uint8_t* axis_table = reinterpret_cast<uint8_t*>(smem + Smem::kTable);
+  int64_t* axis_offsets = reinterpret_cast<int64_t*>(smem + Smem::kOffsets);
+  __shared__ int offsets_first[kMaxRank];  // first entry of each axis in axis_offsets
+  __shared__ int64_t head_base[3];         // batch offsets in Q, dO, LSE
   bool tabulated = !additional;
-  GNA_FOR_AXES(a, p.rank) tabulated = tabulated && box[a].size() <= kBackwardAxisTable;
-  if (tabulated) {
+  {
+    int entries = 0;
     GNA_FOR_AXES(a, p.rank) {
+      tabulated = tabulated && box[a].size() <= kBackwardAxisTable;
+      if (tid == 0) offsets_first[a] = entries;
+      entries += box[a].size();
+    }
+    tabulated = tabulated && entries <= backward_offset_entries(RK);
+  }
+  if (tid == 0) {
+    head_base[0] = b * P.q.stride_batch;
+    head_base[1] = b * P.d_o.stride_batch;
+    head_base[2] = b * P.lse.stride_batch;
+  }
+  if (tabulated) {
+    int64_t lin_stride = 1;
+    GNA_FOR_AXES_REVERSE(a, p.rank) {
+      int first = 0;  // offsets_first[a], not yet visible
+      GNA_FOR_AXES(a2, a) first += box[a2].size();
       for (int e = tid; e < box[a].size(); e += blockDim.x) {
         const int qt = box[a].begin + e;
         uint8_t entry = static_cast<uint8_t>(PairClass::empty);
@@ -314,7 +366,14 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
                                                            P.tile_q[a], P.tile_kv[a]));
         if ((qt + 1) * P.tile_q[a] <= kv_geo.n[a]) entry |= kAxisRowsValid;
         axis_table[a * kBackwardAxisTable + e] = entry;
+        const int64_t x = coordinate_of(p.axes[a], kv_geo.group[a], qt * P.tile_q[a]);
+        int64_t* o = axis_offsets + 4 * (first + e);
+        o[0] = x * P.q.stride_axis[a];
+        o[1] = x * P.d_o.stride_axis[a];
+        o[2] = x * P.lse.stride_axis[a];
+        o[3] = x * lin_stride;
       }
+      lin_stride *= p.axes[a].extent;
     }
   }
   __syncthreads();
@@ -338,19 +397,28 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
   };
   auto decode = [&](int i, const Pos& pos, Item& it) {
     if (!tabulated) {
-      it = backward_item_from_rule(P, box, box_count, kt, additional, hk, i);
+      it = backward_item_from_rule(P, box, box_count, kt, additional, b, hk, i);
       return;
     }
     it.h = hk * heads_per_kv + pos.hi;
     it.geo = kv_geo;
     PairClass cls = PairClass::full;
     bool valid = P.q_volume == RQ;
+    it.q_first = head_base[0] + it.h * P.q.stride_head;
+    it.o_first = head_base[1] + it.h * P.d_o.stride_head;
+    it.l_first = head_base[2] + it.h * P.lse.stride_head;
+    it.lin_first = b * p.tokens();
     GNA_FOR_AXES(a, p.rank) {
       const int e = offset(pos, a);
       const uint8_t entry = axis_table[a * kBackwardAxisTable + e];
       cls = combine(cls, static_cast<PairClass>(entry & 3));
       valid = valid && (entry & kAxisRowsValid);
       it.q_base[a] = (box[a].begin + e) * P.tile_q[a];
+      const int64_t* o = axis_offsets + 4 * (offsets_first[a] + e);
+      it.q_first += o[0];
+      it.o_first += o[1];
+      it.l_first += o[2];
+      it.lin_first += o[3];
     }
     it.cls = cls;
     it.rows_valid = valid;
@@ -365,47 +433,48 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
   };
   // Q, dO, LSE, delta of an item into stage s.
   auto load_item = [&](const Item& it, int s) {
-    int64_t q_first = b * P.q.stride_batch + it.h * P.q.stride_head;
-    int64_t o_first = b * P.d_o.stride_batch + it.h * P.d_o.stride_head;
-    int64_t l_first = b * P.lse.stride_batch + it.h * P.lse.stride_head;
-    int64_t lin_first = 0;
-    GNA_FOR_AXES(a, p.rank) {
-      const int64_t x = coordinate_of(p.axes[a], it.geo.group[a], it.q_base[a]);
-      q_first += x * P.q.stride_axis[a];
-      o_first += x * P.d_o.stride_axis[a];
-      l_first += x * P.lse.stride_axis[a];
-      lin_first = lin_first * p.axes[a].extent + x;
-    }
-    const int64_t tokens = p.tokens();
     const uint32_t q_s = smem_address(smem + Smem::kQ + s * Smem::QTile::kBytes);
     const uint32_t o_s = smem_address(smem + Smem::kO + s * Smem::OTile::kBytes);
-    load_q_rows<typename Smem::QTile, D / 8, kWarps>(P.q.data + q_first, q_delta, q_s, it.geo, it.q_base, q_rows,
+    load_q_rows<typename Smem::QTile, D / 8, kWarps>(P.q.data + it.q_first, q_delta, q_s, it.geo, it.q_base, q_rows,
                                              it.rows_valid);
-    load_q_rows<typename Smem::OTile, DV / 8, kWarps>(P.d_o.data + o_first, o_delta, o_s, it.geo, it.q_base, q_rows,
+    load_q_rows<typename Smem::OTile, DV / 8, kWarps>(P.d_o.data + it.o_first, o_delta, o_s, it.geo, it.q_base, q_rows,
                                               it.rows_valid);
     for (int r = tid; r < RQ; r += blockDim.x) {
       int ig[kMaxRank];
       const bool valid = it.rows_valid || it.geo.coordinates(q_rows[r], it.q_base, ig);
-      const float* lsrc = P.lse.data + l_first + lse_delta[r];
-      const float* dsrc = P.delta + (b * tokens + lin_first + lin_delta[r]) * p.heads_q + it.h;
+      const float* lsrc = P.lse.data + it.l_first + lse_delta[r];
+      const float* dsrc = P.delta + (it.lin_first + lin_delta[r]) * p.heads_q + it.h;
       cp_async_4(smem_address(smem + Smem::kLse + (s * RQ + r) * 4), valid ? lsrc : P.lse.data, valid);
       cp_async_4(smem_address(smem + Smem::kDelta + (s * RQ + r) * 4), valid ? dsrc : P.delta, valid);
     }
   };
 
-  float dk[D / 8][4], dv[DV / 8][4];
+  // dK and dV of the warp's 32 keys (two 16-key blocks) and half of the columns.
+  float dk[2][D / 16][4], dv[2][DV / 16][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = 0.f;
+  for (int mb = 0; mb < 2; ++mb) {
 #pragma unroll
-  for (int i = 0; i < DV / 8; ++i) dv[i][0] = dv[i][1] = dv[i][2] = dv[i][3] = 0.f;
+    for (int i = 0; i < D / 16; ++i) dk[mb][i][0] = dk[mb][i][1] = dk[mb][i][2] = dk[mb][i][3] = 0.f;
+#pragma unroll
+    for (int i = 0; i < DV / 16; ++i) dv[mb][i][0] = dv[mb][i][1] = dv[mb][i][2] = dv[mb][i][3] = 0.f;
+  }
 
-  Item cur;
+  // Items live in shared memory, the current one in slot `slot`, the next one written by thread 0
+  // where its loads are issued (before the barrier that starts its iteration): their values are
+  // reloaded where used rather than held in registers next to dK, dV, S^T and dP^T.
+  __shared__ Item items[2];
+  int slot = 0;
   Pos pos = {0u, 0};
-  int i = next_item(0, pos, cur);
-  if (i < total) load_item(cur, 0);
+  int i;
+  {
+    Item first;
+    i = next_item(0, pos, first);
+    if (i < total) load_item(first, 0);
+    if (tid == 0) items[0] = first;
+  }
   cp_async_commit();
   const uint32_t k_s = smem_address(smem + Smem::kK), v_s = smem_address(smem + Smem::kV);
-  const uint32_t s_s = smem_address(smem + Smem::kS);
+  const uint32_t s_s = smem_address(smem + Smem::kS), p_s = smem_address(smem + Smem::kP);
   // ldmatrix address patterns (see SmemTile::Cursor).
   const int lane_a = lane % 16, c_a = lane / 16;                          // A operands
   const int lane_b = (lane % 8) + (lane / 16) * 8, c_b = (lane / 8) % 2;  // B, row-major n x k
@@ -418,6 +487,7 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
   const auto c_oT = Smem::OTile::lean_cursor(lane_t, c_t);
   const auto c_kT = Smem::KTile::lean_cursor(lane_t, c_t);
   const auto c_sT = Smem::STile::lean_cursor(lane_b, c_b);
+  const auto c_sA = Smem::STile::lean_cursor(lane_a, c_a);
   int stage = 0;
   // The next item (and its position) is found where its loads are issued: at the top with two
   // stages, after the dS^T barrier with one.
@@ -425,7 +495,10 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
     Item nxt;
     advance(next_pos);
     const int n = next_item(i + 1, next_pos, nxt);
-    if (n < total) load_item(nxt, into);
+    if (n < total) {
+      load_item(nxt, into);
+      if (tid == 0) items[slot ^ 1] = nxt;
+    }
     cp_async_commit();
     return n;
   };
@@ -439,43 +512,38 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
       cp_async_wait<0>();
     }
     __syncthreads();
+    const Item& cur = items[slot];
     const uint32_t q_s = smem_address(smem + Smem::kQ + stage * Smem::QTile::kBytes);
     const uint32_t o_s = smem_address(smem + Smem::kO + stage * Smem::OTile::kBytes);
     const float* lse_s = reinterpret_cast<const float*>(smem + Smem::kLse) + stage * RQ;
     const float* delta_s = reinterpret_cast<const float*>(smem + Smem::kDelta) + stage * RQ;
 
-    // In two halves of 32 queries (fewer live registers): S^T = K Q^T and dP^T = V dO^T
-    // (16 keys x 32 queries per warp), P^T, dS^T, then dV += P^T dO and dK += dS^T Q.
+    // Phase 1, per warp 32 keys x 32 queries (warps: RK / 32 along keys, 2 along queries):
+    // S^T = K Q^T, P^T = exp(S^T - LSE) to shared memory; then in two halves of 16 queries
+    // (fewer live registers), dP^T = V dO^T and dS^T = P^T (dP^T - delta) to shared memory.
     const bool masked = cur.cls == PairClass::partial;
-#pragma unroll 1
-    for (int half = 0; half < 2; ++half) {
-      float s[4][4], dp[4][4];
+    {
+      const int wk = warp % kWarpsK, wq = warp / kWarpsK;
+      float s[2][4][4];  // [16-key block][8-query block][fragment]
 #pragma unroll
-      for (int nb = 0; nb < 4; ++nb)
+      for (int mb = 0; mb < 2; ++mb)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[nb][e] = dp[nb][e] = 0.f;
+        for (int nb = 0; nb < 4; ++nb)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mb][nb][e] = 0.f;
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
-        uint32_t a[4];
-        ldmatrix_x4(a, k_s + c_kA.at(warp, ks));
+        uint32_t a0[4], a1[4];
+        ldmatrix_x4(a0, k_s + c_kA.at(2 * wk, ks));
+        ldmatrix_x4(a1, k_s + c_kA.at(2 * wk + 1, ks));
 #pragma unroll
         for (int np = 0; np < 2; ++np) {
           uint32_t bq[4];
-          ldmatrix_x4(bq, q_s + c_qB.at(half * 2 + np, ks));
-          Mma<T>::run(s[2 * np], a, bq[0], bq[1]);
-          Mma<T>::run(s[2 * np + 1], a, bq[2], bq[3]);
-        }
-      }
-#pragma unroll
-      for (int ks = 0; ks < DV / 16; ++ks) {
-        uint32_t a[4];
-        ldmatrix_x4(a, v_s + c_vA.at(warp, ks));
-#pragma unroll
-        for (int np = 0; np < 2; ++np) {
-          uint32_t bo[4];
-          ldmatrix_x4(bo, o_s + c_oB.at(half * 2 + np, ks));
-          Mma<T>::run(dp[2 * np], a, bo[0], bo[1]);
-          Mma<T>::run(dp[2 * np + 1], a, bo[2], bo[3]);
+          ldmatrix_x4(bq, q_s + c_qB.at(2 * wq + np, ks));
+          Mma<T>::run(s[0][2 * np], a0, bq[0], bq[1]);
+          Mma<T>::run(s[0][2 * np + 1], a0, bq[2], bq[3]);
+          Mma<T>::run(s[1][2 * np], a1, bq[0], bq[1]);
+          Mma<T>::run(s[1][2 * np + 1], a1, bq[2], bq[3]);
         }
       }
       // Partial pairs: scores of pairs that do not attend become -inf (P = 0), in one branch
@@ -485,143 +553,199 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
         for (int nb = 0; nb < 4; ++nb) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const int col = half * 32 + nb * 8 + 2 * t4 + e;
+            const int col = wq * 32 + nb * 8 + 2 * t4 + e;
             int ig[kMaxRank];
             const bool qvalid = cur.geo.coordinates(q_rows[col], cur.q_base, ig);
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              bool ok = qvalid;
-              const Range* w = qwin + (warp * 16 + g4 + 8 * r) * kMaxRank;
-              GNA_FOR_AXES(a, p.rank) ok = ok && w[a].contains(ig[a]);
-              if (!ok) s[nb][2 * r + e] = -INFINITY;
+            for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                bool ok = qvalid;
+                const Range* w = qwin + (wk * 32 + mb * 16 + g4 + 8 * r) * kMaxRank;
+                GNA_FOR_AXES(a, p.rank) ok = ok && w[a].contains(ig[a]);
+                if (!ok) s[mb][nb][2 * r + e] = -INFINITY;
+              }
             }
           }
         }
       }
-      // P^T and dS^T.
+      // P^T (fp32 kept for dS^T) and its 16-bit copy in shared memory: rows keys, columns
+      // queries.
 #pragma unroll
       for (int nb = 0; nb < 4; ++nb) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = half * 32 + nb * 8 + 2 * t4 + e;
-          const float lse2 = lse_s[col] * 1.4426950408889634f;
-          const float delta = delta_s[col];
+          const float lse2 = lse_s[wq * 32 + nb * 8 + 2 * t4 + e] * 1.4426950408889634f;
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const float prob = fast_exp2(fmaf(s[nb][2 * r + e], P.scale_log2, -lse2));
-            s[nb][2 * r + e] = prob;
-            dp[nb][2 * r + e] = prob * (dp[nb][2 * r + e] - delta);
-          }
+          for (int mb = 0; mb < 2; ++mb)
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+              s[mb][nb][2 * r + e] = fast_exp2(fmaf(s[mb][nb][2 * r + e], P.scale_log2, -lse2));
         }
       }
+      auto store_pair = [&](int base, int mb, int nb, const float (&f)[4]) {
+        const int key0 = wk * 32 + mb * 16 + g4;
+        const int q0 = wq * 32 + nb * 8 + 2 * t4;
+        *reinterpret_cast<uint32_t*>(smem + base + Smem::STile::offset(key0, q0) + (q0 % 8) * 2) =
+            Mma<T>::pack(f[0], f[1]);
+        *reinterpret_cast<uint32_t*>(smem + base + Smem::STile::offset(key0 + 8, q0) + (q0 % 8) * 2) =
+            Mma<T>::pack(f[2], f[3]);
+      };
 #pragma unroll
-      for (int kh = 0; kh < 2; ++kh) {
-        const int kk = half * 2 + kh;  // 16-query step within the Q tile
-        uint32_t pa[4], sa[4];
-        pa[0] = Mma<T>::pack(s[2 * kh][0], s[2 * kh][1]);
-        pa[1] = Mma<T>::pack(s[2 * kh][2], s[2 * kh][3]);
-        pa[2] = Mma<T>::pack(s[2 * kh + 1][0], s[2 * kh + 1][1]);
-        pa[3] = Mma<T>::pack(s[2 * kh + 1][2], s[2 * kh + 1][3]);
-        sa[0] = Mma<T>::pack(dp[2 * kh][0], dp[2 * kh][1]);
-        sa[1] = Mma<T>::pack(dp[2 * kh][2], dp[2 * kh][3]);
-        sa[2] = Mma<T>::pack(dp[2 * kh + 1][0], dp[2 * kh + 1][1]);
-        sa[3] = Mma<T>::pack(dp[2 * kh + 1][2], dp[2 * kh + 1][3]);
-        // dS^T to shared memory for dQ: rows keys, cols queries.
-        const int key0 = warp * 16 + g4;
-        const int q0 = kk * 16 + 2 * t4;
-        *reinterpret_cast<uint32_t*>(smem + Smem::kS + Smem::STile::offset(key0, q0) + (q0 % 8) * 2) = sa[0];
-        *reinterpret_cast<uint32_t*>(smem + Smem::kS + Smem::STile::offset(key0 + 8, q0) + (q0 % 8) * 2) = sa[1];
-        *reinterpret_cast<uint32_t*>(smem + Smem::kS + Smem::STile::offset(key0, q0 + 8) + (q0 % 8) * 2) = sa[2];
-        *reinterpret_cast<uint32_t*>(smem + Smem::kS + Smem::STile::offset(key0 + 8, q0 + 8) + (q0 % 8) * 2) = sa[3];
+      for (int mb = 0; mb < 2; ++mb)
 #pragma unroll
-        for (int dpair = 0; dpair < DV / 16; ++dpair) {
-          uint32_t bo[4];
-          ldmatrix_x4_trans(bo, o_s + c_oT.at(kk, dpair));
-          Mma<T>::run(dv[2 * dpair], pa, bo[0], bo[1]);
-          Mma<T>::run(dv[2 * dpair + 1], pa, bo[2], bo[3]);
+        for (int nb = 0; nb < 4; ++nb) store_pair(Smem::kP, mb, nb, s[mb][nb]);
+#pragma unroll
+      for (int qh = 0; qh < 2; ++qh) {
+        float dp[2][2][4];  // [16-key block][8-query block of this half][fragment]
+#pragma unroll
+        for (int mb = 0; mb < 2; ++mb)
+#pragma unroll
+          for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dp[mb][nb][e] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < DV / 16; ++ks) {
+          uint32_t a0[4], a1[4], bo[4];
+          ldmatrix_x4(a0, v_s + c_vA.at(2 * wk, ks));
+          ldmatrix_x4(a1, v_s + c_vA.at(2 * wk + 1, ks));
+          ldmatrix_x4(bo, o_s + c_oB.at(2 * wq + qh, ks));
+          Mma<T>::run(dp[0][0], a0, bo[0], bo[1]);
+          Mma<T>::run(dp[0][1], a0, bo[2], bo[3]);
+          Mma<T>::run(dp[1][0], a1, bo[0], bo[1]);
+          Mma<T>::run(dp[1][1], a1, bo[2], bo[3]);
         }
 #pragma unroll
-        for (int dpair = 0; dpair < D / 16; ++dpair) {
+        for (int nb = 0; nb < 2; ++nb) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float delta = delta_s[wq * 32 + (2 * qh + nb) * 8 + 2 * t4 + e];
+#pragma unroll
+            for (int mb = 0; mb < 2; ++mb)
+#pragma unroll
+              for (int r = 0; r < 2; ++r)
+                dp[mb][nb][2 * r + e] = s[mb][2 * qh + nb][2 * r + e] * (dp[mb][nb][2 * r + e] - delta);
+          }
+        }
+#pragma unroll
+        for (int mb = 0; mb < 2; ++mb)
+#pragma unroll
+          for (int nb = 0; nb < 2; ++nb) store_pair(Smem::kS, mb, 2 * qh + nb, dp[mb][nb]);
+      }
+    }
+    __syncthreads();  // P^T and dS^T complete
+
+    // Phase 2, per warp 32 keys x half the columns: dV += P^T dO and dK += dS^T Q, each
+    // ldmatrix'd dO / Q fragment feeding both 16-key blocks.
+    {
+      const int wk = warp % kWarpsK, half = warp / kWarpsK;
+      const auto o_t = c_oT.shifted(half * (DV / 32));
+      const auto q_t = c_qT.shifted(half * (D / 32));
+#pragma unroll 2
+      for (int kk = 0; kk < RQ / 16; ++kk) {
+        uint32_t a0[4], a1[4];
+        ldmatrix_x4(a0, p_s + c_sA.at(2 * wk, kk));
+        ldmatrix_x4(a1, p_s + c_sA.at(2 * wk + 1, kk));
+#pragma unroll
+        for (int dpair = 0; dpair < DV / 32; ++dpair) {
+          uint32_t bo[4];
+          ldmatrix_x4_trans(bo, o_s + o_t.at(kk, dpair));
+          Mma<T>::run(dv[0][2 * dpair], a0, bo[0], bo[1]);
+          Mma<T>::run(dv[0][2 * dpair + 1], a0, bo[2], bo[3]);
+          Mma<T>::run(dv[1][2 * dpair], a1, bo[0], bo[1]);
+          Mma<T>::run(dv[1][2 * dpair + 1], a1, bo[2], bo[3]);
+        }
+        ldmatrix_x4(a0, s_s + c_sA.at(2 * wk, kk));
+        ldmatrix_x4(a1, s_s + c_sA.at(2 * wk + 1, kk));
+#pragma unroll
+        for (int dpair = 0; dpair < D / 32; ++dpair) {
           uint32_t bq[4];
-          ldmatrix_x4_trans(bq, q_s + c_qT.at(kk, dpair));
-          Mma<T>::run(dk[2 * dpair], sa, bq[0], bq[1]);
-          Mma<T>::run(dk[2 * dpair + 1], sa, bq[2], bq[3]);
+          ldmatrix_x4_trans(bq, q_s + q_t.at(kk, dpair));
+          Mma<T>::run(dk[0][2 * dpair], a0, bq[0], bq[1]);
+          Mma<T>::run(dk[0][2 * dpair + 1], a0, bq[2], bq[3]);
+          Mma<T>::run(dk[1][2 * dpair], a1, bq[0], bq[1]);
+          Mma<T>::run(dk[1][2 * dpair + 1], a1, bq[2], bq[3]);
         }
       }
     }
-    __syncthreads();  // dS^T complete; Q, dO, LSE and delta of this stage no longer read
-    if constexpr (STAGES == 1) next = find_and_load_next(next_pos, 0);
+    if constexpr (STAGES == 1) {
+      __syncthreads();  // Q, dO, LSE and delta of the stage no longer read
+      next = find_and_load_next(next_pos, 0);
+    }
 
-    // dQ = dS K over the CTA's keys: warp w adds queries 16 (w % 4).. and, with 8 warps, the
-    // columns of half w / 4 (with 4, every column), in chunks of at most 64, atomically.
+    // Phase 3: dQ = dS K over the CTA's keys, per warp kDqRows queries x kDqCols columns (in
+    // chunks of at most 32), added atomically into the fp32 accumulator.
     {
-      constexpr int kQBlocks = RQ / 16;
-      const int qblock = warp % kQBlocks;
-      constexpr int kCols = D / (kWarps / kQBlocks);
-      const int col_first = (warp / kQBlocks) * kCols;
-      bool qvalid[2];
-      int64_t qrow_off[2];
-      int64_t lin_first = 0;
-      GNA_FOR_AXES(a, p.rank)
-        lin_first = lin_first * p.axes[a].extent + coordinate_of(p.axes[a], cur.geo.group[a], cur.q_base[a]);
-      lin_first += int64_t(b) * p.tokens();
+      constexpr int kMB = kDqRows / 16;
+      const int qblock0 = (warp % (RQ / kDqRows)) * kMB;
+      const auto k_t = c_kT.shifted((warp / (RQ / kDqRows)) * (kDqCols / 16));
+      const int col_first = (warp / (RQ / kDqRows)) * kDqCols;
+      const int64_t lin_first = cur.lin_first;
+      constexpr int kChunk = kDqCols < 32 ? kDqCols : 32;
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = qblock * 16 + g4 + 8 * r;
-        int ig[kMaxRank];
-        qvalid[r] = cur.rows_valid || cur.geo.coordinates(q_rows[row], cur.q_base, ig);
-        qrow_off[r] = ((lin_first + lin_delta[row]) * p.heads_q + cur.h) * D;
-      }
-      constexpr int kChunk = kCols < 64 ? kCols : 64;
+      for (int c0 = 0; c0 < kDqCols; c0 += kChunk) {
+        float acc[kMB][kChunk / 8][4];
 #pragma unroll
-      for (int c0 = col_first; c0 < col_first + kCols; c0 += kChunk) {
-        float acc[kChunk / 8][4];
+        for (int mb = 0; mb < kMB; ++mb)
 #pragma unroll
-        for (int nb = 0; nb < kChunk / 8; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.f;
+          for (int nb = 0; nb < kChunk / 8; ++nb) acc[mb][nb][0] = acc[mb][nb][1] = acc[mb][nb][2] = acc[mb][nb][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < RK / 16; ++kk) {
-          uint32_t a[4];
-          ldmatrix_x4_trans(a, s_s + c_sT.at(kk, qblock));
+          uint32_t a[kMB][4];
+#pragma unroll
+          for (int mb = 0; mb < kMB; ++mb) ldmatrix_x4_trans(a[mb], s_s + c_sT.at(kk, qblock0 + mb));
 #pragma unroll
           for (int dpair = 0; dpair < kChunk / 16; ++dpair) {
             uint32_t bk[4];
-            ldmatrix_x4_trans(bk, k_s + c_kT.at(kk, c0 / 16 + dpair));
-            Mma<T>::run(acc[2 * dpair], a, bk[0], bk[1]);
-            Mma<T>::run(acc[2 * dpair + 1], a, bk[2], bk[3]);
+            ldmatrix_x4_trans(bk, k_s + k_t.at(kk, c0 / 16 + dpair));
+#pragma unroll
+            for (int mb = 0; mb < kMB; ++mb) {
+              Mma<T>::run(acc[mb][2 * dpair], a[mb], bk[0], bk[1]);
+              Mma<T>::run(acc[mb][2 * dpair + 1], a[mb], bk[2], bk[3]);
+            }
           }
         }
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
+        for (int mb = 0; mb < kMB; ++mb) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            // The row's validity and accumulator offset, computed here rather than held
+            // through the GEMM.
+            const int row = (qblock0 + mb) * 16 + g4 + 8 * r;
+            int ig[kMaxRank];
+            const bool qvalid = cur.rows_valid || cur.geo.coordinates(q_rows[row], cur.q_base, ig);
+            const int64_t qrow_off = ((lin_first + lin_delta[row]) * p.heads_q + cur.h) * D + col_first;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-          // Lanes t and t ^ 1 swap halves so that each holds four consecutive columns: even t
-          // those of n-block nb at 2t, odd t those of nb + 1 at 2(t - 1); one 16-byte reduction.
-          // The shuffles first (every lane takes part), then the row's reductions under one
-          // branch.
-          const bool odd = t4 & 1;
-          float4 v[kChunk / 16];
+            // Lanes t and t ^ 1 swap halves so that each holds four consecutive columns: even t
+            // those of n-block nb at 2t, odd t those of nb + 1 at 2(t - 1); one 16-byte
+            // reduction. The shuffles first (every lane takes part), then the row's reductions
+            // under one branch.
+            const bool odd = t4 & 1;
+            float4 v[kChunk / 16];
 #pragma unroll
-          for (int nb = 0; nb < kChunk / 8; nb += 2) {
-            const float s0 = odd ? acc[nb][2 * r] : acc[nb + 1][2 * r];
-            const float s1 = odd ? acc[nb][2 * r + 1] : acc[nb + 1][2 * r + 1];
-            const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1);
-            const float r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
-            v[nb / 2] = odd ? make_float4(r0, r1, acc[nb + 1][2 * r], acc[nb + 1][2 * r + 1])
-                            : make_float4(acc[nb][2 * r], acc[nb][2 * r + 1], r0, r1);
-          }
-          if (qvalid[r]) {
-            float4* dst = reinterpret_cast<float4*>(P.dq_accum + qrow_off[r] + c0 + 2 * (t4 & ~1) + odd * 8);
+            for (int nb = 0; nb < kChunk / 8; nb += 2) {
+              const float s0 = odd ? acc[mb][nb][2 * r] : acc[mb][nb + 1][2 * r];
+              const float s1 = odd ? acc[mb][nb][2 * r + 1] : acc[mb][nb + 1][2 * r + 1];
+              const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1);
+              const float r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+              v[nb / 2] = odd ? make_float4(r0, r1, acc[mb][nb + 1][2 * r], acc[mb][nb + 1][2 * r + 1])
+                              : make_float4(acc[mb][nb][2 * r], acc[mb][nb][2 * r + 1], r0, r1);
+            }
+            if (qvalid) {
+              float4* dst = reinterpret_cast<float4*>(P.dq_accum + qrow_off + c0 + 2 * (t4 & ~1) + odd * 8);
 #pragma unroll
-            for (int j = 0; j < kChunk / 16; ++j) atomicAdd(dst + 4 * j, v[j]);
-          }
+              for (int j = 0; j < kChunk / 16; ++j) atomicAdd(dst + 4 * j, v[j]);
+            }
 #else
-          if (!qvalid[r]) continue;
-          float* dst = P.dq_accum + qrow_off[r] + c0 + 2 * t4;
+            if (!qvalid) continue;
+            float* dst = P.dq_accum + qrow_off + c0 + 2 * t4;
 #pragma unroll
-          for (int nb = 0; nb < kChunk / 8; ++nb) {
-            atomicAdd(dst + nb * 8, acc[nb][2 * r]);
-            atomicAdd(dst + nb * 8 + 1, acc[nb][2 * r + 1]);
-          }
+            for (int nb = 0; nb < kChunk / 8; ++nb) {
+              atomicAdd(dst + nb * 8, acc[mb][nb][2 * r]);
+              atomicAdd(dst + nb * 8 + 1, acc[mb][nb][2 * r + 1]);
+            }
 #endif
+          }
         }
       }
     }
@@ -629,42 +753,48 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
     if constexpr (STAGES == 2) stage ^= 1;
     i = next;
     pos = next_pos;
-    if (i < total) decode(i, pos, cur);
+    slot ^= 1;
   }
   cp_async_wait<0>();
 
-  // dK = scale * dS^T Q, dV: this thread's two key rows.
+  // dK = scale * dS^T Q, dV: this thread's four key rows, half of the columns.
+  const int wk = warp % kWarpsK, half = warp / kWarpsK;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = warp * 16 + g4 + 8 * r;
-    T* kdst;
-    T* vdst;
-    if (additional) {
-      const int j = add_first + row;
-      if (j >= p.additional_kv) continue;
-      kdst = P.d_add_k.at(b, &j, 1, hk);
-      vdst = P.d_add_v.at(b, &j, 1, hk);
-    } else {
-      int jg[kMaxRank], x[kMaxRank];
-      if (!kv_geo.coordinates(kv_rows[row], kt_base, jg)) continue;
-      GNA_FOR_AXES(a, p.rank) x[a] = coordinate_of(p.axes[a], kv_geo.group[a], jg[a]);
-      kdst = P.dk.at(b, x, p.rank, hk);
-      vdst = P.dv.at(b, x, p.rank, hk);
-    }
-    using T2 = typename std::conditional<std::is_same<T, __half>::value, __half2, __nv_bfloat162>::type;
+  for (int mb = 0; mb < 2; ++mb) {
 #pragma unroll
-    for (int nb = 0; nb < D / 8; ++nb) {
-      T2 v2;
-      v2.x = cuda::from_float<T>(dk[nb][2 * r] * P.scale);
-      v2.y = cuda::from_float<T>(dk[nb][2 * r + 1] * P.scale);
-      *reinterpret_cast<T2*>(kdst + nb * 8 + 2 * t4) = v2;
-    }
+    for (int r = 0; r < 2; ++r) {
+      const int row = wk * 32 + mb * 16 + g4 + 8 * r;
+      T* kdst;
+      T* vdst;
+      if (additional) {
+        const int j = add_first + row;
+        if (j >= p.additional_kv) continue;
+        kdst = P.d_add_k.at(b, &j, 1, hk);
+        vdst = P.d_add_v.at(b, &j, 1, hk);
+      } else {
+        int jg[kMaxRank], x[kMaxRank];
+        if (!kv_geo.coordinates(kv_rows[row], kt_base, jg)) continue;
+        GNA_FOR_AXES(a, p.rank) x[a] = coordinate_of(p.axes[a], kv_geo.group[a], jg[a]);
+        kdst = P.dk.at(b, x, p.rank, hk);
+        vdst = P.dv.at(b, x, p.rank, hk);
+      }
+      kdst += half * (D / 2) + 2 * t4;
+      vdst += half * (DV / 2) + 2 * t4;
+      using T2 = typename std::conditional<std::is_same<T, __half>::value, __half2, __nv_bfloat162>::type;
 #pragma unroll
-    for (int nb = 0; nb < DV / 8; ++nb) {
-      T2 v2;
-      v2.x = cuda::from_float<T>(dv[nb][2 * r]);
-      v2.y = cuda::from_float<T>(dv[nb][2 * r + 1]);
-      *reinterpret_cast<T2*>(vdst + nb * 8 + 2 * t4) = v2;
+      for (int nb = 0; nb < D / 16; ++nb) {
+        T2 v2;
+        v2.x = cuda::from_float<T>(dk[mb][nb][2 * r] * P.scale);
+        v2.y = cuda::from_float<T>(dk[mb][nb][2 * r + 1] * P.scale);
+        *reinterpret_cast<T2*>(kdst + nb * 8) = v2;
+      }
+#pragma unroll
+      for (int nb = 0; nb < DV / 16; ++nb) {
+        T2 v2;
+        v2.x = cuda::from_float<T>(dv[mb][nb][2 * r]);
+        v2.y = cuda::from_float<T>(dv[mb][nb][2 * r + 1]);
+        *reinterpret_cast<T2*>(vdst + nb * 8) = v2;
+      }
     }
   }
 }

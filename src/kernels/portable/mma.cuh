@@ -122,6 +122,11 @@ struct SmemTile {
       return base + static_cast<uint32_t>(row_block16 * 16 * kChunks * 16 + (j / 4) * 128) +
              ((static_cast<uint32_t>(j % 4) * 32) ^ y);
     }
+    // The cursor whose at(r, j) is this one's at(r, j0 + j), for j0 a multiple of the count of
+    // j used with it rounded up to a power of two (then j0 % 4 and j % 4 share no bits).
+    __device__ __forceinline__ LeanCursor shifted(int j0) const {
+      return LeanCursor{base + static_cast<uint32_t>((j0 / 4) * 128), y ^ static_cast<uint32_t>((j0 % 4) * 32)};
+    }
   };
   __device__ __forceinline__ static LeanCursor lean_cursor(int row_lane, int c) {
     const int x = (row_lane / kRowsPerPhase) % kPhases;

@@ -30,7 +30,7 @@ TilePlan backward_tiles(const Problem& p, const KernelOptions& options, int shar
 // neighborhood attention; slower on dense and perfectly block-sparse problems, 8-10% on two of
 // three), or when the caller forces a KV tile of at most 64 tokens.
 constexpr bool backward_small_variant(int dim_qk, int dim_v) {
-  return (dim_qk == 128 && (dim_v == 128 || dim_v == 64)) || (dim_qk == 64 && dim_v == 128);
+  return (dim_qk == 128 && (dim_v == 128 || dim_v == 64)) || (dim_qk == 64 && (dim_v == 128 || dim_v == 64));
 }
 bool backward_runs_small(const Problem& p, const TileShape& kv);
 

@@ -27,6 +27,7 @@ int forward_shared_bytes(int dim_qk, int dim_v, int rows_q) {
 int backward_shared_bytes(int dim_qk, int dim_v, int rows_kv) {
   constexpr int kSmall = kBackwardRowsKVSmall;
   if (rows_kv == kSmall) {
+    if (dim_qk == 64 && dim_v == 64) return BackwardSmem<64, 64, kSmall, 1>::kBytes;
     if (dim_qk == 64 && dim_v == 128) return BackwardSmem<64, 128, kSmall, 1>::kBytes;
     if (dim_qk == 128 && dim_v == 64) return BackwardSmem<128, 64, kSmall, 1>::kBytes;
     if (dim_qk == 128 && dim_v == 128) return BackwardSmem<128, 128, kSmall, 1>::kBytes;
