@@ -337,7 +337,7 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
   uint8_t* axis_table = reinterpret_cast<uint8_t*>(smem + Smem::kTable);
   int64_t* axis_offsets = reinterpret_cast<int64_t*>(smem + Smem::kOffsets);
   __shared__ int offsets_first[kMaxRank];  // first entry of each axis in axis_offsets
-  __shared__ int64_t head_base[3];         // batch offsets in Q, dO, LSE
+  __shared__ int64_t head_base[4];         // batch offsets in Q, dO, LSE, linear tokens
   bool tabulated = !additional;
   {
     int entries = 0;
@@ -352,6 +352,7 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
     head_base[0] = b * P.q.stride_batch;
     head_base[1] = b * P.d_o.stride_batch;
     head_base[2] = b * P.lse.stride_batch;
+    head_base[3] = b * p.tokens();
   }
   if (tabulated) {
     int64_t lin_stride = 1;
@@ -407,7 +408,7 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
     it.q_first = head_base[0] + it.h * P.q.stride_head;
     it.o_first = head_base[1] + it.h * P.d_o.stride_head;
     it.l_first = head_base[2] + it.h * P.lse.stride_head;
-    it.lin_first = b * p.tokens();
+    it.lin_first = head_base[3];
     GNA_FOR_AXES(a, p.rank) {
       const int e = offset(pos, a);
       const uint8_t entry = axis_table[a * kBackwardAxisTable + e];
@@ -473,6 +474,8 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
     if (tid == 0) items[0] = first;
   }
   cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
   const uint32_t k_s = smem_address(smem + Smem::kK), v_s = smem_address(smem + Smem::kV);
   const uint32_t s_s = smem_address(smem + Smem::kS), p_s = smem_address(smem + Smem::kP);
   // ldmatrix address patterns (see SmemTile::Cursor).
@@ -490,7 +493,8 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
   const auto c_sA = Smem::STile::lean_cursor(lane_a, c_a);
   int stage = 0;
   // The next item (and its position) is found where its loads are issued: at the top with two
-  // stages, after the dS^T barrier with one.
+  // stages, after the dV / dK phase with one. Each iteration ends waiting for them, so that its
+  // last barrier also makes them visible.
   auto find_and_load_next = [&](Pos& next_pos, int into) {
     Item nxt;
     advance(next_pos);
@@ -505,13 +509,7 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
   while (i < total) {
     int next = total;
     Pos next_pos = pos;
-    if constexpr (STAGES == 2) {
-      next = find_and_load_next(next_pos, stage ^ 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    if constexpr (STAGES == 2) next = find_and_load_next(next_pos, stage ^ 1);
     const Item& cur = items[slot];
     const uint32_t q_s = smem_address(smem + Smem::kQ + stage * Smem::QTile::kBytes);
     const uint32_t o_s = smem_address(smem + Smem::kO + stage * Smem::OTile::kBytes);
@@ -749,13 +747,13 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
         }
       }
     }
-    __syncthreads();  // dS^T and this stage are reused
+    cp_async_wait<0>();
+    __syncthreads();  // the next item's tiles landed; P^T, dS^T and this stage are reused
     if constexpr (STAGES == 2) stage ^= 1;
     i = next;
     pos = next_pos;
     slot ^= 1;
   }
-  cp_async_wait<0>();
 
   // dK = scale * dS^T Q, dV: this thread's four key rows, half of the columns.
   const int wk = warp % kWarpsK, half = warp / kWarpsK;
