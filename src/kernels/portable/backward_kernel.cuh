@@ -8,9 +8,9 @@
 //   2. warp (32 keys x half the columns): dV += P^T dO, dK += dS^T Q (registers);
 //   3. warp (32 queries x a quarter of the columns): dQ += dS K over all 128 keys (fp32
 //      atomics into a buffer).
-// 32-row warp tiles let each ldmatrix'd fragment feed two 16-row blocks (0.45 ldmatrix per
+// 32-row warp tiles let each ldmatrix'd fragment feed two 16-row blocks (0.5 ldmatrix per
 // mma against 0.63 with 16-key warps holding all columns); 128 keys per CTA halve the Q / dO
-// loads and the dQ additions per FLOP against 64. One CTA per SM (170 KB of shared memory at
+// loads and the dQ additions per FLOP against 64. One CTA per SM (186 KB of shared memory at
 // head dim 128).
 // The variant with 64-key tiles (RK = 64: 4 warps) and one Q / dO stage fits 99 KB of shared
 // memory; dispatch also runs it where the 128-key tiles leave partial pairs (portable.hpp).

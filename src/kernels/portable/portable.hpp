@@ -26,9 +26,9 @@ TilePlan backward_tiles(const Problem& p, const KernelOptions& options, int shar
 // The backward's 64-key variant (one Q / dO stage) exists for the head dims whose 128-key kernel
 // needs more than 99 KB of shared memory per block (sm_86 / sm_89 / sm_120 allow 99 KB). It runs
 // when the 128-key kernel does not fit the device, when at least a tenth of the best 128-key
-// tiles' pairs are partial (masked) ones (measured faster there on the H100: 4-41% on
-// neighborhood attention; slower on dense and perfectly block-sparse problems, 8-10% on two of
-// three), or when the caller forces a KV tile of at most 64 tokens.
+// tiles' pairs are partial (masked) ones (measured faster there on the H100, slower on dense and
+// perfectly block-sparse problems at head dim 128: docs/performance.md), or when the caller
+// forces a KV tile of at most 64 tokens.
 constexpr bool backward_small_variant(int dim_qk, int dim_v) {
   return (dim_qk == 128 && (dim_v == 128 || dim_v == 64)) || (dim_qk == 64 && (dim_v == 128 || dim_v == 64));
 }
