@@ -32,8 +32,8 @@
 
 namespace gna::portable {
 
-// 16 keys per warp: 8 warps for the 128-key KV tiles, 4 for the 64-key ones of the variant that
-// fits 99 KB of shared memory.
+// One warp per 16 keys: 8 warps for the 128-key KV tiles, 4 for the 64-key ones of the variant
+// that fits 99 KB of shared memory (warps pair up over 32-key blocks, see above).
 constexpr int backward_warps(int rows_kv) { return rows_kv / 16; }
 // A spatial CTA whose box spans at most this many Q tiles along every axis tabulates, per axis
 // and offset in the box, the axis's pair class (bits 0-1) and whether the Q tile's rows along it
