@@ -323,7 +323,7 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
         }
     }
 
-    // P^T and dS^T as A operands (registers), dS^T also into shared memory for dQ.
+    // P^T and dS^T as A operands (registers); dS^T also into shared memory for dQ (below).
     uint32_t pa[kS / 2], da[kS / 2];
 #pragma unroll
     for (int k = 0; k < kBwdQRows / 16; ++k)
@@ -332,18 +332,6 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
         pa[k * 4 + h] = pack2<Tag>(sacc[8 * k + 2 * h], sacc[8 * k + 2 * h + 1]);
         da[k * 4 + h] = pack2<Tag>(dpacc[8 * k + 2 * h], dpacc[8 * k + 2 * h + 1]);
       }
-    uint8_t* ds = s.ds[stage];
-#pragma unroll
-    for (int j = 0; j < kBwdQRows / 8; ++j)
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int r = wg * 64 + row_in_wg + 8 * i;
-        const int c = j * 8 + quad * 2;
-        const int chunk = (c / 8) ^ (r % 8);
-        *reinterpret_cast<uint32_t*>(ds + r * 128 + chunk * 16 + (c % 8) * 2) =
-            da[(j / 2) * 4 + (j % 2) * 2 + i];
-      }
-
     // dV += P^T dO, dK += dS^T Q (B operands N-major: transposed).
     wgmma_fence();
 #pragma unroll
@@ -359,6 +347,24 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
       WgmmaRS<D, Tag>::run(dk, &da[k * 4], db);
     }
     wgmma_commit();
+
+    // While those run (they only read da): dS^T rows r (keys) of 128 bytes, 16-byte chunk c / 8 swizzled by XOR with r % 8: per
+    // 16-query step k one stmatrix of the 8x8 blocks (rows + 0 / + 8, queries 16k / 16k + 8),
+    // lane l giving row (l / 8 % 2) * 8 + l % 8 of block l / 16.
+    uint8_t* ds = s.ds[stage];
+    {
+      // The row's address with chunk (l / 16) ^ (row % 8) (ds is 1024-byte aligned): step k
+      // XORs the chunk with 2k.
+      // (From a fresh read of the thread index: not held in a register through the loop.)
+      const int t = thread_index();
+      const int m = (t / 8) % 4, rr = t % 8;
+      const uint32_t base =
+          (smem_addr(ds) + (((t - 128) / 32) * 16 + (m & 1) * 8 + rr) * 128) |
+          static_cast<uint32_t>(((m >> 1) ^ rr) << 4);
+#pragma unroll
+      for (int k = 0; k < kBwdQRows / 16; ++k)
+        stmatrix_x4(base ^ (k << 5), da[k * 4], da[k * 4 + 1], da[k * 4 + 2], da[k * 4 + 3]);
+    }
 
     // dQ = dS K: dS^T from shared memory (M-major), K N-major.
     fence_proxy_async_smem();

@@ -279,6 +279,21 @@ template <> struct WgmmaSSTT<32, F16Tag> {
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
   }
 };
+// threadIdx.x read with a volatile instruction: values derived from it are recomputed where used
+// rather than held in registers across a loop.
+__device__ __forceinline__ int thread_index() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+  return t;
+}
+// Four 8x8 16-bit matrices from mma fragments (thread t: row t / 4, columns 2 (t % 4)) into
+// shared memory; lanes 8m..8m+7 give the row addresses of matrix m.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                            uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
 // Two fp32 values into shared memory at a 32-bit shared address.
 __device__ __forceinline__ void st_shared_v2(uint32_t addr, float a, float b) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
