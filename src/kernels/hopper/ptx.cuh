@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/common/thread_index.cuh"
+
 namespace gna::hopper {
 
 struct Bf16Tag {};
@@ -279,13 +281,7 @@ template <> struct WgmmaSSTT<32, F16Tag> {
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
   }
 };
-// threadIdx.x read with a volatile instruction: values derived from it are recomputed where used
-// rather than held in registers across a loop.
-__device__ __forceinline__ int thread_index() {
-  int t;
-  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
-  return t;
-}
+using cuda::thread_index;
 // Four 8x8 16-bit matrices from mma fragments (thread t: row t / 4, columns 2 (t % 4)) into
 // shared memory; lanes 8m..8m+7 give the row addresses of matrix m.
 __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,

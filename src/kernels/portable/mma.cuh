@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "kernels/common/thread_index.cuh"
+
 namespace gna::portable {
 
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
@@ -143,13 +145,7 @@ struct SmemTile {
   }
 };
 
-// threadIdx.x read with a volatile instruction: values derived from it are recomputed where used
-// rather than hoisted and held in registers across a loop.
-__device__ __forceinline__ int thread_index() {
-  int t;
-  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
-  return t;
-}
+using cuda::thread_index;
 
 // 2^x with the hardware approximation (flushes denormal results to zero, exact at -inf -> 0).
 __device__ __forceinline__ float fast_exp2(float x) {
