@@ -26,9 +26,16 @@ function(gna_add_component_dirs dir)
   endforeach()
 endfunction()
 
-# A GoogleTest executable linked against libgna, registered with CTest.
-function(gna_add_test name)
+# A GoogleTest executable linked against libgna, registered with CTest under a label: cpu (runs
+# in CI) or gpu (needs a CUDA device to do more than skip).
+function(gna_add_labeled_test name label)
   add_executable(${name} ${ARGN})
   target_link_libraries(${name} PRIVATE gna GTest::gtest GTest::gtest_main)
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 120 PROPERTIES LABELS cpu)
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 120 PROPERTIES LABELS ${label})
+endfunction()
+function(gna_add_test name)
+  gna_add_labeled_test(${name} cpu ${ARGN})
+endfunction()
+function(gna_add_gpu_test name)
+  gna_add_labeled_test(${name} gpu ${ARGN})
 endfunction()
