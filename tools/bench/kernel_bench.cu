@@ -183,7 +183,15 @@ int main(int argc, char** argv) {
     else if (a == "--warmup") warmup = std::atoi(next().c_str());
     else if (a == "--quick") quick = true;
     else if (a == "--forward-only") forward_only = true;
-    else if (a == "--head-dim") shape_dim = std::atoi(next().c_str());
+    else if (a == "--head-dim") {
+      const std::string text = next();
+      shape_dim = std::atoi(text.c_str());
+      if (shape_dim <= 0) {
+        std::fprintf(stderr, "gna-kernel-bench: --head-dim '%s' is not a positive integer\n",
+                     text.c_str());
+        return 2;
+      }
+    }
     else if (a == "--tiles") {
       tiles_text = next();
       if (!parse_tiles(tiles_text, &forced)) {
@@ -207,9 +215,9 @@ int main(int argc, char** argv) {
           "                        [--quick] [--forward-only] [--json file]\n"
           "                        [--shape EXTENTS:WINDOW:STRIDE:HEADS]... [--head-dim D]\n"
           "                        [--tiles Q:KV]\n"
-          "  --shape adds a bf16 case (e.g. 128x128:128x128:1x1:16) of head dim D (default 128,\n"
-          "  for Q, K and V); with --shape and no\n"
-          "  --cases only the --shape cases run. --tiles forces the Q and KV tile shapes of every\n"
+          "  --shape adds a bf16 case (e.g. 128x128:128x128:1x1:16) with head dim D for Q, K and\n"
+          "  V (default 128); with --shape and no --cases only the --shape cases run.\n"
+          "  --tiles forces the Q and KV tile shapes of every\n"
           "  call (e.g. 1x8x8:1x8x8; the portable backward runs its 64-key variant for KV tiles\n"
           "  of at most 64 tokens at head dims 64 and 128).\n");
       return a == "--help" ? 0 : 2;
