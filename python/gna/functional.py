@@ -4,7 +4,7 @@ import functools
 import torch
 
 from . import _lib
-from .ops import select_backend
+from .ops import attention, select_backend
 
 __all__ = ["na1d", "na2d", "na3d", "sta2d", "sta3d", "merge_attentions", "selected_backend"]
 
@@ -43,8 +43,8 @@ def _attention(fn, rank, query, key, value, rule, additional_keys, additional_va
                return_lse, backend):
     if not isinstance(backend, str):
         raise ValueError(f"{fn}: backend must be a string, got {backend!r}")
-    out, lse = torch.ops.gna.na_forward(query, key, value, additional_keys, additional_values,
-                                        *rule, backend, bool(return_lse))
+    out, lse = attention(query, key, value, additional_keys, additional_values, *rule, backend,
+                         bool(return_lse))
     return (out, lse) if return_lse else out
 
 
@@ -79,7 +79,15 @@ def _sta_rule_cached(extent, tile, window):
     return _lib.sta_params(list(extent), list(tile), list(window))
 
 
-@torch.compiler.assume_constant_result
+def _identity(fn):
+    return fn
+
+
+# torch.compile (where torch has it) treats the STA rule as a constant of the traced graph.
+_constant_result = getattr(getattr(torch, "compiler", None), "assume_constant_result", _identity)
+
+
+@_constant_result
 def _sta_rule(extent, tile, window):
     """GNA (window, stride) of Sliding Tile Attention, as the core defines it (constant under
     torch.compile)."""

@@ -1,5 +1,9 @@
-"""The attention custom ops (torch.library): real implementations over libgna's C ABI, fake
-(meta) implementations for torch.compile, and autograd.
+"""The attention ops over libgna's C ABI, and their autograd.
+
+On torch >= 2.4 they are torch.library custom ops with fake (meta) implementations, so
+torch.compile traces them; on older torch (1.13 and later) the same functions run eagerly with
+autograd through a torch.autograd.Function. `attention` is the differentiable entry point of
+either; `na_forward` / `na_backward` the ops (torch.ops.gna.* where they exist).
 
 gna::na_forward(q, k, v, additional_k?, additional_v?, window, stride, dilation, causal, scale,
                 backend, lse_grad) -> (out, lse)
@@ -66,11 +70,12 @@ def _empty_outputs(q, v):
     return out, lse
 
 
-@torch.library.custom_op("gna::na_forward", mutates_args=())
-def na_forward(query: Tensor, key: Tensor, value: Tensor, additional_keys: Optional[Tensor],
-               additional_values: Optional[Tensor], window: List[int], stride: List[int],
-               dilation: List[int], causal: List[bool], scale: float, backend: str,
-               lse_grad: bool) -> Tuple[Tensor, Tensor]:
+def _na_forward(query: Tensor, key: Tensor, value: Tensor, additional_keys: Optional[Tensor],
+                additional_values: Optional[Tensor], window: List[int], stride: List[int],
+                dilation: List[int], causal: List[bool], scale: float, backend: str,
+                lse_grad: bool) -> Tuple[Tensor, Tensor]:
+    """The forward through the C ABI: (out, lse). lse_grad only tells autograd whether gradients
+    flow through lse."""
     params = _lib.make_params(window, stride, dilation, causal, scale)
     inputs = [query, key, value, additional_keys, additional_values]
     out_dtype = query.dtype
@@ -92,7 +97,6 @@ def na_forward(query: Tensor, key: Tensor, value: Tensor, additional_keys: Optio
     return out, lse
 
 
-@na_forward.register_fake
 def _na_forward_fake(query, key, value, additional_keys, additional_values, window, stride,
                      dilation, causal, scale, backend, lse_grad):
     params = _lib.make_params(window, stride, dilation, causal, scale)
@@ -100,11 +104,12 @@ def _na_forward_fake(query, key, value, additional_keys, additional_values, wind
     return _empty_outputs(query, value)
 
 
-@torch.library.custom_op("gna::na_backward", mutates_args=())
-def na_backward(query: Tensor, key: Tensor, value: Tensor, additional_keys: Optional[Tensor],
-                additional_values: Optional[Tensor], out: Tensor, lse: Tensor, d_out: Tensor,
-                window: List[int], stride: List[int], dilation: List[int], causal: List[bool],
-                scale: float, backend: str) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def _na_backward(query: Tensor, key: Tensor, value: Tensor, additional_keys: Optional[Tensor],
+                 additional_values: Optional[Tensor], out: Tensor, lse: Tensor, d_out: Tensor,
+                 window: List[int], stride: List[int], dilation: List[int], causal: List[bool],
+                 scale: float, backend: str) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The backward through the C ABI: (dq, dk, dv, d_additional_keys, d_additional_values), the
+    last two empty without additional tokens."""
     params = _lib.make_params(window, stride, dilation, causal, scale)
     inputs = [query, key, value, additional_keys, additional_values, out, d_out]
     grad_dtype = query.dtype
@@ -131,7 +136,6 @@ def na_backward(query: Tensor, key: Tensor, value: Tensor, additional_keys: Opti
     return tuple(t.to(grad_dtype) if t.dtype != grad_dtype else t for t in results)
 
 
-@na_backward.register_fake
 def _na_backward_fake(query, key, value, additional_keys, additional_values, out, lse, d_out,
                       window, stride, dilation, causal, scale, backend):
     grads = [t.new_empty(t.shape) for t in (query, key, value)]
@@ -157,7 +161,7 @@ def _backward(ctx, d_out, d_lse):
     q, k, v, ak, av, out, lse = ctx.saved_tensors
     if d_out is None:
         d_out = torch.zeros_like(out)
-    dq, dk, dv, dak, dav = torch.ops.gna.na_backward(q, k, v, ak, av, out, lse, d_out, *ctx.rule)
+    dq, dk, dv, dak, dav = na_backward(q, k, v, ak, av, out, lse, d_out, *ctx.rule)
     if ctx.lse_grad and d_lse is not None:
         dq, dk, dak = _add_lse_gradient(ctx, q, k, ak, lse, d_lse, dq, dk, dak)
     if not ctx.has_additional:
@@ -173,18 +177,61 @@ def _add_lse_gradient(ctx, q, k, ak, lse, d_lse, dq, dk, dak):
     rule = ctx.rule
     c = _effective_scale(rule[4], q.shape[-1])
     g = (c * d_lse.to(torch.float32)).unsqueeze(-1)
-    out_k, _ = torch.ops.gna.na_forward(q, k, k, ak, ak, *rule, False)
+    out_k, _ = na_forward(q, k, k, ak, ak, *rule, False)
     dq = dq + (g * out_k.to(torch.float32)).to(dq.dtype)
     d_out_k = (g * q.to(torch.float32)).to(q.dtype)
-    _, _, dk_extra, _, dak_extra = torch.ops.gna.na_backward(q, k, k, ak, ak, out_k, lse, d_out_k,
-                                                             *rule)
+    _, _, dk_extra, _, dak_extra = na_backward(q, k, k, ak, ak, out_k, lse, d_out_k, *rule)
     dk = dk + dk_extra
     if ak is not None:
         dak = dak + dak_extra
     return dq, dk, dak
 
 
-na_forward.register_autograd(_backward, setup_context=_setup_context)
+class _Attention(torch.autograd.Function):
+    """Autograd of the ops without torch.library custom ops: the same forward, context and
+    backward as the custom op's registration."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        ctx.set_materialize_grads(False)  # unused outputs' gradients arrive as None
+        output = _na_forward(*inputs)
+        _setup_context(ctx, inputs, output)
+        return output
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out, d_lse):
+        return _backward(ctx, d_out, d_lse)
+
+
+def eager_attention(query, key, value, additional_keys, additional_values, window, stride,
+                    dilation, causal, scale, backend, lse_grad):
+    """(out, lse) through torch.autograd.Function: what `attention` is on torch < 2.4 (on newer
+    torch it stays available, so that both paths can be compared)."""
+    return _Attention.apply(query, key, value, additional_keys, additional_values, window,
+                            stride, dilation, causal, scale, backend, lse_grad)
+
+
+# torch >= 2.4: torch.library custom ops, with fake implementations (torch.compile traces them
+# without graph breaks) and autograd. Older torch (1.13 and later): the same bodies called
+# directly, with autograd through _Attention. Both run _na_forward, _na_backward,
+# _setup_context and _backward.
+HAS_CUSTOM_OPS = hasattr(getattr(torch, "library", None), "custom_op")
+
+if HAS_CUSTOM_OPS:
+    _forward_op = torch.library.custom_op("gna::na_forward", mutates_args=())(_na_forward)
+    _forward_op.register_fake(_na_forward_fake)
+    _forward_op.register_autograd(_backward, setup_context=_setup_context)
+    _backward_op = torch.library.custom_op("gna::na_backward", mutates_args=())(_na_backward)
+    _backward_op.register_fake(_na_backward_fake)
+    na_forward = torch.ops.gna.na_forward
+    na_backward = torch.ops.gna.na_backward
+    # (out, lse) of neighborhood attention, differentiable in query, key, value and the
+    # additional tokens (and through lse when lse_grad); arguments as gna::na_forward.
+    attention = na_forward
+else:
+    na_forward, na_backward = _na_forward, _na_backward
+    attention = eager_attention
 
 
 def select_backend(query, key, value, additional_keys, additional_values, window, stride,

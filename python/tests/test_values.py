@@ -170,6 +170,7 @@ def _random_case(rng, rank):
 
 
 def _cuda_case(rng, rank, dtype, dim, backend="auto", backward=False):
+    cuda_devices_or_skip()
     spatial, window, stride, dilation, causal = _random_case(rng, rank)
     heads_kv = rng.choice([1, 2])
     heads = heads_kv * rng.choice([1, 2])
