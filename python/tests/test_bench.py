@@ -51,7 +51,25 @@ def test_reports():
     for r in rows:
         r["pass"] = r.pop("pass_")
     table = report.markdown(rows)
-    assert "| c | fwd | cuDNN SDPA dense |  | 2.000 | 100.0 | 1.00 |" in table
+    assert "| c | fwd | cuDNN SDPA dense |  | 2.000 | 100.0 | — | — | 1.00 | — |" in table
     assert "hopper" in table and "error: RuntimeError: boom" in table
     svg = report.svg_chart(rows, "t")
     assert svg.startswith("<svg") and "4.00×" in svg and "boom" not in svg
+
+
+def test_flex_mask_follows_dilation():
+    # 1-D, extent 12, window 3, dilation 2: each dilation group (even, odd) holds 6 tokens and
+    # every query attends the 3 group keys of its window, clamped at the group's ends.
+    case = cases.Case("d", (12,), 1, 1, (3,), dilation=(2,))
+    assert "dilation 2" in case.label
+    mask_mod = peers.make_mask_mod(case, "cpu")
+    q_idx = torch.arange(12).reshape(12, 1)
+    kv_idx = torch.arange(12).reshape(1, 12)
+    got = mask_mod(0, 0, q_idx, kv_idx)
+    expected = torch.zeros(12, 12, dtype=torch.bool)
+    for i in range(12):
+        ig, group = i // 2, i % 2
+        start = min(max(ig - 1, 0), 6 - 3)
+        for jg in range(start, start + 3):
+            expected[i, group + 2 * jg] = True
+    assert torch.equal(got, expected)

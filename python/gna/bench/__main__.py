@@ -4,7 +4,10 @@ forward+backward, on the use cases of SPEC section 4.
 
 Effective TFLOP/s count attended (query, key) pairs only: forward 4 * B * H * N * keys * D,
 forward+backward 3.5 times that (backward 2.5x); keys per query come from gna's simulator.
-"× cuDNN" divides cuDNN SDPA dense's time for the same pass by the row's time.
+GB/s counts the fewest bytes a pass must move (forward: Q, K, V read, O and the logsumexp
+written; forward+backward adds O, dO, the logsumexp read and dQ, dK, dV written), and "% copy"
+compares it with a device-to-device copy timed in the same run. "× cuDNN" and "× Flex" divide
+cuDNN SDPA dense's and FlexAttention's time for the same pass by the row's time.
 """
 import argparse
 import os
@@ -16,11 +19,12 @@ import torch
 import gna
 from . import cases as cases_mod
 from . import gna_calls, peers, report
-from .timing import bench_ms
+from .timing import bench_ms, copy_bandwidth_gbps
 
 
 def _attended_keys(case):
-    sim = gna.simulate(case.layout, case.window, stride=case.strides, q_tile=1, kv_tile=1)
+    sim = gna.simulate(case.layout, case.window, stride=case.strides, dilation=case.dilations,
+                       q_tile=1, kv_tile=1)
     return sim["mean_keys_per_query"]
 
 
@@ -76,6 +80,10 @@ class Runner:
         q, k, v = rand(), rand(), rand()
         keys = _attended_keys(case)
         fwd_flops = 4.0 * b * h * n * keys * d
+        tensor_bytes = b * n * h * d * q.element_size()
+        lse_bytes = b * n * h * 4
+        pass_bytes = {"fwd": 4 * tensor_bytes + lse_bytes,
+                      "fwd+bwd": 12 * tensor_bytes + 3 * lse_bytes}
         dense_flops = 4.0 * b * h * n * n * d
         passes = [p for p in ("fwd", "fwd+bwd") if p in a.passes]
         # Dense peers read the same heads-last memory, viewed as [B, H, N, D].
@@ -105,12 +113,21 @@ class Runner:
             self._gna_rows(case, pass_name, qg, kg, vg, d_out, fwd_flops * scale, grad)
             if not a.no_flex:
                 self._flex_row(case, pass_name, q, k, v, fwd_flops * scale, grad)
-            for row in self.rows:
-                if row["case"] == case.label and row["pass"] == pass_name and row.get("ms"):
-                    row["x_cudnn"] = cudnn / row["ms"] if cudnn else None
+            self._derived_columns(case, pass_name, cudnn, pass_bytes[pass_name])
         del q, k, v
         self.masks.pop(case.label, None)
         torch.cuda.empty_cache()
+
+    def _derived_columns(self, case, pass_name, cudnn, min_bytes):
+        rows = [r for r in self.rows
+                if r["case"] == case.label and r["pass"] == pass_name and r.get("ms")]
+        flex = next((r["ms"] for r in rows if r["impl"] == "FlexAttention"), None)
+        for row in rows:
+            row["x_cudnn"] = cudnn / row["ms"] if cudnn else None
+            row["x_flex"] = flex / row["ms"] if flex else None
+            if row["impl"].startswith("gna"):
+                row["gbps"] = min_bytes / row["ms"] / 1e6
+                row["copy_pct"] = 100.0 * row["gbps"] / self.copy_gbps
 
     @staticmethod
     def _dense(call, q, k, v, d_out, grad):
@@ -122,11 +139,11 @@ class Runner:
     def _gna_rows(self, case, pass_name, q, k, v, d_out, flops, grad):
         backend = self.args.backend
         try:
-            chosen = gna.selected_backend(q, k, v, case.window, stride=case.strides,
-                                          backward=grad, backend=backend)
+            rule = dict(stride=case.strides, dilation=case.dilations)
+            chosen = gna.selected_backend(q, k, v, case.window, backward=grad, backend=backend,
+                                          **rule)
             if grad:
-                fwd_name = gna.selected_backend(q, k, v, case.window, stride=case.strides,
-                                                backend=backend)
+                fwd_name = gna.selected_backend(q, k, v, case.window, backend=backend, **rule)
                 chosen = chosen if chosen == fwd_name else f"{fwd_name}/{chosen}"
         except Exception as e:
             chosen = f"none ({type(e).__name__})"
@@ -190,8 +207,8 @@ def parse(argv):
     p = argparse.ArgumentParser(prog="gna-bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", nargs="*", default=[],
-                   help="case names (hunyuan, cosmos, wan, flux4k, nat, long1d; NAME:i for the "
-                        "i-th case of a name); default: all")
+                   help="case names (hunyuan, cosmos, wan, flux4k, nat, dinat, hdit, na3d, "
+                        "long1d; NAME:i for the i-th case of a name); default: all")
     p.add_argument("--quick", action="store_true", help="two small cases (a smoke run)")
     p.add_argument("--passes", default="fwd,fwd+bwd", help="fwd, fwd+bwd or both (default)")
     p.add_argument("--backend", default="auto", help="gna backend (default: dispatch's choice)")
@@ -238,6 +255,9 @@ def main(argv=None):
     print(f"{meta['device']}, torch {meta['torch']}, CUDA {meta['cuda']}, cuDNN {meta['cudnn']}, "
           f"gna backends {' '.join(meta['gna_backends'])}", flush=True)
     runner = Runner(args)
+    runner.copy_gbps = copy_bandwidth_gbps()
+    meta["copy_gbps"] = runner.copy_gbps
+    print(f"device-to-device copy: {runner.copy_gbps:.0f} GB/s (bytes read + written)", flush=True)
     os.makedirs(args.out, exist_ok=True)
     for case in selected:
         runner.run_case(case)

@@ -12,8 +12,13 @@ class Case:
     window: tuple
     stride: tuple = None
     batch: int = 1
+    dilation: tuple = None
     tile: tuple = None  # None: row-major tokens for FlexAttention
     tags: tuple = field(default=())
+
+    @property
+    def dilations(self):
+        return self.dilation or (1,) * self.rank
 
     @property
     def rank(self):
@@ -34,6 +39,8 @@ class Case:
     def label(self):
         x = "×".join
         s = "" if self.strides == (1,) * self.rank else f" stride {x(map(str, self.strides))}"
+        if self.dilations != (1,) * self.rank:
+            s += f" dilation {x(map(str, self.dilations))}"
         b = f", batch {self.batch}" if self.batch > 1 else ""
         return (f"{self.name} {x(map(str, self.layout))}{b}, h{self.heads} d{self.dim}, window "
                 f"{x(map(str, self.window))}{s}")
@@ -48,8 +55,16 @@ CASES = [
     Case("wan", (21, 45, 80), 40, 128, (15, 27, 48), tile=(3, 5, 8)),
     Case("flux4k", (256, 256), 24, 128, (80, 80), tile=(16, 8)),
     Case("flux4k", (256, 256), 24, 128, (80, 80), stride=(16, 16), tile=(16, 8)),
+    # Image backbones (NAT / DiNAT) and pixel-space diffusion (hourglass DiT): small windows,
+    # small head dims, large batches.
     Case("nat", (56, 56), 2, 32, (7, 7), batch=128),
     Case("nat", (28, 28), 4, 32, (7, 7), batch=128),
+    Case("nat", (14, 14), 8, 32, (7, 7), batch=128),
+    Case("dinat", (56, 56), 2, 32, (7, 7), batch=128, dilation=(8, 8)),
+    Case("dinat", (28, 28), 4, 32, (7, 7), batch=128, dilation=(4, 4)),
+    Case("hdit", (128, 128), 4, 64, (7, 7), batch=16),
+    Case("hdit", (128, 128), 4, 64, (13, 13), batch=16),
+    Case("na3d", (16, 32, 32), 4, 64, (7, 7, 7), batch=8),
     Case("long1d", (32768,), 8, 128, (2048,)),
     Case("long1d", (32768,), 8, 128, (2048,), stride=(256,)),
 ]

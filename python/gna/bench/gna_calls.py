@@ -14,7 +14,8 @@ NA = {1: gna.na1d, 2: gna.na2d, 3: gna.na3d}
 
 def end_to_end_forward(case, q, k, v, backend):
     na = NA[case.rank]
-    return lambda: na(q, k, v, case.window, stride=case.strides, backend=backend)
+    return lambda: na(q, k, v, case.window, stride=case.strides, dilation=case.dilations,
+                      backend=backend)
 
 
 def end_to_end_forward_backward(case, q, k, v, d_out, backend):
@@ -22,7 +23,8 @@ def end_to_end_forward_backward(case, q, k, v, d_out, backend):
     inputs = (q, k, v)
 
     def run():
-        out = na(q, k, v, case.window, stride=case.strides, backend=backend)
+        out = na(q, k, v, case.window, stride=case.strides, dilation=case.dilations,
+                 backend=backend)
         torch.autograd.grad(out, inputs, d_out)
 
     return run
@@ -34,8 +36,8 @@ class KernelCalls:
     def __init__(self, case, q, k, v, backend):
         q, k, v = q.detach(), k.detach(), v.detach()
         rank = case.rank
-        self.params = _lib.make_params(case.window, case.strides, (1,) * rank, (False,) * rank,
-                                       0.0)
+        self.params = _lib.make_params(case.window, case.strides, case.dilations,
+                                       (False,) * rank, 0.0)
         self.out = torch.empty_like(q)
         self.lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
         self.d_out = torch.randn_like(q)

@@ -4,7 +4,7 @@ backends, and FlexAttention (compiled) with the same mask as gna, tokens in tile
 FlexAttention's mask is read off gna's own CPU reference, never re-derived: per axis, two 1-D
 attention calls with sharp scores (key j scored -j, then +j) and values j return, for every
 query, its first and last attended key; a key is attended iff on every axis it lies in that
-range (the benchmark's cases have dilation 1, so the range holds no other dilation group).
+range and in the query's dilation group.
 """
 import math
 
@@ -49,7 +49,8 @@ def token_coords(idx, layout, tile):
 
 def make_mask_mod(case, device):
     rank = case.rank
-    ranges = [axis_key_ranges(case.layout[a], case.window[a], case.strides[a], 1, False)
+    dilation = case.dilations
+    ranges = [axis_key_ranges(case.layout[a], case.window[a], case.strides[a], dilation[a], False)
               for a in range(rank)]
     first = [r[0].to(device) for r in ranges]
     last = [r[1].to(device) for r in ranges]
@@ -60,6 +61,8 @@ def make_mask_mod(case, device):
         ok = None
         for a in range(rank):
             m = (kc[a] >= first[a][qc[a]]) & (kc[a] <= last[a][qc[a]])
+            if dilation[a] > 1:
+                m = m & (kc[a] % dilation[a] == qc[a] % dilation[a])
             ok = m if ok is None else ok & m
         return ok
 

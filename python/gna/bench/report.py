@@ -1,7 +1,8 @@
 """The benchmark's outputs: a Markdown table, JSON, and an SVG (or PNG) chart of × cuDNN."""
 import json
 
-COLUMNS = ("case", "pass", "impl", "backend", "ms", "eff. TFLOP/s", "× cuDNN")
+COLUMNS = ("case", "pass", "impl", "backend", "ms", "eff. TFLOP/s", "GB/s", "% copy", "× cuDNN",
+           "× Flex")
 
 
 def _fmt(row, key, spec):
@@ -17,7 +18,9 @@ def markdown(rows):
         last = (r["case"], r["pass"])
         ms = _fmt(r, "ms", ".3f") if r.get("error") is None else "error: " + r["error"][:60]
         lines.append(f"| {case} | {r['pass']} | {r['impl']} | {r.get('backend') or ''} | {ms} | "
-                     f"{_fmt(r, 'tflops', '.1f')} | {_fmt(r, 'x_cudnn', '.2f')} |")
+                     f"{_fmt(r, 'tflops', '.1f')} | {_fmt(r, 'gbps', '.0f')} | "
+                     f"{_fmt(r, 'copy_pct', '.0f')} | {_fmt(r, 'x_cudnn', '.2f')} | "
+                     f"{_fmt(r, 'x_flex', '.2f')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -29,3 +29,13 @@ def bench_ms(fn, warmup_ms=25, rep_ms=200):
         times.append(start.elapsed_time(end))
     times.sort()
     return times[len(times) // 2]
+
+
+def copy_bandwidth_gbps(megabytes=1024):
+    """Device-to-device copy bandwidth, bytes read plus bytes written per second (GB/s)."""
+    src = torch.empty(megabytes << 20, dtype=torch.uint8, device="cuda").random_(0, 255)
+    dst = torch.empty_like(src)
+    ms = bench_ms(lambda: dst.copy_(src))
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * (megabytes << 20) / ms / 1e6
