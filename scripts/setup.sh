@@ -12,12 +12,10 @@ command -v ninja >/dev/null || need+=(ninja-build)
 command -v g++ >/dev/null || need+=(g++)
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
 if [ ${#need[@]} -gt 0 ]; then
-  echo "installing: ${need[*]}"
-  sudo_cmd=""
-  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  source scripts/debian_packages.sh
   # Without a package index (an offline machine) the build goes on with what is there.
-  { $sudo_cmd apt-get update -qq && $sudo_cmd apt-get install -y -qq "${need[@]}"; } ||
-    echo "could not install ${need[*]}: continuing (tests are skipped without GoogleTest)"
+  install_debian_packages "${need[@]}" ||
+    echo "continuing without ${need[*]} (tests are skipped without GoogleTest)"
 fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release

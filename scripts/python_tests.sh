@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Runs the Python package's tests (python/tests, pytest) on the package in python/ and a built
+# libgna (argument; default build/lib/libgna.so): on the CPU, and on the GPU when torch sees one.
+# Prints the counts; exits non-zero on any failure, error, or a run in which nothing passed.
+#
+# The Python: $GNA_PYTHON if set; else the first of `python3` on PATH and /usr/bin/python3 that
+# imports torch and pytest; else Debian's python3-torch, python3-numpy and python3-pytest are
+# installed for /usr/bin/python3 (torch 1.13 on Debian 12).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/debian_packages.sh
+
+library=${1:-build/lib/libgna.so}
+if [ ! -f "$library" ]; then
+  echo "python tests: no library at $library (build it first: cmake --build build)"
+  exit 1
+fi
+library=$(realpath "$library")
+
+can_test() { "$1" -c "import torch, pytest" >/dev/null 2>&1; }
+
+pick_python() {
+  if [ -n "${GNA_PYTHON:-}" ]; then
+    can_test "$GNA_PYTHON" && echo "$GNA_PYTHON"
+    return
+  fi
+  local py
+  for py in python3 /usr/bin/python3; do
+    if command -v "$py" >/dev/null && can_test "$py"; then
+      echo "$py"
+      return
+    fi
+  done
+  return 1
+}
+
+if ! py=$(pick_python); then
+  if [ -n "${GNA_PYTHON:-}" ]; then
+    echo "python tests: GNA_PYTHON=$GNA_PYTHON cannot import torch and pytest"
+    exit 1
+  fi
+  echo "python tests: no Python here imports torch and pytest"
+  if ! install_debian_packages python3-torch python3-numpy python3-pytest ||
+     ! can_test /usr/bin/python3; then
+    echo "python tests: not run: no Python with torch and pytest (install torch and pytest, or" \
+         "set GNA_PYTHON to a Python that has them; scripts/test.sh skips these tests with" \
+         "GNA_PYTHON_TESTS=0)"
+    exit 1
+  fi
+  py=/usr/bin/python3
+fi
+echo "python tests: $("$py" -c 'import sys, torch; print(sys.executable, "with torch", torch.__version__)')"
+
+report=$(mktemp)
+trap 'rm -f "$report"' EXIT
+rc=0
+# The package from the source tree (first on the path, ahead of any installed copy), the library
+# given; no caches written into the tree.
+GNA_LIBRARY="$library" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
+  PYTHONDONTWRITEBYTECODE=1 "$py" -m pytest python/tests -q -rs -p no:cacheprovider \
+  --junitxml="$report" || rc=$?
+
+"$py" - "$report" "$rc" <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+
+path, rc = sys.argv[1], int(sys.argv[2])
+try:
+    root = ET.parse(path).getroot()
+except (OSError, ET.ParseError) as e:
+    print(f"python tests: no report ({e}); pytest exit status {rc}")
+    sys.exit(1)
+suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+count = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors",
+                                                             "skipped")}
+passed = count["tests"] - count["failures"] - count["errors"] - count["skipped"]
+print(f"python tests: {passed} passed, {count['skipped']} skipped, {count['failures']} failed, "
+      f"{count['errors']} errors ({count['tests']} in all)")
+if rc != 0 or count["failures"] or count["errors"]:
+    sys.exit(1)
+if passed == 0:
+    print("python tests: nothing passed (an empty or all-skipped run)")
+    sys.exit(1)
+PY
