@@ -10,7 +10,7 @@
 extern "C" {
 #endif
 
-#define GNA_ABI_VERSION 2
+#define GNA_ABI_VERSION 3
 #define GNA_MAX_RANK 3
 #define GNA_MAX_TENSOR_RANK 8
 
@@ -99,6 +99,36 @@ gna_status gna_release_cached_memory(void);
 /* Sliding Tile Attention: per-axis extent, tile and window (tokens) to GNA parameters. */
 gna_status gna_sta_params(int32_t rank, const int32_t* extent, const int32_t* tile,
                           const int32_t* window, gna_params* params);
+
+/* The unfused neighborhood operators (since ABI version 3; SPEC section 2.4), on heads-first
+ * tensors, NATTEN's legacy layout:
+ *   tokens  [B, heads, X, (Y, (Z)), D]        q, k, v, out and their gradients
+ *   weights [B, heads, X, (Y, (Z)), prod(K)]  attn, d_attn: one per window slot, row-major over
+ *                                             axes, slot = key - window start per axis
+ *   rpb     [heads, 2K0-1, (2K1-1, (2K2-1))]  relative positional bias, entry K-1 + key - query
+ *                                             per axis (coordinates inside the dilation group)
+ * Any strides with a contiguous last dimension; all tensors of one dtype and device.
+ * params->stride must be 1 on every axis; params->scale is ignored (no scale is applied: the
+ * caller scales q). Host tensors (device -1) run the CPU reference (float32/float64), CUDA
+ * tensors the CUDA kernels (float32/float16/bfloat16, fp32 accumulation) on options->stream;
+ * options->backend and the tile fields are not used. Every pass is deterministic.
+ * A causal window keeps K slots per axis: slots past the query hold -inf in attn (0 in the
+ * d_attn of gna_na_av_backward) and are ignored where weights are read. */
+
+/* PN: attn = q . k over each query's window (+ rpb when not NULL). */
+gna_status gna_na_qk(const gna_params* params, const gna_tensor* q, const gna_tensor* k,
+                     const gna_tensor* rpb, gna_tensor* attn, const gna_options* options);
+/* NN: out = attn . v over each query's window. */
+gna_status gna_na_av(const gna_params* params, const gna_tensor* attn, const gna_tensor* v,
+                     gna_tensor* out, const gna_options* options);
+/* Gradients of gna_na_qk; any output may be NULL (not computed). */
+gna_status gna_na_qk_backward(const gna_params* params, const gna_tensor* q, const gna_tensor* k,
+                              const gna_tensor* d_attn, gna_tensor* dq, gna_tensor* dk,
+                              gna_tensor* d_rpb, const gna_options* options);
+/* Gradients of gna_na_av; any output may be NULL (not computed). */
+gna_status gna_na_av_backward(const gna_params* params, const gna_tensor* attn,
+                              const gna_tensor* v, const gna_tensor* d_out, gna_tensor* d_attn,
+                              gna_tensor* dv, const gna_options* options);
 
 #ifdef __cplusplus
 }

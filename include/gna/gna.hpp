@@ -8,6 +8,7 @@
 #include "gna/attention_params.hpp"
 #include "gna/core/error.hpp"
 #include "gna/kernel_options.hpp"
+#include "gna/neighborhood_params.hpp"
 #include "gna/ops/merge.hpp"
 #include "gna/ops/permute.hpp"
 
@@ -47,5 +48,27 @@ std::vector<std::string> backend_names();
 // not map and unmap it each time. This waits for the devices that have such a pool and gives the
 // memory back; later calls allocate again. Nothing to do without CUDA.
 void release_cached_memory();
+
+// The unfused neighborhood operators (SPEC section 2.4) on heads-first tensors (shapes in
+// gna/neighborhood_params.hpp): PN (na_qk), NN (na_av) and their backward passes, which use the
+// inverse-neighborhood operator. params.stride must be 1 on every axis; params.scale is ignored
+// (no scale is applied: the caller scales the query). Host tensors run the CPU reference
+// (float32/float64), CUDA tensors the CUDA kernels (float32/float16/bfloat16, fp32
+// accumulation) on options.stream; options.backend and options.kernel are not used.
+//   na_qk: attn = q . k over each query's window (+ rpb [heads, 2K-1 per axis] if given);
+//          slots without a key (causal windows) are -inf.
+//   na_av: out = attn . v over each query's window (slots without a key are ignored).
+void na_qk(const AttentionParams& params, const TensorRef& q, const TensorRef& k,
+           const TensorRef* rpb, const TensorRef& attn, const CallOptions& options = {});
+void na_av(const AttentionParams& params, const TensorRef& attn, const TensorRef& v,
+           const TensorRef& out, const CallOptions& options = {});
+// Gradients of na_qk (each output optional): dq, dk and the bias gradient d_rpb.
+void na_qk_backward(const AttentionParams& params, const TensorRef& q, const TensorRef& k,
+                    const TensorRef& d_attn, const TensorRef* dq, const TensorRef* dk,
+                    const TensorRef* d_rpb, const CallOptions& options = {});
+// Gradients of na_av (each output optional): d_attn (0 in slots without a key) and dv.
+void na_av_backward(const AttentionParams& params, const TensorRef& attn, const TensorRef& v,
+                    const TensorRef& d_out, const TensorRef* d_attn, const TensorRef* dv,
+                    const CallOptions& options = {});
 
 }  // namespace gna

@@ -64,6 +64,18 @@ gna::CallOptions to_options(const gna_options* o) {
   return c;
 }
 
+// An optional tensor: a converted view kept alive for the call, or null.
+struct OptionalRef {
+  gna::TensorRef ref;
+  const gna::TensorRef* ptr = nullptr;
+  OptionalRef(const gna_tensor* t, const char* name) {
+    if (t) {
+      ref = to_ref(t, name);
+      ptr = &ref;
+    }
+  }
+};
+
 // Holds converted inputs so that AttentionTensors' pointers stay valid during the call.
 struct Inputs {
   gna::TensorRef q, k, v, ak, av;
@@ -197,6 +209,44 @@ gna_status gna_sta_params(int32_t rank, const int32_t* extent, const int32_t* ti
       p.causal[a] = 0;
     }
     *params = p;
+  });
+}
+
+gna_status gna_na_qk(const gna_params* params, const gna_tensor* q, const gna_tensor* k,
+                     const gna_tensor* rpb, gna_tensor* attn, const gna_options* options) {
+  return guarded([&] {
+    const OptionalRef bias(rpb, "rpb");
+    gna::na_qk(to_params(params), to_ref(q, "query"), to_ref(k, "key"), bias.ptr,
+               to_ref(attn, "attn"), to_options(options));
+  });
+}
+
+gna_status gna_na_av(const gna_params* params, const gna_tensor* attn, const gna_tensor* v,
+                     gna_tensor* out, const gna_options* options) {
+  return guarded([&] {
+    gna::na_av(to_params(params), to_ref(attn, "attn"), to_ref(v, "value"), to_ref(out, "out"),
+               to_options(options));
+  });
+}
+
+gna_status gna_na_qk_backward(const gna_params* params, const gna_tensor* q, const gna_tensor* k,
+                              const gna_tensor* d_attn, gna_tensor* dq, gna_tensor* dk,
+                              gna_tensor* d_rpb, const gna_options* options) {
+  return guarded([&] {
+    const OptionalRef g_q(dq, "dq"), g_k(dk, "dk"), g_rpb(d_rpb, "d_rpb");
+    gna::na_qk_backward(to_params(params), to_ref(q, "query"), to_ref(k, "key"),
+                        to_ref(d_attn, "d_attn"), g_q.ptr, g_k.ptr, g_rpb.ptr,
+                        to_options(options));
+  });
+}
+
+gna_status gna_na_av_backward(const gna_params* params, const gna_tensor* attn,
+                              const gna_tensor* v, const gna_tensor* d_out, gna_tensor* d_attn,
+                              gna_tensor* dv, const gna_options* options) {
+  return guarded([&] {
+    const OptionalRef g_attn(d_attn, "d_attn"), g_v(dv, "dv");
+    gna::na_av_backward(to_params(params), to_ref(attn, "attn"), to_ref(v, "value"),
+                        to_ref(d_out, "d_out"), g_attn.ptr, g_v.ptr, to_options(options));
   });
 }
 
