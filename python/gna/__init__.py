@@ -12,7 +12,11 @@ __version__ = "0.1.0"
 
 _TORCH_NAMES = ("na1d", "na2d", "na3d", "sta2d", "sta3d", "merge_attentions", "selected_backend",
                 "NeighborhoodAttention1D", "NeighborhoodAttention2D", "NeighborhoodAttention3D",
-                "functional", "modules", "ops")
+                "functional", "modules", "ops",
+                # video DiTs: joint attention, per-head windows, window search, dense steps
+                "Window", "per_head_attention", "joint_attention", "dense_joint_attention",
+                "GnaAttentionProcessor", "dense_attention", "install_processors",
+                "WindowSearch", "WindowPlan", "search_windows")
 
 try:
     import torch as _torch  # noqa: F401
@@ -29,6 +33,11 @@ else:
     from .functional import (merge_attentions, na1d, na2d, na3d, selected_backend, sta2d, sta3d)
     from .modules import (NeighborhoodAttention1D, NeighborhoodAttention2D,
                           NeighborhoodAttention3D)
+    from .windows import Window
+    from .per_head import per_head_attention
+    from .joint import dense_joint_attention, joint_attention
+    from .processor import GnaAttentionProcessor, dense_attention, install_processors
+    from .sta_search import WindowPlan, WindowSearch, search_windows
 
 __all__ = ["simulate", "stride_sweep", "end_to_end_speedup", "backend_names", "abi_version", "library_path",
            "release_cached_memory",
