@@ -25,45 +25,61 @@ def dtype_code(dtype, name):
                          f"got {dtype}") from None
 
 
+_Dims = ctypes.c_int64 * _lib.MAX_TENSOR_RANK
+
+
 def view(t, name, metadata_only=False):
-    """A gna_tensor describing `t` (no copy). None stays None."""
+    """A gna_tensor describing `t` (no copy). None stays None. Built in one constructor call:
+    field-by-field assignment cost several microseconds per tensor, on every call."""
     if t is None:
         return None
-    if t.dim() > _lib.MAX_TENSOR_RANK:
-        raise ValueError(f"{name}: at most {_lib.MAX_TENSOR_RANK} dims, got {t.dim()}")
-    g = _lib.Tensor()
-    g.data = _METADATA_ONLY if metadata_only else t.data_ptr()
-    g.dtype = dtype_code(t.dtype, name)
-    g.rank = t.dim()
-    for i, (size, stride) in enumerate(zip(t.shape, t.stride())):
-        g.shape[i] = int(size)
-        g.strides[i] = int(stride)
-    g.device = t.device.index if t.is_cuda else -1
-    if t.is_cuda and t.device.index is None:
-        g.device = torch.cuda.current_device()
-    return g
+    rank = t.dim()
+    if rank > _lib.MAX_TENSOR_RANK:
+        raise ValueError(f"{name}: at most {_lib.MAX_TENSOR_RANK} dims, got {rank}")
+    if t.is_cuda:
+        index = t.device.index
+        device = torch.cuda.current_device() if index is None else index
+    else:
+        device = -1
+    data = _METADATA_ONLY if metadata_only else t.data_ptr()
+    return _lib.Tensor(data, dtype_code(t.dtype, name), rank, _Dims(*t.shape), _Dims(*t.stride()),
+                       device, 0)
 
 
 def ref(g):
     return None if g is None else ctypes.byref(g)
 
 
+# The raw current-stream query of torch's CUDA module where it has one (what torch's own
+# generated code calls); the public current_stream() builds a Stream object on every call.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _stream_of(device):
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if _raw_stream is not None:
+        return _raw_stream(index)
+    return torch.cuda.current_stream(device).cuda_stream
+
+
 def options(device, backend="auto"):
     o = _lib.Options()
-    o.backend = backend.encode() if backend and backend != "auto" else None
+    if backend and backend != "auto":
+        o.backend = backend.encode()
     # torch.use_deterministic_algorithms(True) asks for the same bits every run: the backward
     # then runs a deterministic kernel (or a backend without atomics).
-    o.deterministic = 1 if torch.are_deterministic_algorithms_enabled() else 0
+    if torch.are_deterministic_algorithms_enabled():
+        o.deterministic = 1
     if device.type == "cuda":
-        o.stream = torch.cuda.current_stream(device).cuda_stream
+        o.stream = _stream_of(device)
     return o
 
 
 def kernel_ready(t):
     """`t` as the kernels want it: last dim contiguous and no broadcast (stride-0) dims; any other
     strides pass through without a copy."""
-    if t is None:
-        return None
+    if t is None or t.is_contiguous():
+        return t
     last_strided = t.dim() > 0 and t.stride(-1) != 1 and t.shape[-1] > 1
     broadcast = any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride()))
     if last_strided or broadcast:

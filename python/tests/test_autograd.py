@@ -58,8 +58,9 @@ def test_sta_gradcheck():
                                     (q, k, v), eps=1e-6, atol=1e-6, rtol=1e-5)
 
 
-# ---- the two autograd paths: torch.library custom ops (torch >= 2.4) and the
-# torch.autograd.Function of older torch, which newer torch keeps as gna.ops.eager_attention ----
+# ---- the two autograd paths: torch.library custom ops (torch >= 2.4, what torch.compile traces)
+# and the torch.autograd.Function that eager calls on plain tensors take (every call on older
+# torch), gna.ops.eager_attention ----
 
 RULE = ([3, 2], [2, 1], [1, 2], [False, True], 0.0, "auto")
 
@@ -68,9 +69,24 @@ def _torch_version():
     return tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 
 
+def _op_path():
+    """The custom op where torch has one (differentiable through its registered autograd)."""
+    return gna.ops.na_forward if gna.ops.HAS_CUSTOM_OPS else gna.ops.eager_attention
+
+
 def test_custom_ops_exactly_where_torch_has_them():
     assert gna.ops.HAS_CUSTOM_OPS == (_torch_version() >= (2, 4))
-    assert (gna.ops.attention is gna.ops.eager_attention) == (not gna.ops.HAS_CUSTOM_OPS)
+    if gna.ops.HAS_CUSTOM_OPS:
+        assert gna.ops.na_forward is torch.ops.gna.na_forward
+
+
+def test_eager_calls_on_plain_tensors_skip_the_custom_op_dispatch():
+    q, k, v = qkv(1, (6,), 1, 4)
+    assert gna.ops._runs_eagerly(q)
+    if gna.ops.HAS_CUSTOM_OPS:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        with FakeTensorMode() as mode:
+            assert not gna.ops._runs_eagerly(mode.from_tensor(q))
 
 
 @pytest.mark.parametrize("lse_grad", [False, True])
@@ -83,7 +99,7 @@ def test_eager_path_equals_ops_path(lse_grad):
     w_out, w_lse = randn(1, 5, 6, 2, 3, dtype=torch.float64), randn(1, 5, 6, 2,
                                                                     dtype=torch.float64)
     results = []
-    for fn in (gna.ops.attention, gna.ops.eager_attention):
+    for fn in (_op_path(), gna.ops.eager_attention):
         out, lse = fn(*inputs, *RULE, lse_grad)
         loss = (out * w_out).sum() + ((lse * w_lse).sum() if lse_grad else 0)
         results.append((out, lse) + torch.autograd.grad(loss, inputs))
@@ -105,7 +121,7 @@ def test_eager_path_unused_output_and_no_additional_tokens():
     rule = ([3], [1], [1], [False], 0.0, "auto")
     _, lse = gna.ops.eager_attention(q, k, v, None, None, *rule, True)
     grads = torch.autograd.grad(lse.sum(), (q, k, v))  # out unused: its gradient is None
-    _, lse_ref = gna.ops.attention(q, k, v, None, None, *rule, True)
+    _, lse_ref = _op_path()(q, k, v, None, None, *rule, True)
     for a, b in zip(grads, torch.autograd.grad(lse_ref.sum(), (q, k, v))):
         assert torch.equal(a, b)
     assert grads[2].abs().max() == 0  # lse does not depend on the values
@@ -115,7 +131,7 @@ def test_eager_path_errors_equal_ops_path():
     q, k, v = qkv(1, (5, 6), 2, 4)
     bad = ([3, 9], [1, 1], [1, 1], [False, False], 0.0, "auto")
     messages = []
-    for fn in (gna.ops.attention, gna.ops.eager_attention):
+    for fn in (_op_path(), gna.ops.eager_attention):
         with pytest.raises(ValueError) as info:
             fn(q, k, v, None, None, *bad, False)
         messages.append(str(info.value))
