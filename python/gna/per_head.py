@@ -9,7 +9,7 @@ which is exact and costs a copy).
 import torch
 
 from . import functional
-from .windows import Window, as_window
+from .windows import as_window
 
 __all__ = ["per_head_attention", "head_groups"]
 
