@@ -42,6 +42,10 @@ struct Backend {
   std::function<void(const ForwardCall&)> forward;
   std::function<bool(const BackwardCall&, std::string* why)> supports_backward;
   std::function<void(const BackwardCall&)> backward;
+  // Optional: automatic dispatch (no backend named) passes over this backend when it returns
+  // false (it supports the call but a lower-priority one is expected to run it faster); a
+  // caller that names the backend still gets it.
+  std::function<bool(const Problem&, std::string* why)> preferred;
 };
 
 void register_backend(const Backend& backend);

@@ -20,8 +20,9 @@ const Backend& choose(const Call& call, bool device, const std::string& wanted, 
       why = b.name + ": runs on " + (b.device ? "CUDA" : "host") + " tensors, got " +
             (device ? "CUDA" : "host") + " tensors";
     } else if (supports(b) && supports(b)(call, &why)) {
-      return b;
-    } else if (why.empty()) {
+      if (wanted != "auto" || !b.preferred || b.preferred(call.problem, &why)) return b;
+    }
+    if (why.empty()) {
       why = b.name + ": not supported";
     }
     refusals << (any ? "; " : "") << why;
@@ -37,8 +38,20 @@ const Backend& choose(const Call& call, bool device, const std::string& wanted, 
 }
 
 // Validates once and fills what forward and backward calls share.
+void check_options(const KernelOptions& o) {
+  for (int a = 0; a < kMaxRank; ++a) {
+    if (o.q_tile.size[a] < 0)
+      fail_invalid("options: q_tile[", a, "] must be >= 0 (0: the backend's choice), got ",
+                   o.q_tile.size[a]);
+    if (o.kv_tile.size[a] < 0)
+      fail_invalid("options: kv_tile[", a, "] must be >= 0 (0: the backend's choice), got ",
+                   o.kv_tile.size[a]);
+  }
+}
+
 template <typename Call>
 Call make_call(const AttentionParams& params, const AttentionTensors& in, const CallOptions& options) {
+  check_options(options.kernel);
   Call call;
   call.problem = make_problem(params, in);
   call.in = in;
@@ -72,6 +85,11 @@ void attention_forward(const AttentionParams& params, const AttentionTensors& in
     n = lse_shape(p, shape);
     check_tensor("lse", *lse, shape, n, lse_dtype(p), in.q.device);
   }
+  const std::initializer_list<NamedTensor> all = {
+      {"query", &in.q}, {"key", &in.k}, {"value", &in.v}, {"additional keys", in.additional_k},
+      {"additional values", in.additional_v}, {"out", &out}, {"lse", lse}};
+  check_output({"out", &out}, all);
+  if (lse) check_output({"lse", lse}, all);
   call.out = out;
   call.lse = lse;
   forward_backend(call, options.backend).forward(call);
@@ -103,6 +121,17 @@ void attention_backward(const AttentionParams& params, const AttentionTensors& i
     check_tensor("d_additional_k", *grads.d_additional_k, ks, 4, p.dtype, dev);
     check_tensor("d_additional_v", *grads.d_additional_v, vs, 4, p.dtype, dev);
   }
+  const TensorRef* dak = p.additional_kv > 0 ? grads.d_additional_k : nullptr;
+  const TensorRef* dav = p.additional_kv > 0 ? grads.d_additional_v : nullptr;
+  const std::initializer_list<NamedTensor> all = {
+      {"query", &in.q}, {"key", &in.k}, {"value", &in.v}, {"additional keys", in.additional_k},
+      {"additional values", in.additional_v}, {"out", &out}, {"lse", &lse}, {"d_out", &d_out},
+      {"dq", &grads.dq}, {"dk", &grads.dk}, {"dv", &grads.dv}, {"d_additional_k", dak},
+      {"d_additional_v", dav}};
+  for (const NamedTensor& g : {NamedTensor{"dq", &grads.dq}, NamedTensor{"dk", &grads.dk},
+                               NamedTensor{"dv", &grads.dv}, NamedTensor{"d_additional_k", dak},
+                               NamedTensor{"d_additional_v", dav}})
+    if (g.tensor) check_output(g, all);
   call.out = out;
   call.lse = lse;
   call.d_out = d_out;

@@ -1,7 +1,10 @@
 // gna-kernel-bench: times forward and backward of the registered device backends and the token
 // permutation kernels with CUDA events (median of repetitions after warm-up, inputs random),
 // prints a table and writes JSON. Effective TFLOP/s count attended pairs only:
-// forward 4 * B * H * N * keys_per_query * D, backward 2.5x that.
+// forward 4 * B * H * N * keys_per_query * D, backward 2.5x that. --image runs the image-model
+// cases (small windows, batches, dilation), also reporting bytes moved per time against a device
+// copy measured in the same run; --graph times CUDA-graph replays of each call (kernels only,
+// without the host's dispatch between calls).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -55,6 +58,8 @@ struct Case {
   int extent[3], window[3], stride[3];
   int heads, dim;
   bool backward;
+  int batch = 1;
+  int dilation[3] = {1, 1, 1};
 };
 
 struct Tensor {
@@ -108,10 +113,39 @@ double median_ms(F&& f, int warmup, int reps) {
   return t[t.size() / 2];
 }
 
+// Median per call of `replays` back-to-back replays of a CUDA graph holding one call of f on
+// `stream` (capture fails where a backend synchronizes: then -1).
+template <typename F>
+double graph_median_ms(F&& f, cudaStream_t stream, int warmup, int reps, int replays = 20) {
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+  bool ok = true;
+  try {
+    f();
+  } catch (const Error&) {
+    ok = false;
+  }
+  if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || !ok || !graph) {
+    cudaGetLastError();
+    if (graph) cudaGraphDestroy(graph);
+    return -1;
+  }
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  auto run = [&] {
+    for (int i = 0; i < replays; ++i) CHECK(cudaGraphLaunch(exec, stream));
+  };
+  const double ms = median_ms(run, warmup, reps) / replays;
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return ms;
+}
+
 struct Row {
   std::string what, backend, pass;
   double ms, value;
   std::string unit;
+  double bytes = 0;  // fewest bytes the pass must move (image cases), 0: not reported
 };
 
 std::vector<std::string> split(const std::string& s, char sep = ',') {
@@ -171,7 +205,7 @@ int main(int argc, char** argv) {
   std::string json_path, only, backends_arg, tiles_text;
   KernelOptions forced;
   int reps = 10, warmup = 2, shape_dim = 128;
-  bool quick = false, forward_only = false;
+  bool quick = false, forward_only = false, image = false, graph = false;
   std::vector<Case> shapes;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -183,6 +217,8 @@ int main(int argc, char** argv) {
     else if (a == "--warmup") warmup = std::atoi(next().c_str());
     else if (a == "--quick") quick = true;
     else if (a == "--forward-only") forward_only = true;
+    else if (a == "--image") image = true;
+    else if (a == "--graph") graph = true;
     else if (a == "--head-dim") {
       const std::string text = next();
       shape_dim = std::atoi(text.c_str());
@@ -214,12 +250,15 @@ int main(int argc, char** argv) {
           "usage: gna-kernel-bench [--cases a,b] [--backends portable,...] [--reps N] [--warmup N]\n"
           "                        [--quick] [--forward-only] [--json file]\n"
           "                        [--shape EXTENTS:WINDOW:STRIDE:HEADS]... [--head-dim D]\n"
-          "                        [--tiles Q:KV]\n"
+          "                        [--tiles Q:KV] [--image] [--graph]\n"
           "  --shape adds a bf16 case (e.g. 128x128:128x128:1x1:16) with head dim D for Q, K and\n"
           "  V (default 128); with --shape and no --cases only the --shape cases run.\n"
           "  --tiles forces the Q and KV tile shapes of every\n"
           "  call (e.g. 1x8x8:1x8x8; the portable backward runs its 64-key variant for KV tiles\n"
-          "  of at most 64 tokens at head dims 64 and 128).\n");
+          "  of at most 64 tokens at head dims 64 and 128).\n"
+          "  --image runs the image-model cases (NAT, DiNAT, hourglass DiT, 3-D; bf16, batches),\n"
+          "  with bytes moved per time against a device copy of the same run; --graph times\n"
+          "  replays of a CUDA graph of each call (kernels only).\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -249,9 +288,27 @@ int main(int argc, char** argv) {
       {"hunyuan 18x24x24 NA", 3, {30, 48, 80}, {18, 24, 24}, {1, 1, 1}, 24, 128, false},
       {"flux4k 80x80 NA", 2, {256, 256, 1}, {80, 80, 1}, {1, 1, 1}, 24, 128, false},
   };
+  // Image-model cases of issue 16 (bf16): NAT / DiNAT backbones (head dim 32, large batches),
+  // hourglass DiT levels (head dim 64), a 3-D neighborhood.
+  const std::vector<Case> image_cases = {
+      {"nat 56x56 b128 h2 d32 7x7", 2, {56, 56, 1}, {7, 7, 1}, {1, 1, 1}, 2, 32, true, 128},
+      {"dinat 56x56 b128 h2 d32 7x7 dil8", 2, {56, 56, 1}, {7, 7, 1}, {1, 1, 1}, 2, 32, true, 128, {8, 8, 1}},
+      {"nat 28x28 b128 h4 d32 7x7", 2, {28, 28, 1}, {7, 7, 1}, {1, 1, 1}, 4, 32, true, 128},
+      {"dinat 28x28 b128 h4 d32 7x7 dil4", 2, {28, 28, 1}, {7, 7, 1}, {1, 1, 1}, 4, 32, true, 128, {4, 4, 1}},
+      {"nat 14x14 b128 h8 d32 7x7", 2, {14, 14, 1}, {7, 7, 1}, {1, 1, 1}, 8, 32, true, 128},
+      {"hdit 128x128 b16 h4 d64 7x7", 2, {128, 128, 1}, {7, 7, 1}, {1, 1, 1}, 4, 64, true, 16},
+      {"hdit 128x128 b16 h4 d64 13x13", 2, {128, 128, 1}, {13, 13, 1}, {1, 1, 1}, 4, 64, true, 16},
+      {"3d 16x32x32 b8 h4 d64 7x7x7", 3, {16, 32, 32}, {7, 7, 7}, {1, 1, 1}, 4, 64, true, 8},
+  };
   if (quick) reps = std::min(reps, 3);
   std::vector<std::string> wanted = split(only);
-  if (!shapes.empty() && wanted.empty()) wanted.push_back("");  // no built-in case, no permute
+  if ((!shapes.empty() || image) && wanted.empty()) wanted.push_back("");  // no other case, no permute
+  if (image) {
+    for (const Case& c : image_cases) {
+      cases.push_back(c);
+      wanted.push_back(c.name);
+    }
+  }
   for (Case c : shapes) {
     c.dim = shape_dim;
     if (shape_dim != 128) c.name += " d" + std::to_string(shape_dim);
@@ -259,15 +316,28 @@ int main(int argc, char** argv) {
     wanted.push_back(c.name);
   }
   std::vector<Row> rows;
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // Device copy bandwidth of this run (read + write bytes over time), the image cases' yardstick.
+  double copy_tbs = 0;
+  if (image) {
+    Tensor src({int64_t(1) << 28}, DType::bf16, 21), dst({int64_t(1) << 28}, DType::bf16, 22);
+    const double ms = median_ms(
+        [&] { CHECK(cudaMemcpyAsync(dst.ptr, src.ptr, src.bytes(), cudaMemcpyDeviceToDevice)); },
+        warmup, reps);
+    copy_tbs = 2.0 * src.bytes() / ms / 1e9;
+    rows.push_back({"copy 537 MB", "cudaMemcpy", "copy", ms, copy_tbs, "TB/s"});
+  }
 
   for (const Case& c : cases) {
     if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), c.name) == wanted.end()) continue;
     AttentionParams params;
     params.rank = c.rank;
-    std::vector<int64_t> shape{1};
+    std::vector<int64_t> shape{c.batch};
     for (int a = 0; a < c.rank; ++a) {
       params.window[a] = c.window[a];
       params.stride[a] = c.stride[a];
+      params.dilation[a] = c.dilation[a];
       shape.push_back(c.extent[a]);
     }
     shape.push_back(c.heads);
@@ -278,27 +348,37 @@ int main(int argc, char** argv) {
     Tensor dq(shape, t, 6), dk(shape, t, 7), dv(shape, t, 8), lse(lse_shape, DType::f32, 9);
     AttentionTensors in{q.ref, k.ref, v.ref};
     const Problem p = make_problem(params, in);
-    const double flops = 4.0 * p.heads_q * double(p.tokens()) * mean_keys_per_query(p) * c.dim;
+    const double flops = 4.0 * p.batch * p.heads_q * double(p.tokens()) * mean_keys_per_query(p) * c.dim;
+    // Fewest bytes: forward reads Q, K, V and writes O and LSE; backward reads Q, K, V, O, dO,
+    // LSE and writes dQ, dK, dV.
+    const double fwd_bytes = image ? 4.0 * q.bytes() + lse.bytes() : 0;
+    const double bwd_bytes = image ? 8.0 * q.bytes() + lse.bytes() : 0;
     for (const std::string& be : backends) {
       CallOptions opt;
       opt.backend = be;
       opt.kernel = forced;
+      if (graph) opt.stream = stream;
+      auto time = [&](auto&& f) {
+        const double ms = graph ? graph_median_ms(f, stream, warmup, reps) : -1;
+        return ms > 0 ? ms : median_ms(f, warmup, reps);
+      };
       const std::string label = tiles_text.empty() ? be : be + " (tiles " + tiles_text + ")";
       try {
         TensorRef out = o.ref, l = lse.ref;
-        const double ms = median_ms([&] { attention_forward(params, in, out, &l, opt); }, warmup, reps);
+        const double ms = time([&] { attention_forward(params, in, out, &l, opt); });
         CHECK(cudaDeviceSynchronize());
-        rows.push_back({c.name, label, "forward", ms, flops / ms / 1e9, "TFLOP/s"});
+        rows.push_back({c.name, label + " [" + select_forward_backend(params, in, opt) + "]", "forward", ms,
+                        flops / ms / 1e9, "TFLOP/s", fwd_bytes});
       } catch (const Error& e) {
         std::printf("# %s forward on %s: %s\n", c.name.c_str(), be.c_str(), e.what());
       }
       if (!c.backward || forward_only) continue;
       try {
         AttentionGradients g{dq.ref, dk.ref, dv.ref};
-        const double ms = median_ms(
-            [&] { attention_backward(params, in, o.ref, lse.ref, d_o.ref, g, opt); }, warmup, reps);
+        const double ms = time([&] { attention_backward(params, in, o.ref, lse.ref, d_o.ref, g, opt); });
         CHECK(cudaDeviceSynchronize());
-        rows.push_back({c.name, label, "backward", ms, 2.5 * flops / ms / 1e9, "TFLOP/s"});
+        rows.push_back({c.name, label + " [" + select_backward_backend(params, in, opt) + "]", "backward", ms,
+                        2.5 * flops / ms / 1e9, "TFLOP/s", bwd_bytes});
       } catch (const Error& e) {
         std::printf("# %s backward on %s: %s\n", c.name.c_str(), be.c_str(), e.what());
       }
@@ -340,11 +420,17 @@ int main(int argc, char** argv) {
       std::fclose(f);
     }
   }
-  std::printf("\ngna-kernel-bench on %s (bf16, d128, batch 1; median of %d after %d warm-up)\n",
-              prop.name, reps, warmup);
-  std::printf("| case | backend | pass | ms | effective |\n|---|---|---|---|---|\n");
-  for (const Row& r : rows)
-    std::printf("| %s | %s | %s | %.3f | %.1f %s |\n", r.what.c_str(), r.backend.c_str(),
-                r.pass.c_str(), r.ms, r.value, r.unit.c_str());
+  std::printf("\ngna-kernel-bench on %s (bf16%s; median of %d after %d warm-up%s)\n",
+              prop.name, image ? "" : ", d128, batch 1", reps, warmup,
+              graph ? ", CUDA-graph replays" : "");
+  std::printf("| case | backend [ran] | pass | ms | effective | bytes / time |\n|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    char moved[64] = "";
+    if (r.bytes > 0 && copy_tbs > 0)
+      std::snprintf(moved, sizeof moved, "%.2f TB/s (%.0f%% of copy)", r.bytes / r.ms / 1e9,
+                    100.0 * r.bytes / r.ms / 1e9 / copy_tbs);
+    std::printf("| %s | %s | %s | %.4f | %.1f %s | %s |\n", r.what.c_str(), r.backend.c_str(),
+                r.pass.c_str(), r.ms, r.value, r.unit.c_str(), moved);
+  }
   return 0;
 }

@@ -1,0 +1,182 @@
+// Registers the halo kernels as backend "halo" (priority 150, device tensors): what they
+// support, with the refusal naming the parameter and the limit, and the rule (plan.hpp) by
+// which automatic dispatch prefers them over the tile kernels.
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "gna/core/error.hpp"
+#include "kernels/halo/halo.hpp"
+
+namespace gna::halo {
+namespace {
+
+bool refuse(std::string* why, const std::string& reason) {
+  if (why) *why = "halo: " + reason;
+  return false;
+}
+
+template <typename... Parts>
+std::string str(const Parts&... parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  return os.str();
+}
+
+int device_attribute(cudaDeviceAttr attr, int device) {
+  int v = 0;
+  if (cudaDeviceGetAttribute(&v, attr, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return v;
+}
+
+// Plans are kept per rule and side: dispatch asks for every call.
+const Plan& cached_plan(const Problem& p, Side side) {
+  std::vector<int> key = rule_signature(p);
+  key.push_back(side == Side::keys_of_queries ? 0 : 1);
+  static std::mutex mu;
+  static std::map<std::vector<int>, Plan> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(std::move(key), make_plan(p, side)).first;
+  return it->second;
+}
+
+bool cached_preferred(const Problem& p, std::string* why) {
+  static std::mutex mu;
+  static std::map<std::vector<int>, std::pair<bool, std::string>> cache;
+  const std::vector<int> key = rule_signature(p);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) {
+      if (why && !it->second.first) *why = it->second.second;
+      return it->second.first;
+    }
+  }
+  std::string reason;
+  const bool yes = preferred(p, &reason);
+  std::lock_guard<std::mutex> lock(mu);
+  cache.emplace(key, std::make_pair(yes, reason));
+  if (why && !yes) *why = reason;
+  return yes;
+}
+
+// 16-byte rows: the base address and every stride but the last are multiples of 8 elements.
+bool aligned_rows(const TensorRef& t, const char* name, std::string* why) {
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
+    return refuse(why, str(name, ": data pointer must be 16-byte aligned"));
+  for (int i = 0; i + 1 < t.rank; ++i)
+    if (t.strides[i] % 8 != 0 && t.shape[i] > 1)
+      return refuse(why, str(name, ": stride of dim ", i, " is ", t.strides[i],
+                             " (must be a multiple of 8 elements)"));
+  return true;
+}
+
+// The plan's halo fits the kernel: 10-bit coordinates, 16-bit halo rows, shared memory.
+bool plan_fits(const Problem& p, const Plan& plan, int bytes, const char* pass, int device,
+               std::string* why) {
+  for (int a = 0; a < p.rank; ++a)
+    if (plan.halo[a] > kMaxHaloSide)
+      return refuse(why, str("axis ", a, ": halo of ", plan.halo[a], " tokens exceeds ", kMaxHaloSide));
+  if (plan.halo_rows > 65535)
+    return refuse(why, str("halo of ", plan.halo_rows, " tokens exceeds 65535"));
+  const int limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (limit > 0 && bytes > limit)
+    return refuse(why, str(pass, " needs ", bytes, " bytes of shared memory per block for a halo of ",
+                           plan.halo_rows, " tokens at head dim ", p.dim_qk,
+                           ", the device allows ", limit));
+  return true;
+}
+
+bool supports_problem(const Problem& p, const AttentionTensors& in, const KernelOptions& opt,
+                      std::string* why) {
+  if (in.q.on_host()) return refuse(why, "tensors are in host memory (needs CUDA device tensors)");
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
+    return refuse(why, str("dtype ", dtype_name(p.dtype), " not supported (f16, bf16)"));
+  if (p.dim_qk != p.dim_v || (p.dim_qk != 32 && p.dim_qk != 64))
+    return refuse(why, str("head dims ", p.dim_qk, "/", p.dim_v, " (qk/v) not supported (32/32, 64/64)"));
+  if (p.additional_kv > 0)
+    return refuse(why, str("additional_kv ", p.additional_kv, " not supported (0)"));
+  if (opt.q_tile.size[0] != 0 || opt.kv_tile.size[0] != 0)
+    return refuse(why, "forced tile shapes are for the tile kernels");
+  const int device = in.q.device;
+  const int cc = 10 * device_attribute(cudaDevAttrComputeCapabilityMajor, device) +
+                 device_attribute(cudaDevAttrComputeCapabilityMinor, device);
+  if (cc < 80)
+    return refuse(why, str("device compute capability ", cc / 10, ".", cc % 10,
+                           " not supported (needs 8.0 or newer)"));
+  if (p.batch > 65535) return refuse(why, str("batch ", p.batch, " exceeds 65535"));
+  if (p.heads_q > 65535) return refuse(why, str("heads ", p.heads_q, " exceed 65535"));
+  int64_t blocks = 1;
+  for (int a = 0; a < p.rank; ++a)
+    blocks *= int64_t(tiles_along(group_length(p.axes[a], 0), box_shape(p.rank).cta[a])) *
+              p.axes[a].dilation;
+  if (blocks > 0x7fffffff) return refuse(why, str("boxes x dilation groups ", blocks, " exceed 2^31 - 1"));
+  return aligned_rows(in.q, "query", why) && aligned_rows(in.k, "key", why) &&
+         aligned_rows(in.v, "value", why);
+}
+
+bool supports_forward(const ForwardCall& call, std::string* why) {
+  const Problem& p = call.problem;
+  if (!supports_problem(p, call.in, call.options, why) || !aligned_rows(call.out, "out", why))
+    return false;
+  const Plan& plan = cached_plan(p, Side::keys_of_queries);
+  return plan_fits(p, plan, forward_shared_bytes(plan, p.dim_qk), "forward", call.in.q.device, why);
+}
+
+bool supports_backward(const BackwardCall& call, std::string* why) {
+  const Problem& p = call.problem;
+  if (!supports_problem(p, call.in, call.options, why)) return false;
+  if (!aligned_rows(call.out, "out", why) || !aligned_rows(call.d_out, "d_out", why) ||
+      !aligned_rows(call.dq, "dq", why) || !aligned_rows(call.dk, "dk", why) ||
+      !aligned_rows(call.dv, "dv", why))
+    return false;
+  const Plan& keys = cached_plan(p, Side::keys_of_queries);
+  const Plan& queries = cached_plan(p, Side::queries_of_keys);
+  const int device = call.in.q.device;
+  return plan_fits(p, keys, dq_shared_bytes(keys, p.dim_qk), "dQ pass", device, why) &&
+         plan_fits(p, queries, dkdv_shared_bytes(queries, p.dim_qk), "dK/dV pass", device, why);
+}
+
+void forward(const ForwardCall& call) {
+  const Plan& plan = cached_plan(call.problem, Side::keys_of_queries);
+  if (call.problem.dim_qk == 32)
+    launch_forward_d32(call, plan);
+  else
+    launch_forward_d64(call, plan);
+}
+
+void backward(const BackwardCall& call) {
+  const Plan& keys = cached_plan(call.problem, Side::keys_of_queries);
+  const Plan& queries = cached_plan(call.problem, Side::queries_of_keys);
+  if (call.problem.dim_qk == 32)
+    launch_backward_d32(call, keys, queries);
+  else
+    launch_backward_d64(call, keys, queries);
+}
+
+Backend make_backend() {
+  Backend b;
+  b.name = "halo";
+  b.priority = 150;
+  b.device = true;
+  b.supports_forward = supports_forward;
+  b.forward = forward;
+  b.supports_backward = supports_backward;
+  b.backward = backward;
+  b.preferred = cached_preferred;
+  return b;
+}
+
+}  // namespace
+
+GNA_REGISTER_BACKEND(make_backend);
+
+}  // namespace gna::halo

@@ -1,0 +1,13 @@
+// Halo backward (dQ pass, then dK / dV pass) at head dim 32 (fp16 and bf16).
+#include "kernels/halo/launch.cuh"
+
+namespace gna::halo {
+
+void launch_backward_d32(const BackwardCall& call, const Plan& keys_plan, const Plan& queries_plan) {
+  if (call.problem.dtype == DType::f16)
+    launch_backward<__half, 32>(call, keys_plan, queries_plan);
+  else
+    launch_backward<__nv_bfloat16, 32>(call, keys_plan, queries_plan);
+}
+
+}  // namespace gna::halo

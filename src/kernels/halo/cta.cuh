@@ -1,0 +1,382 @@
+// Device pieces shared by the halo kernels: which box a CTA owns and its halo (the union of the
+// box's windows, from the core's rule), row gathers into swizzled shared memory with cp.async
+// (16-byte chunks, so dilated rows cost nothing extra), each warp's patch, the walk table of its
+// sub-box (the union of its 16 tokens' windows) and the exact per-(row, column) mask.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "gna/core/tiling.hpp"
+#include "kernels/common/element.cuh"
+#include "kernels/common/token_tensor.cuh"
+#include "kernels/halo/params.hpp"
+#include "kernels/portable/mma.cuh"
+
+namespace gna::halo {
+
+using portable::cp_async_16;
+using portable::cp_async_commit;
+using portable::cp_async_wait;
+using portable::fast_exp2;
+using portable::ldmatrix_x4;
+using portable::ldmatrix_x4_trans;
+using portable::Mma;
+using portable::quad_max;
+using portable::quad_sum;
+using portable::smem_address;
+
+#define GNA_HALO_FOR_AXES(a, rank) \
+  _Pragma("unroll") for (int a = 0; a < kMaxRank; ++a) if (a < (rank))
+#define GNA_HALO_FOR_AXES_REVERSE(a, rank) \
+  _Pragma("unroll") for (int a = kMaxRank - 1; a >= 0; --a) if (a < (rank))
+
+// Rows of D 16-bit columns, 16-byte chunks XOR-swizzled so that ldmatrix over 8 rows is free of
+// bank conflicts when the rows are consecutive (the layout of the portable kernels).
+template <int D>
+struct Rows {
+  static constexpr int kChunks = D / 8;
+  __device__ __forceinline__ static uint32_t offset(int row, int chunk) {
+    return portable::SmemTile<1, D>::offset(row, chunk * 8);
+  }
+};
+
+// Row-major offsets per axis of index i in a box of extents ext.
+__device__ __forceinline__ void split_index(int i, const int* ext, int rank, int* off) {
+  GNA_HALO_FOR_AXES_REVERSE(a, rank) {
+    off[a] = i % ext[a];
+    i /= ext[a];
+  }
+}
+
+// The CTA's box in its (batch, head, dilation group) slice and the box's halo, in group
+// coordinates; unused axes are [0, 1).
+struct Slice {
+  int b, h;
+  int group[kMaxRank];
+  int n[kMaxRank];
+  Range box[kMaxRank];
+  Range halo[kMaxRank];
+  int halo_side[kMaxRank];
+  int halo_count;
+};
+
+__device__ __forceinline__ Range window_of(const AxisRule& a, int n, int token, Side side) {
+  return side == Side::keys_of_queries ? key_window(a, n, token) : query_window(a, n, token);
+}
+__device__ __forceinline__ Range union_of(const AxisRule& a, int n, Range tokens, Side side) {
+  return side == Side::keys_of_queries ? union_key_window(a, n, tokens)
+                                       : union_query_window(a, n, tokens);
+}
+
+// False when the box lies past the end of a shorter dilation group (the grid is sized by group 0).
+__device__ __forceinline__ bool decode_slice(const Geometry& G, const Problem& p, Side side, Slice& s) {
+  s.h = blockIdx.y;
+  s.b = blockIdx.z;
+  int box = blockIdx.x % G.boxes_total, group = blockIdx.x / G.boxes_total;
+  s.halo_count = 1;
+#pragma unroll
+  for (int a = 0; a < kMaxRank; ++a) {
+    s.group[a] = 0;
+    s.n[a] = 1;
+    s.box[a] = s.halo[a] = Range{0, 1};
+    s.halo_side[a] = 1;
+  }
+  GNA_HALO_FOR_AXES_REVERSE(a, p.rank) {
+    const AxisRule& r = p.axes[a];
+    s.group[a] = group % r.dilation;
+    group /= r.dilation;
+    s.n[a] = group_length(r, s.group[a]);
+    const int first = (box % G.boxes[a]) * G.cta[a];
+    box /= G.boxes[a];
+    if (first >= s.n[a]) return false;
+    s.box[a] = Range{first, min_i(first + G.cta[a], s.n[a])};
+    s.halo[a] = union_of(r, s.n[a], s.box[a], side);
+    s.halo_side[a] = s.halo[a].size();
+    s.halo_count *= s.halo_side[a];
+  }
+  return true;
+}
+
+// Element offset of token ig (group coordinates of the slice's groups) in t, without batch/head.
+template <typename X>
+__device__ __forceinline__ int64_t token_offset(const cuda::TokenTensor<X>& t, const Problem& p,
+                                                const Slice& s, const int* ig) {
+  int64_t o = 0;
+  GNA_HALO_FOR_AXES(a, p.rank) o += int64_t(coordinate_of(p.axes[a], s.group[a], ig[a])) * t.stride_axis[a];
+  return o;
+}
+
+// Offsets in the CTA box of box row r: rows are grouped by warp (16 consecutive rows form one
+// warp's patch, row-major inside it), warps row-major over the box.
+__device__ __forceinline__ void box_row_offsets(const Geometry& G, int rank, int r, int* off) {
+  int grid[kMaxRank], wc[kMaxRank], ic[kMaxRank];
+#pragma unroll
+  for (int a = 0; a < kMaxRank; ++a) grid[a] = G.cta[a] / G.warp[a];
+  split_index(r / kWarpTokens, grid, rank, wc);
+  split_index(r % kWarpTokens, G.warp, rank, ic);
+  GNA_HALO_FOR_AXES(a, rank) off[a] = wc[a] * G.warp[a] + ic[a];
+}
+
+// The CTA's kBoxTokens rows of tensor t (batch b, head h) into the tile at dst; rows outside
+// the group are zero.
+template <typename T, int D>
+__device__ __forceinline__ void load_box(const cuda::TokenTensor<const T>& t, const Problem& p,
+                                         const Geometry& G, const Slice& s, int h, uint32_t dst) {
+  constexpr int kChunks = D / 8;
+  const T* base = t.data + s.b * t.stride_batch + h * t.stride_head;
+  for (int idx = threadIdx.x; idx < kBoxTokens * kChunks; idx += kWarps * 32) {
+    const int r = idx / kChunks, ch = idx % kChunks;
+    int off[kMaxRank], ig[kMaxRank] = {0, 0, 0};
+    box_row_offsets(G, p.rank, r, off);
+    bool valid = true;
+    GNA_HALO_FOR_AXES(a, p.rank) {
+      ig[a] = s.box[a].begin + off[a];
+      valid = valid && ig[a] < s.box[a].end;
+    }
+    const T* src = valid ? base + token_offset(t, p, s, ig) + ch * 8 : t.data;
+    cp_async_16(dst + Rows<D>::offset(r, ch), src, valid);
+  }
+}
+
+// The halo's rows (row-major over the halo box) of tensor t (batch b, head h) into dst.
+template <typename T, int D>
+__device__ __forceinline__ void load_halo(const cuda::TokenTensor<const T>& t, const Problem& p,
+                                          const Slice& s, int h, uint32_t dst) {
+  constexpr int kChunks = D / 8;
+  const T* base = t.data + s.b * t.stride_batch + h * t.stride_head;
+  for (int idx = threadIdx.x; idx < s.halo_count * kChunks; idx += kWarps * 32) {
+    const int r = idx / kChunks, ch = idx % kChunks;
+    int ig[kMaxRank] = {0, 0, 0};
+    split_index(r, s.halo_side, p.rank, ig);
+    GNA_HALO_FOR_AXES(a, p.rank) ig[a] += s.halo[a].begin;
+    cp_async_16(dst + Rows<D>::offset(r, ch), base + token_offset(t, p, s, ig) + ch * 8);
+  }
+}
+
+// One fp32 per halo row (LSE or delta of the halo's queries): LSE is scaled to log2 units.
+__device__ __forceinline__ void load_halo_scalars(const cuda::TokenTensor<const float>& lse,
+                                                  const float* delta, int64_t delta_batch,
+                                                  int heads, const Problem& p, const Slice& s,
+                                                  int h, float* lse2, float* dlt) {
+  for (int r = threadIdx.x; r < s.halo_count; r += kWarps * 32) {
+    int ig[kMaxRank] = {0, 0, 0}, x[kMaxRank] = {0, 0, 0};
+    split_index(r, s.halo_side, p.rank, ig);
+    int64_t token = 0;
+    GNA_HALO_FOR_AXES(a, p.rank) {
+      ig[a] += s.halo[a].begin;
+      x[a] = coordinate_of(p.axes[a], s.group[a], ig[a]);
+      token = token * p.axes[a].extent + x[a];
+    }
+    lse2[r] = *lse.at(s.b, x, p.rank, h) * 1.4426950408889634f;
+    dlt[r] = delta[(s.b * delta_batch + token) * heads + h];
+  }
+}
+
+// A warp's patch (its 16 tokens, clipped to the group) and the union of their windows.
+struct WarpBox {
+  Range tokens[kMaxRank];
+  Range walk[kMaxRank];
+  int walk_side[kMaxRank];
+  int walk_count;
+  bool empty;
+};
+
+__device__ __forceinline__ WarpBox warp_box(const Geometry& G, const Problem& p, const Slice& s,
+                                            int warp, Side side) {
+  WarpBox w;
+  int grid[kMaxRank], wc[kMaxRank] = {0, 0, 0};
+#pragma unroll
+  for (int a = 0; a < kMaxRank; ++a) {
+    grid[a] = G.cta[a] / G.warp[a];
+    w.tokens[a] = w.walk[a] = Range{0, 1};
+    w.walk_side[a] = 1;
+  }
+  split_index(warp, grid, p.rank, wc);
+  w.empty = false;
+  w.walk_count = 1;
+  GNA_HALO_FOR_AXES(a, p.rank) {
+    const int first = s.box[a].begin + wc[a] * G.warp[a];
+    w.tokens[a] = Range{first, min_i(first + G.warp[a], s.n[a])};
+    w.empty = w.empty || w.tokens[a].empty();
+    if (!w.tokens[a].empty()) w.walk[a] = union_of(p.axes[a], s.n[a], w.tokens[a], side);
+    w.walk_side[a] = w.walk[a].size();
+    w.walk_count *= w.walk_side[a];
+  }
+  return w;
+}
+
+// Walk table entry: halo-local coordinates, 10 bits per axis. Padding entries (past the
+// sub-box, up to a whole chunk) carry axis-0 coordinate kMaxHaloSide, inside no window.
+constexpr uint32_t kPaddingEntry = kMaxHaloSide;
+
+__device__ __forceinline__ int entry_coordinate(uint32_t e, int a) { return static_cast<int>((e >> (10 * a)) & 1023u); }
+
+// The warp's walk table: coordinates and halo row of each walked token, whole chunks.
+__device__ __forceinline__ int build_walk_table(const WarpBox& w, const Slice& s, int rank,
+                                                uint32_t* coords, uint16_t* rows) {
+  const int lane = threadIdx.x % 32;
+  const int chunks = ceil_div(w.walk_count, kChunk);
+  for (int e = lane; e < chunks * kChunk; e += 32) {
+    uint32_t packed = kPaddingEntry;
+    int row = 0;
+    if (e < w.walk_count) {
+      int off[kMaxRank] = {0, 0, 0};
+      split_index(e, w.walk_side, rank, off);
+      packed = 0;
+      GNA_HALO_FOR_AXES(a, rank) {
+        const int c = w.walk[a].begin - s.halo[a].begin + off[a];
+        packed |= static_cast<uint32_t>(c) << (10 * a);
+        row = row * s.halo_side[a] + c;
+      }
+    }
+    coords[e] = packed;
+    rows[e] = static_cast<uint16_t>(row);
+  }
+  __syncwarp();
+  return chunks;
+}
+
+// The windows (halo-local [start, start + len) per axis) of the lane's two rows g and g + 8 of
+// the warp's patch; rows past the group take the last token's window (never stored).
+struct RowWindows {
+  int start[2][kMaxRank];
+  int len[2][kMaxRank];
+};
+
+// Group coordinates of row i of the warp's patch and whether it is inside the group.
+__device__ __forceinline__ bool patch_token(const Geometry& G, const WarpBox& w, int rank, int i, int* ig) {
+  int off[kMaxRank] = {0, 0, 0};
+  split_index(i, G.warp, rank, off);
+  bool valid = true;
+#pragma unroll
+  for (int a = 0; a < kMaxRank; ++a) {
+    ig[a] = 0;
+    if (a < rank) {
+      ig[a] = w.tokens[a].begin + off[a];
+      valid = valid && ig[a] < w.tokens[a].end;
+    }
+  }
+  return valid;
+}
+
+__device__ __forceinline__ RowWindows row_windows(const Geometry& G, const Problem& p, const Slice& s,
+                                                  const WarpBox& w, Side side) {
+  RowWindows rw;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    int ig[kMaxRank];
+    patch_token(G, w, p.rank, lane / 4 + 8 * r, ig);
+#pragma unroll
+    for (int a = 0; a < kMaxRank; ++a) {
+      rw.start[r][a] = 0;
+      rw.len[r][a] = 1;
+      if (a < p.rank) {
+        const Range win = window_of(p.axes[a], s.n[a], min_i(ig[a], w.tokens[a].end - 1), side);
+        rw.start[r][a] = win.begin - s.halo[a].begin;
+        rw.len[r][a] = win.size();
+      }
+    }
+  }
+  return rw;
+}
+
+// Whether the lane's row r attends the walked token with coordinates e.
+__device__ __forceinline__ bool attends(const RowWindows& rw, int r, uint32_t e, int rank) {
+  bool ok = true;
+  GNA_HALO_FOR_AXES(a, rank) ok = ok && static_cast<unsigned>(entry_coordinate(e, a) - rw.start[r][a]) <
+                                        static_cast<unsigned>(rw.len[r][a]);
+  return ok;
+}
+
+// ldmatrix row of this lane for a chunk's 16 walked tokens used as the B operand of S = A B^T
+// (non-transposed; pairs with column chunk 2 ks + kcol_b()) or of O += P B (transposed; pairs
+// with column chunk 2 dp + ncol_b()).
+__device__ __forceinline__ int row_lane_nt() { const int l = threadIdx.x % 32; return (l % 8) + (l / 16) * 8; }
+__device__ __forceinline__ int kcol_nt() { return (threadIdx.x % 32 / 8) % 2; }
+__device__ __forceinline__ int row_lane_t() { const int l = threadIdx.x % 32; return (l % 8) + ((l / 8) % 2) * 8; }
+__device__ __forceinline__ int ncol_t() { return threadIdx.x % 32 / 16; }
+
+// A fragments of the warp's 16 rows (rows r0.. of a tile), D columns.
+template <int D>
+__device__ __forceinline__ void load_a(uint32_t (&f)[D / 16][4], uint32_t tile, int r0) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks)
+    ldmatrix_x4(f[ks], tile + Rows<D>::offset(r0 + lane % 16, 2 * ks + lane / 16));
+}
+
+// s[2][4] += A (16 x D, fragments) * B^T where B's 16 rows are halo rows `row` (this lane's, see
+// row_lane_nt) of the tile at b_tile.
+template <typename T, int D>
+__device__ __forceinline__ void mma_abt(float (&s)[2][4], const uint32_t (&a)[D / 16][4], uint32_t b_tile, int row) {
+  const int cb = kcol_nt();
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t b[4];
+    ldmatrix_x4(b, b_tile + Rows<D>::offset(row, 2 * ks + cb));
+    Mma<T>::run(s[0], a[ks], b[0], b[1]);
+    Mma<T>::run(s[1], a[ks], b[2], b[3]);
+  }
+}
+
+// acc[D/8][4] += P (16 x 16: the chunk's scores as an A fragment) * B, B's 16 rows halo rows `row`
+// (this lane's, see row_lane_t) of the tile at b_tile.
+template <typename T, int D>
+__device__ __forceinline__ void mma_pb(float (&acc)[D / 8][4], const uint32_t (&pa)[4], uint32_t b_tile, int row) {
+  const int cb = ncol_t();
+#pragma unroll
+  for (int dp = 0; dp < D / 16; ++dp) {
+    uint32_t b[4];
+    ldmatrix_x4_trans(b, b_tile + Rows<D>::offset(row, 2 * dp + cb));
+    Mma<T>::run(acc[2 * dp], pa, b[0], b[1]);
+    Mma<T>::run(acc[2 * dp + 1], pa, b[2], b[3]);
+  }
+}
+
+// The chunk's 16 x 16 scores (C fragments of two n-blocks) as an A fragment.
+template <typename T>
+__device__ __forceinline__ void pack_a(uint32_t (&a)[4], const float (&s)[2][4]) {
+  a[0] = Mma<T>::pack(s[0][0], s[0][1]);
+  a[1] = Mma<T>::pack(s[0][2], s[0][3]);
+  a[2] = Mma<T>::pack(s[1][0], s[1][1]);
+  a[3] = Mma<T>::pack(s[1][2], s[1][3]);
+}
+
+// Coordinates of the 4 walked tokens (columns nb * 8 + 2t + e) of chunk c this lane's C
+// fragment holds: e[nb][e].
+__device__ __forceinline__ void chunk_columns(const uint32_t* coords, int c, uint32_t (&e)[2][2]) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int nb = 0; nb < 2; ++nb) {
+    const uint2 v = *reinterpret_cast<const uint2*>(coords + c * kChunk + nb * 8 + 2 * t);
+    e[nb][0] = v.x;
+    e[nb][1] = v.y;
+  }
+}
+
+template <typename T>
+using Pair2 = typename std::conditional<std::is_same<T, __half>::value, __half2, __nv_bfloat162>::type;
+
+// Stores the lane's part of rows g, g + 8 (acc C fragments over D columns, times mul) at dst[r]
+// (null: row not stored).
+template <typename T, int D>
+__device__ __forceinline__ void store_rows(T* const (&dst)[2], const float (&acc)[D / 8][4], float mul0, float mul1) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!dst[r]) continue;
+    const float mul = r ? mul1 : mul0;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      Pair2<T> v;
+      v.x = cuda::from_float<T>(acc[i][2 * r] * mul);
+      v.y = cuda::from_float<T>(acc[i][2 * r + 1] * mul);
+      *reinterpret_cast<Pair2<T>*>(dst[r] + i * 8 + 2 * t) = v;
+    }
+  }
+}
+
+}  // namespace gna::halo

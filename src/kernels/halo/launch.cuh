@@ -1,0 +1,109 @@
+// Host side of the halo kernels: parameters from the call and the plan, grids, launches.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/common/cuda_check.hpp"
+#include "kernels/common/scratch.hpp"
+#include "kernels/halo/dkdv_kernel.cuh"
+#include "kernels/halo/dq_kernel.cuh"
+#include "kernels/halo/forward_kernel.cuh"
+#include "kernels/halo/halo.hpp"
+
+namespace gna::halo {
+
+inline Geometry geometry(const Problem& p, const Plan& plan) {
+  Geometry g;
+  g.boxes_total = 1;
+  for (int a = 0; a < kMaxRank; ++a) {
+    g.cta[a] = plan.shape.cta[a];
+    g.warp[a] = plan.shape.warp[a];
+    g.boxes[a] = a < p.rank ? plan.boxes[a] : 1;
+    g.boxes_total *= g.boxes[a];
+  }
+  g.halo_rows = plan.halo_rows;
+  g.walk_rows = plan.walk_rows;
+  return g;
+}
+
+inline int dilation_groups(const Problem& p) {
+  int groups = 1;
+  for (int a = 0; a < p.rank; ++a) groups *= p.axes[a].dilation;
+  return groups;
+}
+
+template <typename Kernel>
+void set_shared(Kernel kernel, int bytes) {
+  GNA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+template <typename T, int D>
+void launch_forward(const ForwardCall& call, const Plan& plan) {
+  const Problem& p = call.problem;
+  ForwardParams<T> P;
+  P.p = p;
+  P.geo = geometry(p, plan);
+  P.scale_log2 = static_cast<float>(effective_scale(p) * 1.4426950408889634);
+  P.q = cuda::token_tensor<const T>(call.in.q, p.rank);
+  P.k = cuda::token_tensor<const T>(call.in.k, p.rank);
+  P.v = cuda::token_tensor<const T>(call.in.v, p.rank);
+  P.o = cuda::token_tensor<T>(call.out, p.rank);
+  P.write_lse = call.lse != nullptr;
+  if (call.lse) P.lse = cuda::token_tensor<float>(*call.lse, p.rank);
+  const int bytes = forward_shared_bytes(plan, D);
+  auto kernel = halo_forward_kernel<T, D>;
+  set_shared(kernel, bytes);
+  const dim3 grid(P.geo.boxes_total * dilation_groups(p), p.heads_q, p.batch);
+  kernel<<<grid, kWarps * 32, bytes, static_cast<cudaStream_t>(call.stream)>>>(P);
+  GNA_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int D>
+void launch_backward(const BackwardCall& call, const Plan& keys_plan, const Plan& queries_plan) {
+  const Problem& p = call.problem;
+  cudaStream_t stream = static_cast<cudaStream_t>(call.stream);
+  const float scale = static_cast<float>(effective_scale(p));
+  float* delta = cuda::scratch_alloc<float>(size_t(p.batch) * p.tokens() * p.heads_q, stream);
+
+  DqParams<T> Q;
+  Q.p = p;
+  Q.geo = geometry(p, keys_plan);
+  Q.scale = scale;
+  Q.scale_log2 = static_cast<float>(effective_scale(p) * 1.4426950408889634);
+  Q.q = cuda::token_tensor<const T>(call.in.q, p.rank);
+  Q.k = cuda::token_tensor<const T>(call.in.k, p.rank);
+  Q.v = cuda::token_tensor<const T>(call.in.v, p.rank);
+  Q.o = cuda::token_tensor<const T>(call.out, p.rank);
+  Q.d_o = cuda::token_tensor<const T>(call.d_out, p.rank);
+  Q.lse = cuda::token_tensor<const float>(call.lse, p.rank);
+  Q.dq = cuda::token_tensor<T>(call.dq, p.rank);
+  Q.delta = delta;
+  const int dq_bytes = dq_shared_bytes(keys_plan, D);
+  auto dq_kernel = halo_dq_kernel<T, D>;
+  set_shared(dq_kernel, dq_bytes);
+  const int groups = dilation_groups(p);
+  dq_kernel<<<dim3(Q.geo.boxes_total * groups, p.heads_q, p.batch), kWarps * 32, dq_bytes, stream>>>(Q);
+  GNA_CUDA_CHECK_LAUNCH();
+
+  DkdvParams<T> K;
+  K.p = p;
+  K.geo = geometry(p, queries_plan);
+  K.scale = Q.scale;
+  K.scale_log2 = Q.scale_log2;
+  K.q = Q.q;
+  K.k = Q.k;
+  K.v = Q.v;
+  K.d_o = Q.d_o;
+  K.lse = Q.lse;
+  K.delta = delta;
+  K.dk = cuda::token_tensor<T>(call.dk, p.rank);
+  K.dv = cuda::token_tensor<T>(call.dv, p.rank);
+  const int kv_bytes = dkdv_shared_bytes(queries_plan, D);
+  auto kv_kernel = halo_dkdv_kernel<T, D>;
+  set_shared(kv_kernel, kv_bytes);
+  kv_kernel<<<dim3(K.geo.boxes_total * groups, p.heads_kv, p.batch), kWarps * 32, kv_bytes, stream>>>(K);
+  GNA_CUDA_CHECK_LAUNCH();
+  cuda::scratch_free(delta, stream);
+}
+
+}  // namespace gna::halo

@@ -1,0 +1,129 @@
+#include "kernels/halo/plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+#include "gna/core/tile_candidates.hpp"
+
+namespace gna::halo {
+
+BoxShape box_shape(int rank) {
+  BoxShape s;
+  if (rank == 1) {
+    s.cta[0] = 64;
+    s.warp[0] = 16;
+  } else if (rank == 2) {
+    s.cta[0] = s.cta[1] = 8;
+    s.warp[0] = s.warp[1] = 4;
+  } else {
+    s.cta[0] = s.cta[1] = s.cta[2] = 4;
+    s.warp[0] = s.warp[1] = 2;
+    s.warp[2] = 4;
+  }
+  return s;
+}
+
+Range window_union(const AxisRule& a, int n, Range tokens, Side side) {
+  return side == Side::keys_of_queries ? union_key_window(a, n, tokens)
+                                       : union_query_window(a, n, tokens);
+}
+
+namespace {
+
+// Largest union over the patches of `patch` tokens that tile each dilation group (boxes and
+// warp patches start at multiples of their size); and the union's size summed over the tokens (for the mean).
+struct AxisUnion {
+  int largest = 0;
+  double token_sum = 0;
+};
+AxisUnion axis_union(const AxisRule& a, int patch, Side side) {
+  AxisUnion u;
+  for (int g = 0; g < a.dilation; ++g) {
+    const int n = group_length(a, g);
+    for (int first = 0; first < n; first += patch) {
+      const Range tokens{first, std::min(first + patch, n)};
+      const int size = window_union(a, n, tokens, side).size();
+      u.largest = std::max(u.largest, size);
+      u.token_sum += double(size) * tokens.size();
+    }
+  }
+  return u;
+}
+
+}  // namespace
+
+Plan make_plan(const Problem& p, Side side) {
+  Plan plan;
+  plan.shape = box_shape(p.rank);
+  plan.halo_rows = 1;
+  int walk = 1;
+  double walked = 1;
+  for (int a = 0; a < p.rank; ++a) {
+    const AxisRule& r = p.axes[a];
+    plan.boxes[a] = tiles_along(group_length(r, 0), plan.shape.cta[a]);
+    plan.halo[a] = axis_union(r, plan.shape.cta[a], side).largest;
+    const AxisUnion w = axis_union(r, plan.shape.warp[a], side);
+    plan.walk[a] = w.largest;
+    plan.halo_rows *= plan.halo[a];
+    walk *= plan.walk[a];
+    walked *= w.token_sum / r.extent;
+  }
+  plan.walk_rows = ceil_div(walk, kChunk) * kChunk;
+  plan.walked_per_token = std::ceil(walked / kChunk) * kChunk;
+  return plan;
+}
+
+// Layouts (kernels/halo/*_kernel.cuh): 16-bit tiles of d columns, fp32 row statistics, and
+// per-warp walk tables (a 32-bit coordinate word and a 16-bit halo row per entry).
+namespace {
+int tables(const Plan& plan) { return kWarps * plan.walk_rows * 6; }
+}  // namespace
+
+int forward_shared_bytes(const Plan& plan, int d) {
+  return kBoxTokens * d * 2 + 2 * plan.halo_rows * d * 2 + tables(plan);
+}
+
+int dq_shared_bytes(const Plan& plan, int d) {
+  return 3 * kBoxTokens * d * 2 + 2 * plan.halo_rows * d * 2 + 2 * kBoxTokens * 4 + tables(plan);
+}
+
+int dkdv_shared_bytes(const Plan& plan, int d) {
+  return 2 * kBoxTokens * d * 2 + 2 * plan.halo_rows * d * 2 + 2 * plan.halo_rows * 4 + tables(plan);
+}
+
+double tile_keys_per_query(const Problem& p) {
+  constexpr int kTile = 128;
+  const std::vector<TileShape> shapes = power_of_two_tile_shapes(p.rank, kTile);
+  double best = -1;
+  for (const TileShape& q : shapes)
+    for (const TileShape& kv : shapes) {
+      double visited = 1, q_tiles = 1;
+      for (int a = 0; a < p.rank; ++a) {
+        const AxisRule& r = p.axes[a];
+        const int n = group_length(r, 0);
+        const AxisPairStats s = axis_pair_stats(r, n, q.size[a], kv.size[a], PairWalk::per_q_tile);
+        visited *= s.visited;
+        q_tiles *= s.q_tiles;
+      }
+      const double keys = visited * kTile / q_tiles;
+      if (best < 0 || keys < best) best = keys;
+    }
+  return best;
+}
+
+bool preferred(const Problem& p, std::string* why) {
+  const double walked = make_plan(p, Side::keys_of_queries).walked_per_token;
+  const double tiles = tile_keys_per_query(p);
+  if (walked * kPreferRatio <= tiles) return true;
+  if (why) {
+    std::ostringstream os;
+    os << "halo: a warp walks " << walked << " keys per query against " << tiles
+       << " for the 128-token tile kernels (runs below 1/" << kPreferRatio << " of it)";
+    *why = os.str();
+  }
+  return false;
+}
+
+}  // namespace gna::halo

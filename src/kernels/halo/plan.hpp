@@ -1,0 +1,63 @@
+// Geometry of the neighborhood-tile ("halo") kernels, host side (no CUDA): the box of tokens a CTA
+// owns and the patch each warp takes, the largest halo (union of the box's windows) per axis,
+// the shared memory that follows, the keys a warp walks per query, and the rule by which
+// dispatch prefers these kernels over the 128-token tile kernels. Every count comes from the
+// core's rule (union_key_window, union_query_window).
+#pragma once
+
+#include <string>
+
+#include "gna/core/problem.hpp"
+
+namespace gna::halo {
+
+constexpr int kWarps = 4;                      // warps per CTA
+constexpr int kWarpTokens = 16;                // tokens of a warp's patch: one m16 MMA block
+constexpr int kBoxTokens = kWarps * kWarpTokens;
+constexpr int kChunk = 16;                     // keys (or queries) per step of a warp's walk
+constexpr int kMaxHaloSide = 1023;             // walk tables pack 10 bits per axis
+constexpr int kMaxHeadDim = 64;
+
+// The CTA's box and the warp's patch per axis (products kBoxTokens and kWarpTokens; unused axes
+// 1): 64 in 1-D, 8x8 in 2-D, 4x4x4 in 3-D; warps take 16, 4x4 and 2x2x4.
+struct BoxShape {
+  int cta[kMaxRank] = {1, 1, 1};
+  int warp[kMaxRank] = {1, 1, 1};
+};
+BoxShape box_shape(int rank);
+
+// Which way a box looks through the rule: the keys its queries attend (forward, dQ) or the
+// queries that attend its keys (dK / dV, the inverse rule).
+enum class Side { keys_of_queries, queries_of_keys };
+
+// Union of the windows (Side) of tokens [begin, end) of an axis's group of length n.
+Range window_union(const AxisRule& a, int n, Range tokens, Side side);
+
+// Per-axis and overall sizes of one problem's kernels.
+struct Plan {
+  BoxShape shape;
+  int boxes[kMaxRank] = {1, 1, 1};  // boxes along each axis of dilation group 0 (the longest)
+  int halo[kMaxRank] = {1, 1, 1};   // largest halo of a box, per axis
+  int walk[kMaxRank] = {1, 1, 1};   // largest union of a warp patch's windows, per axis
+  int halo_rows = 1;                // tokens of the largest halo box (product of halo)
+  int walk_rows = kChunk;           // entries of a warp's walk table (product of walk, whole chunks)
+  double walked_per_token = 0;      // tokens a warp walks per token of its patch, averaged
+};
+Plan make_plan(const Problem& p, Side side);
+
+// Shared memory per CTA of each kernel at head dim d (bytes).
+int forward_shared_bytes(const Plan& keys_plan, int d);
+int dq_shared_bytes(const Plan& keys_plan, int d);
+int dkdv_shared_bytes(const Plan& queries_plan, int d);
+
+// Keys per query that the best 128x128-token tile kernel visits (whole KV tiles of the boxes its
+// Q tiles need, from the core's tiling math).
+double tile_keys_per_query(const Problem& p);
+
+// Dispatch's rule: the halo kernels run when a warp walks at most 1 / kPreferRatio of the keys per
+// query that the 128-token tile kernels visit. The ratio accounts for the tile kernels' cheaper
+// keys (dense tiles without per-element masks; wgmma on Hopper).
+constexpr double kPreferRatio = 2.0;
+bool preferred(const Problem& p, std::string* why = nullptr);
+
+}  // namespace gna::halo

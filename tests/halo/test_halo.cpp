@@ -1,0 +1,222 @@
+// The halo kernels against the GPU reference (fp32 inputs of the same values): random
+// configurations biased to the image regime (extents 5-64, windows 3-13, dilation up to
+// extent / window, causal and strided axes, batch up to 256, GQA, head dims 32 / 64), fp16 and
+// bf16, forward (O, LSE) and backward (dQ, dK, dV) into poisoned outputs; every instantiation
+// must be reached. Then bitwise determinism of forward and backward.
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "api/backend.hpp"
+#include "gpu_harness.hpp"
+#include "kernels/halo/plan.hpp"
+
+namespace gna::testing {
+namespace {
+
+Config image_config(std::mt19937_64& rng, int rank) {
+  Config c;
+  c.params.rank = rank;
+  const int max_extent[] = {0, 64, 64, 20};
+  int64_t tokens = 1, keys = 1;
+  for (int a = 0; a < rank; ++a) {
+    const int L = uniform(rng, 5, max_extent[rank]);
+    int K = uniform(rng, 3, std::min(13, L));
+    if (rank == 3) K = std::min(K, 7);  // a 3-D halo of larger windows exceeds shared memory
+    const int d = uniform(rng, 0, 2) == 0 ? uniform(rng, 1, std::max(1, L / K)) : 1;
+    c.extent[a] = L;
+    c.params.window[a] = K;
+    c.params.dilation[a] = d;
+    c.params.stride[a] = uniform(rng, 0, 3) == 0 ? uniform(rng, 1, K) : 1;
+    c.params.causal[a] = uniform(rng, 0, 4) == 0;
+    tokens *= L;
+    keys *= K;
+  }
+  // Batch up to 256 where the problem is small; the oracle's pairs stay bounded.
+  const int64_t per_item = tokens * keys;
+  const int max_batch = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(256, 4000000 / per_item)));
+  c.batch = uniform(rng, 0, 3) == 0 ? max_batch : uniform(rng, 1, std::min(4, max_batch));
+  c.heads_kv = uniform(rng, 1, 2);
+  c.heads_q = c.heads_kv * uniform(rng, 1, 2);
+  c.dim_qk = c.dim_v = uniform(rng, 0, 1) ? 32 : 64;
+  return c;
+}
+
+// Fills ref (fp32) and got (dtype) with the same inputs; runs the GPU reference on ref.
+void build_pair(const Config& c, DType dtype, std::mt19937_64& rng, Case& ref, Case& got) {
+  for (Case* cs : {&ref, &got}) {
+    cs->cfg = c;
+    const DType t = cs == &ref ? DType::f32 : dtype;
+    cs->q.allocate(cs->token_shape(c.heads_q, c.dim_qk), t);
+    cs->k.allocate(cs->token_shape(c.heads_kv, c.dim_qk), t);
+    cs->v.allocate(cs->token_shape(c.heads_kv, c.dim_v), t);
+    cs->o.allocate(cs->token_shape(c.heads_q, c.dim_v), t);
+    cs->lse.allocate(cs->token_shape(c.heads_q, 0), DType::f32);
+    cs->d_o.allocate(cs->token_shape(c.heads_q, c.dim_v), t);
+    cs->dq.allocate(cs->token_shape(c.heads_q, c.dim_qk), t);
+    cs->dk.allocate(cs->token_shape(c.heads_kv, c.dim_qk), t);
+    cs->dv.allocate(cs->token_shape(c.heads_kv, c.dim_v), t);
+  }
+  for (auto member : {&Case::q, &Case::k, &Case::v, &Case::d_o}) {
+    (ref.*member).host = random_values(rng, (ref.*member).numel());
+    (got.*member).host = (ref.*member).host;
+    (ref.*member).upload();
+    (got.*member).upload();
+  }
+}
+
+bool halo_supports(Case& got, std::string* why) {
+  TensorRef storage[5];
+  const AttentionTensors in = got.device_inputs(storage);
+  for (const Backend& b : registered_backends())
+    if (b.name == "halo") {
+      ForwardCall f;
+      f.problem = make_problem(got.cfg.params, in);
+      f.in = in;
+      f.out = got.o.device_ref();
+      BackwardCall bw;
+      bw.problem = f.problem;
+      bw.in = in;
+      bw.out = bw.d_out = bw.dq = bw.dk = bw.dv = f.out;
+      bw.dk = got.dk.device_ref();
+      bw.dv = got.dv.device_ref();
+      return b.supports_forward(f, why) && b.supports_backward(bw, why);
+    }
+  *why = "no halo backend";
+  return false;
+}
+
+// Forward and backward of one configuration in one dtype; "" when within tolerance.
+std::string check(const Config& c, DType dtype, std::mt19937_64& rng, bool* ran) {
+  Case ref, got;
+  build_pair(c, dtype, rng, ref, got);
+  std::string why;
+  *ran = halo_supports(got, &why);
+  if (!*ran) return "";
+  if (ref.check_forward("gpu_reference").find("CUDA") != std::string::npos) return "reference failed";
+  got.ref_o = ref.o.download();
+  got.ref_lse = ref.lse.download();
+  std::string err = got.check_forward("halo");
+  // Backward from the forward's O (as the dtype holds it) and LSE, on both sides.
+  got.o.host = got.ref_o;
+  got.o.upload();
+  got.o.host = got.o.download();
+  ref.o.host = got.o.host;
+  ref.o.upload();
+  ref.lse.host = got.ref_lse;
+  ref.lse.upload();
+  got.lse.host = got.ref_lse;
+  if (ref.check_backward("gpu_reference").find("CUDA") != std::string::npos) return err + "reference backward failed";
+  got.ref_dq = ref.dq.download();
+  got.ref_dk = ref.dk.download();
+  got.ref_dv = ref.dv.download();
+  err += got.check_backward("halo");
+  return err;
+}
+
+void sweep(int rank, int configs) {
+  GNA_SKIP_WITHOUT_GPU();
+  const uint64_t seed = test_seed();
+  std::mt19937_64 rng(seed + 31 * rank);
+  int failures = 0, ran = 0, refused = 0, dilated = 0, causal = 0, strided = 0, gqa = 0, big_batch = 0;
+  std::map<std::string, int> instances;
+  for (int i = 0; i < configs && failures < 5; ++i) {
+    const Config c = image_config(rng, rank);
+    for (DType t : {DType::f16, DType::bf16}) {
+      bool did = false;
+      const std::string err = check(c, t, rng, &did);
+      if (!did) {
+        ++refused;
+        continue;
+      }
+      ++ran;
+      ++instances[std::string(dtype_name(t)) + " d" + std::to_string(c.dim_qk)];
+      for (int a = 0; a < rank; ++a) {
+        dilated += c.params.dilation[a] > 1;
+        causal += c.params.causal[a];
+        strided += c.params.stride[a] > 1;
+      }
+      gqa += c.heads_q != c.heads_kv;
+      big_batch += c.batch >= 64;
+      if (!err.empty()) {
+        ++failures;
+        ADD_FAILURE() << dtype_name(t) << " config " << i << ": " << c.describe() << ": " << err
+                      << " (GNA_TEST_SEED=" << seed << ")";
+      }
+    }
+  }
+  std::printf("rank %d: %d runs (%d refused), dilated axes %d, causal %d, strided %d, GQA %d, "
+              "batch >= 64 %d, seed %llu;", rank, ran, refused, dilated, causal, strided, gqa,
+              big_batch, static_cast<unsigned long long>(seed));
+  for (const auto& [name, n] : instances) std::printf(" %s: %d", name.c_str(), n);
+  std::printf("\n");
+  EXPECT_GE(ran, refused * 4) << "most configurations must run on the halo kernels";
+  if (configs >= 50) {
+    for (const char* name : {"f16 d32", "f16 d64", "bf16 d32", "bf16 d64"})
+      EXPECT_GT(instances[name], 0) << "instantiation " << name << " not reached";
+    EXPECT_GT(dilated, 0);
+    EXPECT_GT(causal, 0);
+    EXPECT_GT(strided, 0);
+    EXPECT_GT(gqa, 0);
+    EXPECT_GT(big_batch, 0);
+  }
+}
+
+TEST(Halo, Rank1) { sweep(1, configs_per_rank(150)); }
+TEST(Halo, Rank2) { sweep(2, configs_per_rank(150)); }
+TEST(Halo, Rank3) { sweep(3, configs_per_rank(100)); }
+
+// The image-model shapes are dispatched to the halo kernels.
+TEST(Halo, DispatchPicksHalo) {
+  GNA_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(1);
+  Config c;
+  c.params.rank = 2;
+  c.extent[0] = c.extent[1] = 28;
+  c.params.window[0] = c.params.window[1] = 7;
+  c.batch = 2;
+  c.heads_q = c.heads_kv = 2;
+  Case ref, got;
+  build_pair(c, DType::bf16, rng, ref, got);
+  TensorRef storage[5];
+  EXPECT_EQ(select_forward_backend(c.params, got.device_inputs(storage)), "halo");
+  EXPECT_EQ(select_backward_backend(c.params, got.device_inputs(storage)), "halo");
+}
+
+// Same inputs, same bits: forward (O, LSE) and backward (no atomics anywhere).
+TEST(Halo, Deterministic) {
+  GNA_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(test_seed());
+  for (int rank = 1; rank <= 3; ++rank) {
+    Config c = image_config(rng, rank);
+    Case ref, got;
+    build_pair(c, DType::bf16, rng, ref, got);
+    std::string why;
+    if (!halo_supports(got, &why)) continue;
+    std::vector<std::vector<float>> first;
+    for (int run = 0; run < 2; ++run) {
+      TensorRef storage[5];
+      AttentionTensors in = got.device_inputs(storage);
+      CallOptions opt;
+      opt.backend = "halo";
+      TensorRef out = got.o.device_ref(), l = got.lse.device_ref();
+      got.o.poison();
+      attention_forward(c.params, in, out, &l, opt);
+      AttentionGradients g{got.dq.device_ref(), got.dk.device_ref(), got.dv.device_ref()};
+      attention_backward(c.params, in, got.o.device_ref(), got.lse.device_ref(), got.d_o.device_ref(), g, opt);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<std::vector<float>> now{got.o.download(), got.lse.download(), got.dq.download(),
+                                          got.dk.download(), got.dv.download()};
+      if (run == 0) {
+        first = now;
+        continue;
+      }
+      for (size_t i = 0; i < now.size(); ++i)
+        EXPECT_EQ(std::memcmp(now[i].data(), first[i].data(), now[i].size() * 4), 0)
+            << "tensor " << i << " differs between runs: " << c.describe();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gna::testing

@@ -1,0 +1,131 @@
+// The halo kernels' geometry against brute force over the rule (halos and warp sub-boxes hold
+// exactly the windows of their tokens), and the dispatch rule on the image-model shapes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "kernels/halo/plan.hpp"
+
+namespace gna::halo {
+namespace {
+
+Problem image_problem(std::vector<int> extent, std::vector<int> window, int dim,
+                      std::vector<int> dilation = {}) {
+  Problem p;
+  p.rank = static_cast<int>(extent.size());
+  for (int a = 0; a < p.rank; ++a) {
+    p.axes[a].extent = extent[a];
+    p.axes[a].window = window[a];
+    p.axes[a].dilation = dilation.empty() ? 1 : dilation[a];
+  }
+  p.dim_qk = p.dim_v = dim;
+  p.dtype = DType::bf16;
+  return p;
+}
+
+// Brute force: smallest interval holding every window (or inverse window) of tokens [b, e).
+Range brute_union(const AxisRule& a, int n, int b, int e, Side side) {
+  Range u{n, 0};
+  for (int i = b; i < e; ++i)
+    for (int j = 0; j < n; ++j) {
+      const bool in = side == Side::keys_of_queries ? key_window(a, n, i).contains(j)
+                                                    : key_window(a, n, j).contains(i);
+      if (!in) continue;
+      u.begin = std::min(u.begin, j);
+      u.end = std::max(u.end, j + 1);
+    }
+  return u;
+}
+
+TEST(HaloPlan, BoxShapesTileTheWarps) {
+  for (int rank = 1; rank <= 3; ++rank) {
+    const BoxShape s = box_shape(rank);
+    int cta = 1, warp = 1;
+    for (int a = 0; a < kMaxRank; ++a) {
+      cta *= s.cta[a];
+      warp *= s.warp[a];
+      EXPECT_EQ(s.cta[a] % s.warp[a], 0) << "rank " << rank << " axis " << a;
+    }
+    EXPECT_EQ(cta, kBoxTokens) << "rank " << rank;
+    EXPECT_EQ(warp, kWarpTokens) << "rank " << rank;
+  }
+}
+
+TEST(HaloPlan, UnionsMatchBruteForce) {
+  std::mt19937_64 rng(7);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int checked = 0;
+  for (int it = 0; it < 3000; ++it) {
+    AxisRule a;
+    a.extent = uni(2, 80);
+    a.window = uni(2, std::min(a.extent, 15));
+    a.dilation = uni(1, std::max(1, a.extent / a.window));
+    a.stride = uni(0, 1) ? 1 : uni(1, a.window);
+    a.causal = uni(0, 3) == 0;
+    const int g = uni(0, a.dilation - 1), n = group_length(a, g);
+    const int size = 1 << uni(0, 6);
+    for (Side side : {Side::keys_of_queries, Side::queries_of_keys})
+      for (int b = 0; b < n; b += size) {
+        const int e = std::min(b + size, n);
+        const Range want = brute_union(a, n, b, e, side);
+        const Range got = window_union(a, n, Range{b, e}, side);
+        ASSERT_EQ(got.begin, want.begin) << "extent " << a.extent << " window " << a.window
+                                         << " stride " << a.stride << " causal " << a.causal;
+        ASSERT_EQ(got.end, want.end);
+        ++checked;
+      }
+  }
+  EXPECT_GT(checked, 10000);
+}
+
+TEST(HaloPlan, ImageShapes) {
+  const Plan nat = make_plan(image_problem({56, 56}, {7, 7}, 32), Side::keys_of_queries);
+  EXPECT_EQ(nat.halo[0], 14);
+  EXPECT_EQ(nat.halo[1], 14);
+  EXPECT_EQ(nat.walk[0], 10);
+  EXPECT_EQ(nat.walk_rows, 112);
+  EXPECT_EQ(nat.boxes[0], 7);
+  // Dilation keeps the box in group coordinates: the same halo.
+  const Plan dinat = make_plan(image_problem({56, 56}, {7, 7}, 32, {8, 8}), Side::keys_of_queries);
+  EXPECT_EQ(dinat.halo[0], 7);
+  EXPECT_EQ(dinat.boxes[0], 1);
+  const Plan three = make_plan(image_problem({16, 32, 32}, {7, 7, 7}, 64), Side::keys_of_queries);
+  EXPECT_EQ(three.halo_rows, 1000);
+  EXPECT_GT(forward_shared_bytes(three, 64), 227 * 1024);  // refused at head dim 64 on Hopper
+  EXPECT_LT(forward_shared_bytes(three, 32), 227 * 1024);
+}
+
+// The dispatch rule prefers the halo kernels on the image-model shapes and leaves large windows
+// and dense attention to the tile kernels.
+TEST(HaloPlan, DispatchRule) {
+  struct Shape {
+    std::vector<int> extent, window;
+    int dim;
+    bool halo;
+  };
+  const Shape shapes[] = {
+      {{56, 56}, {7, 7}, 32, true},
+      {{28, 28}, {7, 7}, 32, true},
+      {{14, 14}, {7, 7}, 32, true},
+      {{128, 128}, {7, 7}, 64, true},
+      {{128, 128}, {13, 13}, 64, true},
+      {{16, 32, 32}, {7, 7, 7}, 64, true},
+      {{4096}, {9}, 64, true},
+      {{128, 128}, {128, 128}, 64, false},  // dense
+      {{256, 256}, {80, 80}, 64, false},    // flux-like large window
+      {{4096}, {1024}, 64, false},
+  };
+  for (const Shape& s : shapes) {
+    const Problem p = image_problem(s.extent, s.window, s.dim);
+    std::string why;
+    EXPECT_EQ(preferred(p, &why), s.halo)
+        << "extent " << s.extent[0] << " window " << s.window[0] << ": " << why
+        << " (walked " << make_plan(p, Side::keys_of_queries).walked_per_token << ", tiles "
+        << tile_keys_per_query(p) << ")";
+    if (!s.halo) EXPECT_NE(why.find("keys per query"), std::string::npos) << why;
+  }
+}
+
+}  // namespace
+}  // namespace gna::halo
