@@ -159,6 +159,15 @@ lib.gna_merge_attentions.argtypes = [ctypes.c_int32, _T, _T, _T, _T]
 lib.gna_sta_params.restype = _status
 lib.gna_sta_params.argtypes = [ctypes.c_int32, _P(ctypes.c_int32), _P(ctypes.c_int32),
                                _P(ctypes.c_int32), _P(Params)]
+# The unfused operators (ABI version 3): PN, NN and their backward passes.
+lib.gna_na_qk.restype = _status
+lib.gna_na_qk.argtypes = [_P(Params), _T, _T, _T, _T, _P(Options)]
+lib.gna_na_av.restype = _status
+lib.gna_na_av.argtypes = [_P(Params), _T, _T, _T, _P(Options)]
+lib.gna_na_qk_backward.restype = _status
+lib.gna_na_qk_backward.argtypes = [_P(Params), _T, _T, _T, _T, _T, _T, _P(Options)]
+lib.gna_na_av_backward.restype = _status
+lib.gna_na_av_backward.argtypes = [_P(Params), _T, _T, _T, _T, _T, _P(Options)]
 
 has_simulator = hasattr(lib, "gna_simulate")
 if has_simulator:
