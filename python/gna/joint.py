@@ -6,14 +6,11 @@ text queries (padding rows included) attend densely to every valid token. With p
 lengths, the text tokens past a sample's length are padding: masked out as keys. The result
 equals dense attention under that mask.
 """
-import math
-
 import torch
 
-from . import _dense
+from . import _dense, functional
 from .functional import merge_attentions
-from .per_head import per_head_attention
-from .windows import Window
+from .per_head import grouped_attention, resolve_groups
 
 __all__ = ["joint_attention", "dense_joint_attention", "text_key_mask"]
 
@@ -116,10 +113,11 @@ def joint_attention(query, key, value, layout, kernel_size=None, stride=1, dilat
     _check_position(fn, text_position)
     layout = _layout(fn, layout)
     batch, seq = int(query.shape[0]), int(query.shape[1])
-    visual = math.prod(layout)
+    visual = _volume(layout)
     text_len = _text_count(fn, seq, visual, text_len)
     lengths = _check_lengths(fn, text_lengths, batch, text_len)
-    windows = _windows(fn, kernel_size, stride, dilation, is_causal, windows)
+    groups = _groups(fn, kernel_size, stride, dilation, is_causal, windows, layout,
+                     int(query.shape[2]))
 
     (qv, qt), (kv, kt), (vv, vt) = (_split(t, visual, text_position) for t in (query, key, value))
     grid = lambda t: t.reshape(t.shape[0], *layout, *t.shape[2:])  # noqa: E731
@@ -128,14 +126,14 @@ def joint_attention(query, key, value, layout, kernel_size=None, stride=1, dilat
         lengths = None
     if lengths is None:
         extra = (kt, vt) if text_len else (None, None)
-        out_v = per_head_attention(grid(qv), grid(kv), grid(vv), windows, additional_keys=extra[0],
-                                   additional_values=extra[1], **kw)
+        out_v = grouped_attention(grid(qv), grid(kv), grid(vv), groups, additional_keys=extra[0],
+                                  additional_values=extra[1], **kw)
         out_v = out_v.reshape(batch, visual, *out_v.shape[-2:])
     elif isinstance(lengths, list):
-        out_v = _visual_by_length(qv, kv, vv, kt, vt, lengths, grid, windows, kw)
+        out_v = _visual_by_length(qv, kv, vv, kt, vt, lengths, grid, groups, kw)
     else:
-        out_v, lse_v = per_head_attention(grid(qv), grid(kv), grid(vv), windows,
-                                          return_lse=True, **kw)
+        out_v, lse_v = grouped_attention(grid(qv), grid(kv), grid(vv), groups, return_lse=True,
+                                         **kw)
         valid = torch.arange(text_len, device=query.device)[None, :] < \
             lengths.to(query.device)[:, None]
         out_t, lse_t = _dense.attend_with_lse(qv, kt, vt, valid, scale)
@@ -149,7 +147,7 @@ def joint_attention(query, key, value, layout, kernel_size=None, stride=1, dilat
     return _join(out_v, out_txt, text_position)
 
 
-def _visual_by_length(qv, kv, vv, kt, vt, lengths, grid, windows, kw):
+def _visual_by_length(qv, kv, vv, kt, vt, lengths, grid, groups, kw):
     """Visual queries with per-sample text lengths (ints): one fused call per distinct length,
     the sample's valid text tokens as additional keys."""
     batch, visual = qv.shape[0], qv.shape[1]
@@ -159,8 +157,8 @@ def _visual_by_length(qv, kv, vv, kt, vt, lengths, grid, windows, kw):
         pick = (lambda t: t) if len(samples) == batch else \
             (lambda t: t.index_select(0, torch.tensor(samples, device=t.device)))
         extra = (pick(kt[:, :n]), pick(vt[:, :n])) if n else (None, None)
-        out = per_head_attention(grid(pick(qv)), grid(pick(kv)), grid(pick(vv)), windows,
-                                 additional_keys=extra[0], additional_values=extra[1], **kw)
+        out = grouped_attention(grid(pick(qv)), grid(pick(kv)), grid(pick(vv)), groups,
+                                additional_keys=extra[0], additional_values=extra[1], **kw)
         outs.append(out.reshape(len(samples), visual, *out.shape[-2:]))
         order += samples
     out = torch.cat(outs, dim=0) if len(outs) > 1 else outs[0]
@@ -197,12 +195,22 @@ def _layout(fn, layout):
     return tuple(values)
 
 
-def _windows(fn, kernel_size, stride, dilation, is_causal, windows):
+def _volume(layout):
+    count = 1
+    for n in layout:
+        count *= n
+    return count
+
+
+def _groups(fn, kernel_size, stride, dilation, is_causal, windows, layout, heads):
+    """The visual queries' rules per group of heads: one rule from kernel_size / stride /
+    dilation / is_causal, or per-head windows."""
     if windows is not None:
         if kernel_size is not None:
             raise ValueError(f"{fn}: give kernel_size or windows, not both (got kernel_size="
                              f"{kernel_size!r} and windows={windows!r})")
-        return windows
+        return resolve_groups(windows, heads, layout, fn)
     if kernel_size is None:
         raise ValueError(f"{fn}: kernel_size (or windows) is required, got None")
-    return Window(kernel_size, stride, dilation, is_causal)
+    rule = functional._rule(fn, len(layout), kernel_size, stride, dilation, is_causal, None)
+    return [(tuple(tuple(x) for x in rule[:4]), list(range(heads)))]

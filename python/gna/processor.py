@@ -8,7 +8,6 @@ import contextlib
 from torch import nn
 
 from .joint import _check_position, _layout, dense_joint_attention, joint_attention
-from .per_head import head_groups
 
 __all__ = ["GnaAttentionProcessor", "dense_attention", "dense_forced", "install_processors"]
 
@@ -102,8 +101,11 @@ class GnaAttentionProcessor(nn.Module):
         if self.windows is None:
             windows = "dense"
         elif isinstance(self.windows, list):
-            windows = ", ".join(f"{w} x{len(h)}" for w, h in
-                                head_groups(self.windows, len(self.windows)))
+            distinct = []
+            for w in self.windows:
+                if w not in distinct:
+                    distinct.append(w)
+            windows = ", ".join(f"{w} x{self.windows.count(w)}" for w in distinct)
         else:
             windows = repr(self.windows)
         return (f"layout={self.layout}, text_len={self.text_len}, text_position="

@@ -1,11 +1,9 @@
 """gna.Window: one attention window as a value (GNA parameters, Sliding Tile Attention by its own
 parameters, or the whole layout), resolved to GNA's per-axis rule for a given layout.
 
-Windows are hashable (heads with equal windows share a kernel launch), ordered by cost (keys per
-query) and round-trip through plain dicts (JSON).
+Windows are values (equal and hashed by their parameters; treat them as immutable), have a cost
+(keys per query) and round-trip through plain dicts (JSON).
 """
-import math
-
 from . import functional
 
 __all__ = ["Window", "as_window"]
@@ -30,9 +28,6 @@ class Window:
     (window in tiles, odd per axis). Window.dense(): every token of the layout (full attention).
     """
 
-    __slots__ = ("kind", "kernel_size", "stride", "dilation", "is_causal", "tile_shape",
-                 "window_tiles")
-
     def __init__(self, kernel_size, stride=1, dilation=1, is_causal=False):
         self._set("gna", kernel_size=_freeze("kernel_size", kernel_size),
                   stride=_freeze("stride", stride), dilation=_freeze("dilation", dilation),
@@ -40,13 +35,8 @@ class Window:
 
     def _set(self, kind, kernel_size=None, stride=1, dilation=1, is_causal=False,
              tile_shape=None, window_tiles=None):
-        for name, value in (("kind", kind), ("kernel_size", kernel_size), ("stride", stride),
-                            ("dilation", dilation), ("is_causal", is_causal),
-                            ("tile_shape", tile_shape), ("window_tiles", window_tiles)):
-            object.__setattr__(self, name, value)
-
-    def __setattr__(self, name, value):
-        raise AttributeError("Window is immutable")
+        self.kind, self.kernel_size, self.stride, self.dilation = kind, kernel_size, stride, dilation
+        self.is_causal, self.tile_shape, self.window_tiles = is_causal, tile_shape, window_tiles
 
     @classmethod
     def sta(cls, tile_shape, window_tiles):
@@ -101,7 +91,10 @@ class Window:
 
     def keys_per_query(self, extent):
         """Keys a (non-causal) query attends on the layout: the window's cost."""
-        return math.prod(self.resolve(extent)[0])
+        count = 1
+        for w in self.resolve(extent)[0]:
+            count *= w
+        return count
 
     def to_dict(self):
         if self.kind == "dense":

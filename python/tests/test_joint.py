@@ -152,7 +152,7 @@ def test_cuda_against_the_oracle(kind):
     layout, window, text_len, values = (4, 8, 8), (3, 5, 5), 16, [16, 5]
     q, k, v = _inputs(2, layout, text_len, heads=4, heads_kv=2, dim=64, dtype=torch.bfloat16,
                       device="cuda", requires_grad=True)
-    v = v[..., :64].detach().requires_grad_()
+    v = v[..., :64].detach().contiguous().requires_grad_()
     try:
         out = gna.joint_attention(q, k, v, layout, window, stride=(1, 1, 2),
                                   text_lengths=_lengths(kind, values))

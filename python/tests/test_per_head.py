@@ -116,6 +116,20 @@ def test_window_values_and_json_dicts():
         W(3, stride=1.5)
 
 
+@pytest.mark.skipif(not (hasattr(torch, "compile") and hasattr(torch.library, "custom_op")),
+                    reason="torch.compile of gna's ops needs torch >= 2.4")
+def test_compile_fullgraph_per_head_processor():
+    torch._dynamo.reset()
+    p = gna.GnaAttentionProcessor(LAYOUT, WINDOWS, text_len=3)
+    q, k, v = qkv(2, (4 * 6 * 6 + 3,), 8, 8, heads_kv=4, requires_grad=True)
+    out = torch.compile(p, fullgraph=True)(q, k, v, [3, 1])
+    ref = p(q, k, v, [3, 1])
+    assert rel_error(out, ref) < 1e-5
+    g = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
+        assert rel_error(a, b) < 1e-4
+
+
 def test_cuda_per_head_against_the_oracle():
     cuda_devices_or_skip()
     layout = (4, 8, 8)
