@@ -4,6 +4,8 @@
 // [B, Nadd, Hkv, D].
 #pragma once
 
+#include <initializer_list>
+
 #include "gna/core/problem.hpp"
 #include "gna/tensor.hpp"
 
@@ -28,10 +30,24 @@ struct AttentionTensors {
 // tensor, the dimension and the value), then builds and validates the Problem.
 Problem make_problem(const AttentionParams& params, const AttentionTensors& t);
 
-// Checks that `tensor` has exactly `shape` (rank and sizes), dtype and device of `like`, and a
-// contiguous last dimension. `name` appears in the message.
+// Checks that `tensor` is a valid view (check_layout) and has exactly `shape` (rank and sizes),
+// `dtype`, `device` and a contiguous last dimension. `name` appears in the message.
 void check_tensor(const char* name, const TensorRef& tensor, const int64_t* shape, int rank,
                   DType dtype, int device);
+
+// A view any call can trust before looking at its sizes: rank in [0, 8], a known dtype, sizes
+// and strides >= 0, element count and byte reach below 2^63, and, when it has elements, a
+// non-null data pointer aligned to the element size.
+void check_layout(const char* name, const TensorRef& tensor);
+
+struct NamedTensor {
+  const char* name;
+  const TensorRef* tensor;  // null: absent
+};
+
+// An output must give every element its own address and share no memory with the other
+// tensors of the call (same device, overlapping byte ranges [first element, last element]).
+void check_output(const NamedTensor& output, std::initializer_list<NamedTensor> others);
 
 // Expected shapes of outputs and gradients for a problem.
 int output_shape(const Problem& p, int64_t* shape);  // O: returns rank

@@ -210,21 +210,32 @@ def release_cached_memory():
     check(lib.gna_release_cached_memory())
 
 
-def int_array(values):
+def int32(value, name="value"):
+    """int(value) when a C int32 holds it; ValueError otherwise (ctypes would truncate it)."""
+    v = int(value)
+    if not -2**31 <= v < 2**31:
+        raise ValueError(f"{name} must be below 2^31 in magnitude (a 32-bit int of the C ABI), "
+                         f"got {v}")
+    return v
+
+
+def int_array(values, name="value"):
+    values = list(values)
+    if len(values) > MAX_RANK:
+        raise ValueError(f"{name}: at most {MAX_RANK} values, got {len(values)}")
     arr = (ctypes.c_int32 * MAX_RANK)()
     for i, v in enumerate(values):
-        arr[i] = int(v)
+        arr[i] = int32(v, name)
     return arr
 
 
 def make_params(window, stride, dilation, causal, scale):
     p = Params()
     p.rank = len(window)
-    for i in range(len(window)):
-        p.window[i] = int(window[i])
-        p.stride[i] = int(stride[i])
-        p.dilation[i] = int(dilation[i])
-        p.causal[i] = 1 if causal[i] else 0
+    p.window = int_array(window, "window")
+    p.stride = int_array(stride, "stride")
+    p.dilation = int_array(dilation, "dilation")
+    p.causal = int_array([1 if c else 0 for c in causal], "causal")
     p.scale = float(scale)
     return p
 
@@ -233,6 +244,7 @@ def sta_params(extent, tile, window):
     """GNA parameters (window, stride per axis) of Sliding Tile Attention, from the core."""
     rank = len(extent)
     p = Params()
-    check(lib.gna_sta_params(rank, int_array(extent), int_array(tile), int_array(window),
+    check(lib.gna_sta_params(rank, int_array(extent, "extent"), int_array(tile, "tile_shape"),
+                             int_array(window, "window (tile_shape * window_tiles)"),
                              ctypes.byref(p)))
     return [p.window[i] for i in range(rank)], [p.stride[i] for i in range(rank)]

@@ -1,5 +1,7 @@
 """The functional API: neighborhood attention on heads-last tensors [B, *spatial, H, D]."""
+import ctypes
 import functools
+import math
 
 import torch
 
@@ -25,9 +27,27 @@ def _per_axis(name, value, rank, fn, kind):
     for v in values:
         if kind is int and (isinstance(v, bool) or not isinstance(v, int)):
             raise ValueError(f"{fn}: {name} must hold ints, got {value!r}")
+        if kind is int and not -2**31 <= v < 2**31:  # the C ABI's int32, never truncated
+            raise ValueError(f"{fn}: {name} must hold ints below 2^31 in magnitude, got "
+                             f"{value!r}")
         if kind is bool and not isinstance(v, bool):
             raise ValueError(f"{fn}: {name} must hold bools, got {value!r}")
     return values
+
+
+def _scale(fn, scale):
+    """The C ABI's scale: 0.0 for None (1/sqrt(head dim)), else a finite float32 > 0 (a 0 would
+    silently mean the default there)."""
+    if scale is None:
+        return 0.0
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise ValueError(f"{fn}: scale must be a number or None, got {scale!r}")
+    value = float(scale)
+    if not math.isfinite(value) or not value > 0 or not math.isfinite(
+            ctypes.c_float(value).value) or ctypes.c_float(value).value == 0:
+        raise ValueError(f"{fn}: scale must be a finite float32 > 0 (None for 1/sqrt(head dim)), "
+                         f"got {scale!r}")
+    return value
 
 
 def _rule(fn, rank, kernel_size, stride, dilation, is_causal, scale):
@@ -35,14 +55,25 @@ def _rule(fn, rank, kernel_size, stride, dilation, is_causal, scale):
     stride = _per_axis("stride", stride, rank, fn, int)
     dilation = _per_axis("dilation", dilation, rank, fn, int)
     causal = _per_axis("is_causal", is_causal, rank, fn, bool)
-    scale = 0.0 if scale is None else float(scale)
-    return window, stride, dilation, causal, scale
+    return window, stride, dilation, causal, _scale(fn, scale)
+
+
+_TENSOR_ARGS = ("query", "key", "value", "additional_keys", "additional_values")
+
+
+def _check_tensors(fn, *tensors):
+    """query, key, value must be tensors; the additional tokens tensors or None."""
+    for i, (name, t) in enumerate(zip(_TENSOR_ARGS, tensors)):
+        if not isinstance(t, torch.Tensor) and (i < 3 or t is not None):
+            raise ValueError(f"{fn}: {name} must be a torch.Tensor{'' if i < 3 else ' or None'}, "
+                             f"got {type(t).__name__}")
 
 
 def _attention(fn, rank, query, key, value, rule, additional_keys, additional_values,
                return_lse, backend):
     if not isinstance(backend, str):
         raise ValueError(f"{fn}: backend must be a string, got {backend!r}")
+    _check_tensors(fn, query, key, value, additional_keys, additional_values)
     out, lse = attention(query, key, value, additional_keys, additional_values, *rule, backend,
                          bool(return_lse))
     return (out, lse) if return_lse else out
@@ -99,14 +130,14 @@ def _sta(fn, rank):
             additional_values=None, return_lse=False, backend="auto"):
         tile = _per_axis("tile_shape", tile_shape, rank, fn, int)
         tiles = _per_axis("window_tiles", window_tiles, rank, fn, int)
+        _check_tensors(fn, query, key, value, additional_keys, additional_values)
         if query.dim() != rank + 3:
             raise ValueError(f"{fn}: query must have {rank + 3} dims [B, {rank} spatial, H, D], "
                              f"got shape {tuple(query.shape)}")
         extent = tuple(int(s) for s in query.shape[1:1 + rank])
         window_tokens = tuple(t * w for t, w in zip(tile, tiles))
         window, stride = _sta_rule(extent, tuple(tile), window_tokens)
-        rule = (list(window), list(stride), [1] * rank, [False] * rank,
-                0.0 if scale is None else float(scale))
+        rule = (list(window), list(stride), [1] * rank, [False] * rank, _scale(fn, scale))
         return _attention(fn, rank, query, key, value, rule, additional_keys, additional_values,
                           return_lse, backend)
 
@@ -157,6 +188,7 @@ def selected_backend(query, key, value, kernel_size, stride=1, dilation=1, is_ca
                      backend="auto"):
     """Name of the backend dispatch runs for this na1d/na2d/na3d call (forward, or backward
     with backward=True). Raises gna.UnsupportedError when none can."""
+    _check_tensors("selected_backend", query, key, value, additional_keys, additional_values)
     rank = query.dim() - 3
     if rank < 1 or rank > 3:
         raise ValueError(f"selected_backend: query must have 4 to 6 dims, got shape "

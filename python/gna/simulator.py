@@ -36,13 +36,13 @@ def _config(shape, window, stride, dilation, is_causal, q_tile, kv_tile, tiling,
         raise ValueError(f"kv_tiling: expected one of {sorted(_KV_TILINGS)}, got {kv_tiling!r}")
     config = _lib.SimConfig()
     config.rank = rank
-    config.extent = _lib.int_array(shape)
-    config.window = _lib.int_array(_per_axis("window", window, rank))
-    config.stride = _lib.int_array(_per_axis("stride", stride, rank))
-    config.dilation = _lib.int_array(_per_axis("dilation", dilation, rank))
+    config.extent = _lib.int_array(shape, "shape")
+    config.window = _lib.int_array(_per_axis("window", window, rank), "window")
+    config.stride = _lib.int_array(_per_axis("stride", stride, rank), "stride")
+    config.dilation = _lib.int_array(_per_axis("dilation", dilation, rank), "dilation")
     config.causal = _lib.int_array([1 if c else 0 for c in _per_axis("is_causal", is_causal, rank)])
-    config.q_tile = _lib.int_array(_per_axis("q_tile", q_tile, rank))
-    config.kv_tile = _lib.int_array(_per_axis("kv_tile", kv_tile, rank))
+    config.q_tile = _lib.int_array(_per_axis("q_tile", q_tile, rank), "q_tile")
+    config.kv_tile = _lib.int_array(_per_axis("kv_tile", kv_tile, rank), "kv_tile")
     config.tiling = _TILINGS[tiling]
     config.kv_tiling = _KV_TILINGS[kv_tiling]
     return config

@@ -111,3 +111,92 @@ def test_module_errors():
         layer(randn(1, 6, 6, 4))
     with pytest.raises(ValueError, match="window"):
         layer(randn(1, 2, 6, 8))
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(kernel_size=2**32 + 3), ["kernel_size", "2^31", "4294967299"]),  # never truncated
+    (dict(kernel_size=3, stride=-2**31 - 1), ["stride", "2^31"]),
+    (dict(kernel_size=3, dilation=(1, 2**40)), ["dilation", "2^31"]),
+    (dict(kernel_size=-3), ["window", "-3"]),
+    (dict(kernel_size=3, scale=0), ["scale", "> 0", "0"]),  # 0 would mean the default below
+    (dict(kernel_size=3, scale=-0.5), ["scale", "-0.5"]),
+    (dict(kernel_size=3, scale=float("nan")), ["scale", "nan"]),
+    (dict(kernel_size=3, scale=float("-inf")), ["scale", "-inf"]),
+    (dict(kernel_size=3, scale=1e39), ["scale", "1e+39"]),  # inf as a float32
+    (dict(kernel_size=3, scale=1e-50), ["scale", "1e-50"]),  # 0 as a float32
+    (dict(kernel_size=3, scale="0.5"), ["scale", "'0.5'"]),
+    (dict(kernel_size=3, scale=True), ["scale", "True"]),
+])
+def test_hostile_rule_arguments(kwargs, words):
+    q, k, v = _qkv2d()
+    with pytest.raises(ValueError) as info:
+        gna.na2d(q, k, v, **kwargs)
+    for w in words:
+        assert w in str(info.value), str(info.value)
+
+
+def test_hostile_tensor_arguments():
+    q, k, v = _qkv2d()
+    cases = [
+        (lambda: gna.na2d(q.numpy(), k, v, 3), ["query", "torch.Tensor", "ndarray"]),
+        (lambda: gna.na2d(q, None, v, 3), ["key", "torch.Tensor", "NoneType"]),
+        (lambda: gna.na2d(q, k, v, 3, additional_keys=[1], additional_values=[2]),
+         ["additional_keys", "list"]),
+        (lambda: gna.sta2d(q, k, 7, (2, 2), (1, 1)), ["value", "int"]),
+        (lambda: gna.selected_backend(q, k, "v", 3), ["value", "str"]),
+        (lambda: gna.na2d(torch.tensor(1.0), k, v, 3), ["query", "5 dims", "0 dims"]),  # rank 0
+        (lambda: gna.na2d(q[..., None, :], k, v, 3), ["query", "5 dims", "6 dims"]),
+        (lambda: gna.na2d(q.reshape(1, 1, 1, 1, 1, 1, 1, 8, 8, 8), k, v, 3),
+         ["query", "at most 8 dims", "10"]),
+        (lambda: gna.na2d(q[:0], k[:0], v[:0], 3), ["batch", "0"]),
+        (lambda: gna.na2d(q, k, v.half(), 3), ["value", "dtype", "float16"]),
+        (lambda: gna.na2d(q.half(), k.half(), v.bfloat16(), 3), ["value", "dtype", "bfloat16"]),
+        (lambda: gna.na2d(q, k, v.to(torch.complex64), 3), ["value", "dtype", "complex64"]),
+        (lambda: gna.na2d(q.bool(), k, v, 3), ["query", "dtype", "bool"]),
+        (lambda: gna.na2d(q, k, v, 3, additional_keys=randn(1, 2, 2, 5),
+                          additional_values=randn(1, 2, 2, 4)),
+         ["additional keys", "[1, 2, 2, 4]", "[1, 2, 2, 5]"]),  # another head dim
+        (lambda: gna.na2d(q, k, v, 3, additional_keys=randn(1, 2, 2, 4, dtype=torch.float64),
+                          additional_values=randn(1, 2, 2, 4)),
+         ["additional keys", "dtype", "float64"]),
+        (lambda: gna.na2d(q, k, v, 3, additional_values=randn(1, 2, 2, 4)),
+         ["additional", "together"]),
+        (lambda: gna.sta2d(q, k, v, (2**16, 2**16), (2**16 + 1, 1)), ["window", "2^31"]),
+    ]
+    for call, words in cases:
+        with pytest.raises(ValueError) as info:
+            call()
+        for w in words:
+            assert w in str(info.value), (words, str(info.value))
+
+
+def test_non_contiguous_last_dimension_is_copied_not_misread():
+    q, k, v = _qkv2d(dtype=torch.float64)
+    strided = torch.stack([q, torch.full_like(q, float("nan"))], dim=-1)[..., 0]  # stride 2
+    assert strided.stride(-1) == 2
+    assert torch.equal(gna.na2d(strided, k, v, 3), gna.na2d(q, k, v, 3))
+
+
+def test_simulator_refuses_values_past_32_bits():
+    with pytest.raises(ValueError, match=r"shape .*2\^31.*4294967296"):
+        gna.simulate((2**32,), 3, q_tile=1, kv_tile=1)
+    with pytest.raises(ValueError, match="q_tile"):
+        gna.simulate((64, 64), 3, q_tile=(2**31, 1), kv_tile=1)
+
+
+def test_forced_backend_on_the_wrong_device_says_why():
+    q, k, v = _qkv2d()
+    for name in gna.backend_names():
+        if name == "reference":
+            continue
+        with pytest.raises(gna.UnsupportedError, match=name):
+            gna.na2d(q, k, v, 3, backend=name)
+
+
+def test_forced_cuda_backend_with_unsupported_head_dim_says_why():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    for name in [b for b in gna.backend_names() if b in ("hopper", "portable")]:
+        q, k, v = qkv(1, (8, 8), 2, 72, dtype=torch.bfloat16, device="cuda")  # head dim 72
+        with pytest.raises(gna.UnsupportedError, match=name):
+            gna.na2d(q, k, v, 3, backend=name)

@@ -278,3 +278,65 @@ def test_cuda_deterministic_backward_is_bitwise_repeatable():
     for other in runs[1:]:
         for a, b in zip(runs[0], other):
             assert torch.equal(a, b), f"backend {backend}: gradients differ between runs"
+
+
+# ---- non-finite inputs and extreme logits: what dense attention gives ------------------------
+
+def _assert_like_dense(out, lse, ref, ref_lse, tolerance):
+    for got, want, name in ((out, ref, "out"), (lse, ref_lse, "lse")):
+        got, want = got.double().cpu(), want.double().cpu()
+        assert torch.equal(got.isnan(), want.isnan()), f"{name}: NaN where dense has none or " \
+                                                       f"the reverse"
+        assert torch.equal(got.isinf(), want.isinf()), f"{name}: inf pattern differs"
+        finite = want.isfinite()
+        err = (got[finite] - want[finite]).norm() / want[finite].norm().clamp_min(1e-30)
+        assert err < tolerance, f"{name}: error {err}"
+
+
+def _poisoned(t, index, value):
+    t = t.clone()
+    t[index] = value
+    return t
+
+
+@pytest.mark.parametrize("case", ["logits 1e4", "logits -1e4", "nan query", "nan key",
+                                  "inf value", "+inf logit", "-inf query"])
+def test_non_finite_inputs_and_extreme_logits_match_dense(case):
+    q, k, v = qkv(2, (4, 5), 2, 8, dtype=torch.float64)
+    spot = (1, 2, 3, 1, 4)
+    if case == "logits 1e4":  # |q.k| * scale up to ~1e4: softmax is nearly one-hot
+        q, k = q * 40, k * 40
+    elif case == "logits -1e4":
+        q, k = q * 40, -k * 40
+    elif case == "nan query":
+        q = _poisoned(q, spot, float("nan"))
+    elif case == "nan key":
+        k = _poisoned(k, spot, float("nan"))
+    elif case == "inf value":
+        v = _poisoned(v, spot, float("inf"))
+    elif case == "+inf logit":
+        k = _poisoned(k, spot, float("inf"))
+    else:
+        q = _poisoned(q, (0, 1, 1, 0), float("-inf"))
+    if case.startswith("logits"):
+        s = torch.einsum("bxyhd,bijhd->bxyhij", q, k).abs().max() / math.sqrt(8)
+        assert s > 5e3
+    out, lse = gna.na2d(q, k, v, (4, 5), return_lse=True)  # window = extent: dense attention
+    ref, ref_lse = dense_attention(q, k, v)
+    _assert_like_dense(out, lse, ref, ref_lse, F64)
+    if case.startswith("logits"):
+        assert out.isfinite().all() and lse.isfinite().all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_cuda_extreme_logits_and_nan_rows_match_reference(dtype):
+    cuda_devices_or_skip()
+    q, k, v = qkv(1, (16, 16), 2, 64, dtype=torch.float32)
+    q, k = q * 25, k * 25  # logits up to ~1e4
+    q[0, 3, 4, 1, 7] = float("nan")  # one query row
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    gq, gk, gv = (t.cuda() for t in (q, k, v))
+    device_backend_or_skip(gq, gk, gv, 7)
+    out, lse = gna.na2d(gq, gk, gv, 7, return_lse=True)
+    ref, ref_lse = gna.na2d(q.double(), k.double(), v.double(), 7, return_lse=True)
+    _assert_like_dense(out, lse, ref, ref_lse, 4 * TOLERANCE[dtype])

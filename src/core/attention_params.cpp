@@ -1,5 +1,8 @@
 #include "gna/attention_params.hpp"
 
+#include <climits>
+#include <cstdint>
+
 #include "gna/core/error.hpp"
 
 namespace gna {
@@ -44,9 +47,51 @@ static void print_shape(std::ostringstream& os, const int64_t* s, int rank) {
   os << "]";
 }
 
+static std::string shape_text(const int64_t* s, int rank) {
+  std::ostringstream os;
+  print_shape(os, s, rank);
+  return os.str();
+}
+
+void check_layout(const char* name, const TensorRef& t) {
+  if (t.rank < 0 || t.rank > kMaxTensorRank)
+    fail_invalid(name, ": rank must be in [0, ", kMaxTensorRank, "], got ", t.rank);
+  const int element = dtype_size(t.dtype);
+  if (element == 0) fail_invalid(name, ": unknown dtype code ", static_cast<int>(t.dtype));
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.shape[i] < 0) fail_invalid(name, ": size of dim ", i, " must be >= 0, got ", t.shape[i]);
+    if (t.strides[i] < 0)
+      fail_invalid(name, ": stride of dim ", i, " must be >= 0, got ", t.strides[i]);
+  }
+  int64_t count = 1;
+  for (int i = 0; i < t.rank; ++i)
+    if (__builtin_mul_overflow(count, t.shape[i], &count))
+      fail_invalid(name, ": the number of elements of shape ", shape_text(t.shape, t.rank),
+                   " overflows 64 bits");
+  if (count == 0) return;  // nothing is read or written
+  // Bytes from the first element to one past the last must fit in 63 bits.
+  int64_t last = 0;
+  for (int i = 0; i < t.rank; ++i) {
+    int64_t step = 0;
+    if (__builtin_mul_overflow(t.shape[i] - 1, t.strides[i], &step) ||
+        __builtin_add_overflow(last, step, &last))
+      last = INT64_MAX;
+  }
+  int64_t bytes = 0;
+  if (last == INT64_MAX || __builtin_mul_overflow(last + 1, int64_t{element}, &bytes))
+    fail_invalid(name, ": shape ", shape_text(t.shape, t.rank), " with strides ",
+                 shape_text(t.strides, t.rank), " reaches past 2^63 bytes");
+  if (t.data == nullptr)
+    fail_invalid(name, ": data pointer is null, got ", count, " elements of shape ",
+                 shape_text(t.shape, t.rank));
+  if (reinterpret_cast<uintptr_t>(t.data) % element != 0)
+    fail_invalid(name, ": data pointer ", t.data, " is not aligned to its ", element,
+                 "-byte ", dtype_name(t.dtype), " elements");
+}
+
 void check_tensor(const char* name, const TensorRef& t, const int64_t* shape, int rank,
                   DType dtype, int device) {
-  if (t.data == nullptr && t.numel() > 0) fail_invalid(name, ": data pointer is null");
+  check_layout(name, t);
   bool same = t.rank == rank;
   for (int i = 0; same && i < rank; ++i) same = t.shape[i] == shape[i];
   if (!same) {
@@ -64,8 +109,55 @@ void check_tensor(const char* name, const TensorRef& t, const int64_t* shape, in
   if (rank > 0 && t.strides[rank - 1] != 1 && t.shape[rank - 1] > 1)
     fail_invalid(name, ": last dimension must be contiguous (stride 1), got stride ",
                  t.strides[rank - 1]);
-  for (int i = 0; i < rank; ++i)
-    if (t.strides[i] < 0) fail_invalid(name, ": stride of dim ", i, " must be >= 0, got ", t.strides[i]);
+}
+
+namespace {
+
+// Bytes [begin, end) from the first element to one past the last (of a checked layout).
+struct Span {
+  uintptr_t begin = 0, end = 0;
+};
+
+Span memory_span(const TensorRef& t) {
+  if (t.numel() == 0) return {};
+  int64_t last = 0;
+  for (int i = 0; i < t.rank; ++i) last += (t.shape[i] - 1) * t.strides[i];
+  const auto begin = reinterpret_cast<uintptr_t>(t.data);
+  return {begin, begin + static_cast<uintptr_t>((last + 1) * dtype_size(t.dtype))};
+}
+
+}  // namespace
+
+void check_output(const NamedTensor& output, std::initializer_list<NamedTensor> others) {
+  const TensorRef& t = *output.tensor;
+  // Distinct elements at distinct addresses: with the dims of size > 1 in increasing stride
+  // order, each stride must step past everything the smaller ones reach.
+  int dims[kMaxTensorRank];
+  int n = 0;
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.shape[i] < 2) continue;
+    int j = n++;
+    for (; j > 0 && t.strides[dims[j - 1]] > t.strides[i]; --j) dims[j] = dims[j - 1];
+    dims[j] = i;
+  }
+  int64_t reach = 0;
+  for (int j = 0; j < n; ++j) {
+    const int i = dims[j];
+    if (t.strides[i] <= reach)
+      fail_invalid(output.name, ": elements overlap in memory (shape ", shape_text(t.shape, t.rank),
+                   ", strides ", shape_text(t.strides, t.rank), "); an output needs one address "
+                   "per element");
+    reach += (t.shape[i] - 1) * t.strides[i];
+  }
+  const Span s = memory_span(t);
+  for (const NamedTensor& other : others) {
+    if (other.tensor == nullptr || other.tensor == output.tensor) continue;
+    const Span o = memory_span(*other.tensor);
+    if (other.tensor->device == t.device && s.begin < s.end && o.begin < o.end &&
+        s.begin < o.end && o.begin < s.end)
+      fail_invalid(output.name, ": shares memory with ", other.name,
+                   " (outputs must not overlap inputs or other outputs)");
+  }
 }
 
 Problem make_problem(const AttentionParams& params, const AttentionTensors& t) {
@@ -77,20 +169,29 @@ Problem make_problem(const AttentionParams& params, const AttentionTensors& t) {
                  t.q.rank, " dims");
   if (t.k.rank != r + 3) fail_invalid("key: expected ", r + 3, " dims, got ", t.k.rank, " dims");
   if (t.v.rank != r + 3) fail_invalid("value: expected ", r + 3, " dims, got ", t.v.rank, " dims");
+  check_layout("query", t.q);
+  check_layout("key", t.k);
+  check_layout("value", t.v);
+  // Sizes become 32-bit problem fields: larger ones are refused, not truncated.
+  auto narrow = [](const char* name, const TensorRef& x, int dim, const char* what) {
+    if (x.shape[dim] > INT32_MAX)
+      fail_invalid(name, ": size of dim ", dim, " (", what, ") must be < 2^31, got ", x.shape[dim]);
+    return static_cast<int>(x.shape[dim]);
+  };
   Problem p;
   p.rank = r;
-  p.batch = static_cast<int>(t.q.shape[0]);
+  p.batch = narrow("query", t.q, 0, "batch");
   for (int a = 0; a < r; ++a) {
-    p.axes[a].extent = static_cast<int>(t.q.shape[1 + a]);
+    p.axes[a].extent = narrow("query", t.q, 1 + a, "extent");
     p.axes[a].window = params.window[a];
     p.axes[a].stride = params.stride[a];
     p.axes[a].dilation = params.dilation[a];
     p.axes[a].causal = params.causal[a];
   }
-  p.heads_q = static_cast<int>(t.q.shape[r + 1]);
-  p.dim_qk = static_cast<int>(t.q.shape[r + 2]);
-  p.heads_kv = static_cast<int>(t.k.shape[r + 1]);
-  p.dim_v = static_cast<int>(t.v.shape[r + 2]);
+  p.heads_q = narrow("query", t.q, r + 1, "heads");
+  p.dim_qk = narrow("query", t.q, r + 2, "head dim");
+  p.heads_kv = narrow("key", t.k, r + 1, "heads");
+  p.dim_v = narrow("value", t.v, r + 2, "head dim");
   p.dtype = t.q.dtype;
   p.scale = params.scale;
   if ((t.additional_k == nullptr) != (t.additional_v == nullptr))
@@ -99,7 +200,8 @@ Problem make_problem(const AttentionParams& params, const AttentionTensors& t) {
     if (t.additional_k->rank != 4)
       fail_invalid("additional keys: expected 4 dims [batch, tokens, heads, dim], got ",
                    t.additional_k->rank, " dims");
-    p.additional_kv = static_cast<int>(t.additional_k->shape[1]);
+    check_layout("additional keys", *t.additional_k);
+    p.additional_kv = narrow("additional keys", *t.additional_k, 1, "tokens");
   }
   validate(p);
 

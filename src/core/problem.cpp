@@ -1,6 +1,8 @@
 #include "gna/core/problem.hpp"
 
 #include <cmath>
+#include <cstdint>
+#include <sstream>
 
 #include "gna/core/error.hpp"
 
@@ -43,6 +45,14 @@ void validate(const Problem& p) {
       fail_invalid("axis ", i, ": window*dilation must be <= extent=", a.extent, ", got window=",
                    a.window, " dilation=", a.dilation);
   }
+  int64_t tokens = 1;
+  for (int i = 0; i < p.rank; ++i)
+    if (__builtin_mul_overflow(tokens, int64_t{p.axes[i].extent}, &tokens) || tokens > INT32_MAX) {
+      std::ostringstream extents;
+      for (int j = 0; j < p.rank; ++j) extents << (j ? "x" : "") << p.axes[j].extent;
+      fail_invalid("tokens (the product of the extents) must be < 2^31, got extents ",
+                   extents.str());
+    }
   if (p.batch < 1) fail_invalid("batch must be >= 1, got ", p.batch);
   if (p.heads_q < 1) fail_invalid("query heads must be >= 1, got ", p.heads_q);
   if (p.heads_kv < 1) fail_invalid("key/value heads must be >= 1, got ", p.heads_kv);

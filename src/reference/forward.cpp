@@ -64,7 +64,12 @@ void forward_impl(const Problem& p, const AttentionTensors& in, TensorRef& out, 
       }
       T* o_row = o + token_offset(out, r, b, x, h);
       for (int c = 0; c < p.dim_v; ++c) o_row[c] = static_cast<T>(acc[c] / denom);
-      if (lse) store_scalar(*lse, lse_offset(*lse, r, b, x, h), max_score + std::log(denom));
+      // A +inf score makes the sum +inf: so is the logsumexp, as dense attention computes it
+      // (its weights, inf / inf, are NaN there too).
+      const bool infinite = max_score == std::numeric_limits<Acc>::infinity();
+      if (lse)
+        store_scalar(*lse, lse_offset(*lse, r, b, x, h),
+                     infinite ? max_score : max_score + std::log(denom));
     }
   });
 }

@@ -135,6 +135,116 @@ TEST(Validation, TensorErrorsNameTensorAndShape) {
   }
 }
 
+// Hostile tensor views: every one is refused with its name and value before anything is read.
+TEST(Validation, HostileTensorViews) {
+  const auto problem_error = [](auto mutate, const std::string& needle) {
+    Tensors t;
+    mutate(t);
+    expect_error([&] { make_problem(t.params, t.in()); }, needle);
+  };
+  problem_error([](Tensors& t) { t.q.ref.data = nullptr; },
+                "query: data pointer is null, got 240 elements of shape [1, 6, 5, 2, 4]");
+  problem_error([](Tensors& t) { t.k.ref.shape[1] = -6; }, "key: size of dim 1 must be >= 0, got -6");
+  problem_error([](Tensors& t) { t.v.ref.strides[0] = -1; }, "value: stride of dim 0 must be >= 0, got -1");
+  problem_error([](Tensors& t) { t.q.ref.shape[0] = int64_t{1} << 40; t.q.ref.shape[1] = int64_t{1} << 30; },
+                "query: the number of elements of shape [1099511627776, 1073741824, 5, 2, 4] overflows 64 bits");
+  problem_error([](Tensors& t) { t.k.ref.strides[1] = int64_t{1} << 62; },
+                "key: shape [1, 6, 5, 2, 4] with strides [240, 4611686018427387904, 8, 4, 1] reaches past 2^63 bytes");
+  problem_error([](Tensors& t) { t.k.ref.strides[1] = int64_t{1} << 60; },  // 2^63 bytes of float32
+                "reaches past 2^63 bytes");
+  problem_error([](Tensors& t) { t.v.ref.strides[1] = int64_t{1} << 61; t.v.ref.shape[0] = 2; },
+                "reaches past 2^63 bytes");
+  problem_error([](Tensors& t) { t.q.ref.data = reinterpret_cast<char*>(t.q.ref.data) + 2; },
+                "is not aligned to its 4-byte float32 elements");
+  problem_error([](Tensors& t) { t.k.ref.dtype = static_cast<DType>(9); }, "key: unknown dtype code 9");
+  problem_error([](Tensors& t) { t.q.ref.rank = 9; }, "query: expected 5 dims");
+  problem_error([](Tensors& t) { t.q.ref.rank = 0; }, "query: expected 5 dims [batch, 2 spatial dims, heads, dim], got 0 dims");
+  problem_error([](Tensors& t) { t.params.rank = 4; }, "rank must be 1, 2 or 3, got 4");
+  problem_error([](Tensors& t) { t.params.rank = 0; }, "rank must be 1, 2 or 3, got 0");
+  // Sizes past 32 bits are refused, not truncated (2^32 + 6 would wrap to 6).
+  problem_error([](Tensors& t) { t.q.ref.shape[1] = (int64_t{1} << 32) + 6; t.q.ref.strides[1] = 0; },
+                "query: size of dim 1 (extent) must be < 2^31, got 4294967302");
+  problem_error([](Tensors& t) { t.k.ref.shape[3] = (int64_t{1} << 32) + 2; t.k.ref.strides[3] = 0; },
+                "key: size of dim 3 (heads) must be < 2^31, got 4294967298");
+  problem_error([](Tensors& t) { t.q.ref.shape[0] = 0; }, "batch must be >= 1, got 0");
+  problem_error([](Tensors& t) { t.q.ref.shape[2] = 0; }, "axis 1: extent must be >= 1, got 0");
+  problem_error([](Tensors& t) { t.q.ref.shape[4] = 0; }, "query/key head dim must be >= 1, got 0");
+  // Broadcast views may describe more tokens than exist; the problem itself is bounded.
+  problem_error([](Tensors& t) {
+    for (auto* x : {&t.q.ref, &t.k.ref, &t.v.ref}) {
+      x->shape[1] = x->shape[2] = 1 << 16;
+      x->strides[1] = x->strides[2] = 0;
+    }
+  }, "tokens (the product of the extents) must be < 2^31, got extents 65536x65536");
+  {  // additional keys with another head dim than the queries
+    Tensors t;
+    HostTensor<float> ak({1, 3, 2, 5}), av({1, 3, 2, 4});
+    AttentionTensors in = t.in();
+    in.additional_k = &ak.ref;
+    in.additional_v = &av.ref;
+    expect_error([&] { make_problem(t.params, in); },
+                 "additional keys: expected shape [1, 3, 2, 4], got [1, 3, 2, 5]");
+  }
+}
+
+TEST(Validation, ScaleMustBeFiniteAndNotNegative) {
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(),
+                    -0.5f}) {
+    Tensors t;
+    t.params.scale = bad;
+    expect_error([&] { make_problem(t.params, t.in()); }, "scale must be");
+  }
+  Tensors t;
+  t.params.scale = 0.f;  // the documented default: 1/sqrt(head dim)
+  EXPECT_NO_THROW(make_problem(t.params, t.in()));
+}
+
+TEST(Validation, OutputsMustNotAliasInputsOrEachOther) {
+  {
+    Tensors t;
+    expect_error([&] { attention_forward(t.params, t.in(), t.q.ref, nullptr); },
+                 "out: shares memory with query (outputs must not overlap inputs or other outputs)");
+  }
+  {  // out overlapping lse
+    Tensors t;
+    TensorRef lse = t.lse.ref;
+    lse.data = t.out.ref.data;
+    expect_error([&] { attention_forward(t.params, t.in(), t.out.ref, &lse); }, "out: shares memory with lse");
+  }
+  {  // a broadcast (stride-0) output would write many results to one address
+    Tensors t;
+    t.out.ref.strides[1] = 0;
+    expect_error([&] { attention_forward(t.params, t.in(), t.out.ref, nullptr); },
+                 "out: elements overlap in memory (shape [1, 6, 5, 2, 4], strides [240, 0, 8, 4, 1])");
+  }
+  {  // backward: gradients alias each other or the incoming gradient
+    Tensors t;
+    HostTensor<float> d_out({1, 6, 5, 2, 4}), dq({1, 6, 5, 2, 4}), dk({1, 6, 5, 2, 4});
+    AttentionGradients g{dq.ref, dk.ref, dq.ref};
+    expect_error([&] { attention_backward(t.params, t.in(), t.out.ref, t.lse.ref, d_out.ref, g); },
+                 "dq: shares memory with dv");
+    AttentionGradients g2{d_out.ref, dk.ref, dq.ref};
+    expect_error([&] { attention_backward(t.params, t.in(), t.out.ref, t.lse.ref, d_out.ref, g2); },
+                 "dq: shares memory with d_out");
+  }
+  {  // disjoint views of one buffer are fine
+    Tensors t;
+    HostTensor<float> both({2, 6, 5, 2, 4});
+    TensorRef out = both.ref;
+    out.shape[0] = 1;
+    HostTensor<float> lse({1, 6, 5, 2});
+    EXPECT_NO_THROW(attention_forward(t.params, t.in(), out, &lse.ref));
+  }
+}
+
+TEST(Validation, OptionsTilesMustNotBeNegative) {
+  Tensors t;
+  CallOptions o;
+  o.kernel.kv_tile.size[1] = -4;
+  expect_error([&] { attention_forward(t.params, t.in(), t.out.ref, nullptr, o); },
+               "options: kv_tile[1] must be >= 0 (0: the backend's choice), got -4");
+}
+
 TEST(Validation, ErrorKindsDistinguishUnsupported) {
   // Valid half-precision host tensors: no host backend runs them; dispatch says why.
   Tensors t;
