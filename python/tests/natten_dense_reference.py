@@ -95,7 +95,6 @@ def na_av(attn, value, kernel_size, dilation=1, is_causal=False):
 
 class LegacyBackend:
     """NATTEN's 2-D legacy names on the dense reference (a backend for the natten shim)."""
-    __name__ = "dense reference"
 
     @staticmethod
     def natten2dqkrpb(query, key, rpb, kernel_size, dilation):

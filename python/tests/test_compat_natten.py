@@ -584,3 +584,26 @@ def test_shim_adapts_model_modules(shim, fake_model, order, layout):
     shim.uninstall()
     if layout == "transposed":
         assert not getattr(module.NeighborhoodAttention.forward, "__gna_shim__", False)
+
+
+def test_fused_attention_helper(shim, fake_model):
+    """gna.compat.dinat.use_fused_attention on a DiNAT-style layer: refuses a non-zero bias,
+    with drop_rpb=True equals the unfused layer with a zero bias (gna's fused kernel), and
+    keeps the unfused path when the weights are asked for."""
+    from gna.compat.dinat import use_fused_attention
+    shim.install()
+    module = importlib.import_module(fake_model("transposed"))
+    torch.manual_seed(6)
+    config = type("Config", (), {"qkv_bias": True, "attention_probs_dropout_prob": 0.0})
+    layer = module.NeighborhoodAttention(config, 8, 2, 3, 2).double()
+    with pytest.raises(ValueError, match="drop_rpb"):
+        use_fused_attention(layer)
+    with pytest.raises(ValueError, match="NeighborhoodAttention"):
+        use_fused_attention(torch.nn.Linear(2, 2))
+    assert use_fused_attention(layer, drop_rpb=True) == 1
+    assert not layer.rpb.requires_grad and layer.rpb.abs().max() == 0
+    x = torch.randn(2, 7, 9, 8, dtype=F64)
+    (out,) = layer(x)
+    assert rel_error(out, _expected_attention(layer, x)) < 1e-9
+    out2, probs = layer(x, output_attentions=True)
+    assert probs.shape == (2, 2, 7, 9, 9) and rel_error(out2, out) < 1e-9
