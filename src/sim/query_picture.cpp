@@ -1,5 +1,6 @@
 // The picture of one query (or its Q tile) over the layout; see include/gna/sim/svg.hpp.
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <string>
@@ -398,10 +399,33 @@ void draw_panel(SvgWriter& svg, const Panel& p, double x0, double y0, double cel
   svg.rect(x0, y0, p.cols * cell, p.rows * cell, "fill=\"none\" stroke=\"#888\" stroke-width=\"0.8\"");
 }
 
+// Panels of cells (see make_panels) and, with 1-D tiling, (query, key) pairs enumerated: both
+// bounded, so that a picture of a huge layout is refused instead of filling memory.
+void check_picture_size(const Config& c, bool q_tile_union) {
+  double L[kMaxRank] = {1, 1, 1}, tokens = 1;
+  for (int a = 0; a < c.rank; ++a) tokens *= L[a] = c.axes[a].extent;
+  const double cells = c.rank == 1 ? L[0] + 256
+                       : c.rank == 2 ? L[0] * L[1]
+                                     : L[1] * L[2] + L[0] * L[2] + L[0] * L[1];
+  if (cells > double(kMaxPictureCells))
+    fail_invalid("show: the picture would have ", std::llround(cells), " cells, more than ",
+                 kMaxPictureCells, " (pictures are for layouts whose slices have at most that "
+                 "many tokens)");
+  if (c.tiling == Tiling::one_dim) {
+    const double tq = double(q_tile_volume(c));
+    const double steps = tokens * tq + (q_tile_union ? cells * tq : 0.0);
+    if (steps > kMaxSimulationSteps)
+      fail_invalid("show: 1-D tiling would compare about ", std::llround(steps),
+                   " (query, key) pairs, more than ", std::llround(kMaxSimulationSteps),
+                   " (a smaller Q tile shrinks it)");
+  }
+}
+
 }  // namespace
 
 std::string query_svg(const Config& c, const int* query, bool q_tile_union) {
   validate(c);
+  check_picture_size(c, q_tile_union);
   Coords q;
   for (int a = 0; a < c.rank; ++a) {
     if (query[a] < 0 || query[a] >= c.axes[a].extent)

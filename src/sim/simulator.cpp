@@ -10,6 +10,7 @@ namespace gna::sim {
 
 Result simulate(const Config& c) {
   validate(c);
+  check_simulation_size(c);
   if (c.tiling == Tiling::one_dim) return simulate_one_dim(c);
   AxisStats axes[kMaxRank];
   for (int a = 0; a < c.rank; ++a)

@@ -44,6 +44,7 @@ int64_t stride_product(const SweepEntry& e, int rank) {
 std::vector<SweepEntry> sweep(const Config& c) {
   const int ones[kMaxRank] = {1, 1, 1};
   validate(with_strides(c, ones));
+  check_sweep_size(with_strides(c, ones));
   const StrideGrid grid(c);
   std::vector<SweepEntry> entries(static_cast<size_t>(grid.size));
 

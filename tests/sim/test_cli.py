@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 import xml.etree.ElementTree as ET
 
@@ -207,6 +208,39 @@ class BadInput(unittest.TestCase):
         self.problem_error("axis 1: query coordinate must be in [0, 56), got 56", "show",
                            "--preset", "nat", "--query", "3x56", "--svg",
                            os.path.join(tempfile.gettempdir(), "never-written.svg"))
+
+    def test_huge_problems_are_refused_quickly(self):
+        """Work and memory past the simulator's limits: an error in milliseconds, not minutes of
+        work or gigabytes of allocation."""
+        svg = os.path.join(tempfile.gettempdir(), "never-written.svg")
+        cases = [
+            (["--shape", "30000", "--window", "29999", "--q-tile", "1", "--kv-tile", "1"],
+             "this simulation would take about"),
+            (["--shape", "2147483647", "--window", "3", "--q-tile", "1", "--kv-tile", "1"],
+             "this simulation would take about"),
+            (["--shape", "300x300", "--window", "299", "--q-tile", "1", "--kv-tile", "1",
+              "--tiling", "1d"], "this simulation would take about"),
+            (["sweep", "--shape", "1290x1290x1290", "--window", "1290", "--q-tile", "1x1x1",
+              "--kv-tile", "1x1x1"], "sweep: window 1290x1290x1290 has 2146689000 strides"),
+            (["sweep", "--shape", "4000x4000", "--window", "1000", "--q-tile", "1x1",
+              "--kv-tile", "1x1"], "this sweep would take about"),
+            (["--shape", "65536x65536", "--window", "3", "--q-tile", "8x8", "--kv-tile", "8x8"],
+             "tokens (the product of the extents) must be < 2^31, got extents 65536x65536"),
+            (["--shape", "2147483647x2147483647x2147483647", "--window", "3", "--q-tile", "8x8x8",
+              "--kv-tile", "8x8x8"], "tokens (the product of the extents) must be < 2^31"),
+            (["show", "--shape", "40000x40000", "--window", "3", "--q-tile", "8x8", "--kv-tile",
+              "8x8", "--query", "1x1", "--svg", svg], "show: the picture would have"),
+            (["show", "--shape", "1000x1000", "--window", "3", "--q-tile", "4096", "--kv-tile",
+              "64", "--tiling", "1d", "--query", "1x1", "--svg", svg],
+             "show: 1-D tiling would compare about"),
+        ]
+        for args, message in cases:
+            start = time.monotonic()
+            r = run(*args)
+            self.assertEqual(r.returncode, 1, f"{args}: {r.stdout} {r.stderr}")
+            self.assertIn(message, r.stderr, args)
+            self.assertLess(time.monotonic() - start, 5.0, args)
+        self.assertFalse(os.path.exists(svg))
 
     def test_help(self):
         r = run("--help")

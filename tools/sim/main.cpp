@@ -74,5 +74,8 @@ int main(int argc, char** argv) {
   } catch (const gna::Error& e) {
     std::cerr << "gna-sim: error: " << e.what() << "\n";
     return 1;
+  } catch (const std::exception& e) {  // out of memory and the like: an error, not an abort
+    std::cerr << "gna-sim: error: " << e.what() << "\n";
+    return 1;
   }
 }

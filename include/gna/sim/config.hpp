@@ -45,4 +45,18 @@ void validate(const Config& c);
 int64_t q_tile_volume(const Config& c);
 int64_t kv_tile_volume(const Config& c);
 
+// The simulator's work, estimated from above in elementary steps (a KV tile visited, a key row
+// walked), and the most one call takes on: about two seconds. Real layouts need far less (the
+// 10,368-stride hunyuan sweep some 10^5 steps); a call beyond is refused with the estimate
+// instead of running for minutes or allocating gigabytes.
+constexpr double kMaxSimulationSteps = double(int64_t{1} << 28);
+constexpr int64_t kMaxSweepStrides = int64_t{1} << 20;  // sweep entries (about 150 MB)
+constexpr int64_t kMaxPictureCells = int64_t{1} << 22;  // cells of a picture's panels
+
+double simulation_steps(const Config& c);  // one simulate(c)
+double sweep_steps(const Config& c);       // sweep(c): every stride up to the window
+// Refuse what exceeds the limits above (ErrorKind::invalid_argument, naming the estimate).
+void check_simulation_size(const Config& c);
+void check_sweep_size(const Config& c);
+
 }  // namespace gna::sim
