@@ -50,7 +50,33 @@ def _scale(fn, scale):
     return value
 
 
+_rules = {}
+
+
 def _rule(fn, rank, kernel_size, stride, dilation, is_causal, scale):
+    """The rule's per-axis lists, checked once per distinct argument set (hashable arguments:
+    ints, bools, tuples; lists are checked on every call)."""
+    # Types are part of the key: True == 1 and 1 == 1.0 must not share a checked rule.
+    key = (fn, rank, _typed(kernel_size), _typed(stride), _typed(dilation), _typed(is_causal),
+           _typed(scale))
+    try:
+        return _rules[key]
+    except TypeError:
+        return _checked_rule(fn, rank, kernel_size, stride, dilation, is_causal, scale)
+    except KeyError:
+        rule = _checked_rule(fn, rank, kernel_size, stride, dilation, is_causal, scale)
+        if len(_rules) > 4096:
+            _rules.clear()
+        return _rules.setdefault(key, rule)
+
+
+def _typed(value):
+    if isinstance(value, tuple):
+        return tuple((v.__class__, v) for v in value)
+    return value.__class__, value
+
+
+def _checked_rule(fn, rank, kernel_size, stride, dilation, is_causal, scale):
     window = _per_axis("kernel_size", kernel_size, rank, fn, int)
     stride = _per_axis("stride", stride, rank, fn, int)
     dilation = _per_axis("dilation", dilation, rank, fn, int)

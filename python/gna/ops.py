@@ -40,6 +40,8 @@ def _device_guard(device):
 def _host_compute_dtype(tensors):
     """float32 when every given host tensor is float16/bfloat16 of one dtype (the reference
     computes in float32/float64); None to pass the tensors through unchanged."""
+    if tensors[0].is_cuda:
+        return None
     given = [t for t in tensors if t is not None]
     dtypes = {t.dtype for t in given}
     if len(dtypes) == 1 and given[0].dtype in _HALF and all(not t.is_cuda for t in given):

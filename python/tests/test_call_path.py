@@ -1,0 +1,38 @@
+"""The per-call caches of the Python path (checked rules, tensor descriptions): a cached entry
+must never change what a call computes or which errors it raises."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import gna  # noqa: E402
+from gna._tensors import view  # noqa: E402
+
+
+def test_rule_cache_keeps_type_checks():
+    q = torch.randn(1, 6, 6, 1, 4)
+    gna.na2d(q, q, q, 3, dilation=1)
+    for bad in (dict(kernel_size=True), dict(kernel_size=3, dilation=True),
+                dict(kernel_size=3.0)):
+        with pytest.raises(ValueError, match="must"):
+            gna.na2d(q, q, q, **bad)
+
+
+def test_rule_cache_gives_each_rule_its_result():
+    q, k, v = (torch.randn(1, 9, 2, 3, dtype=torch.float64) for _ in range(3))
+    a = gna.na1d(q, k, v, 3)
+    b = gna.na1d(q, k, v, 5)
+    assert not torch.equal(a, b)
+    assert torch.equal(gna.na1d(q, k, v, 3), a) and torch.equal(gna.na1d(q, k, v, [5]), b)
+
+
+def test_tensor_descriptions_follow_each_tensor():
+    a = torch.randn(2, 3, 4)
+    b = torch.randn(2, 3, 4)
+    c = torch.randn(4, 3, 2).transpose(0, 2)  # same shape, other strides
+    ga, gb, gc = view(a, "a"), view(b, "b"), view(c, "c")
+    assert ga.data == a.data_ptr() and gb.data == b.data_ptr() and gc.data == c.data_ptr()
+    assert list(ga.shape)[:3] == [2, 3, 4] and list(ga.strides)[:3] == [12, 4, 1]
+    assert list(gc.strides)[:3] == list(c.stride())
+    assert ga.rank == 3 and ga.device == -1
+    with pytest.raises(ValueError, match="dtype"):
+        view(torch.zeros(2, dtype=torch.int32), "x")
