@@ -207,11 +207,18 @@ __device__ __forceinline__ WarpBox warp_box(const Geometry& G, const Problem& p,
   return w;
 }
 
-// Walk table entry: halo-local coordinates, 10 bits per axis. Padding entries (past the
-// sub-box, up to a whole chunk) carry axis-0 coordinate kMaxHaloSide, inside no window.
-constexpr uint32_t kPaddingEntry = kMaxHaloSide;
+// Walk table entry: halo-local coordinates in 10-bit fields (9-bit value, the top bit a guard for
+// the mask arithmetic below). Padding entries (past the sub-box, up to a whole chunk) carry
+// axis-0 coordinate 511, inside no window (halo sides are at most kMaxHaloSide = 510).
+constexpr uint32_t kPaddingEntry = 511;
+constexpr uint32_t kGuardBits = (1u << 9) | (1u << 19) | (1u << 29);
+constexpr uint32_t kFieldBits = 0x1ffu | (0x1ffu << 10) | (0x1ffu << 20);
 
-__device__ __forceinline__ int entry_coordinate(uint32_t e, int a) { return static_cast<int>((e >> (10 * a)) & 1023u); }
+__device__ __forceinline__ uint32_t pack_fields(const int* v, int rank) {
+  uint32_t packed = 0;
+  GNA_HALO_FOR_AXES(a, rank) packed |= static_cast<uint32_t>(v[a]) << (10 * a);
+  return packed;
+}
 
 // The warp's walk table: coordinates and halo row of each walked token, whole chunks.
 __device__ __forceinline__ int build_walk_table(const WarpBox& w, const Slice& s, int rank,
@@ -222,14 +229,13 @@ __device__ __forceinline__ int build_walk_table(const WarpBox& w, const Slice& s
     uint32_t packed = kPaddingEntry;
     int row = 0;
     if (e < w.walk_count) {
-      int off[kMaxRank] = {0, 0, 0};
-      split_index(e, w.walk_side, rank, off);
-      packed = 0;
+      int c[kMaxRank] = {0, 0, 0};
+      split_index(e, w.walk_side, rank, c);
       GNA_HALO_FOR_AXES(a, rank) {
-        const int c = w.walk[a].begin - s.halo[a].begin + off[a];
-        packed |= static_cast<uint32_t>(c) << (10 * a);
-        row = row * s.halo_side[a] + c;
+        c[a] += w.walk[a].begin - s.halo[a].begin;
+        row = row * s.halo_side[a] + c[a];
       }
+      packed = pack_fields(c, rank);
     }
     coords[e] = packed;
     rows[e] = static_cast<uint16_t>(row);
@@ -238,11 +244,12 @@ __device__ __forceinline__ int build_walk_table(const WarpBox& w, const Slice& s
   return chunks;
 }
 
-// The windows (halo-local [start, start + len) per axis) of the lane's two rows g and g + 8 of
-// the warp's patch; rows past the group take the last token's window (never stored).
+// The windows of the lane's two rows g and g + 8 of the warp's patch, halo-local and packed like
+// the walk entries: starts and lengths per axis (unused axes: start 0, length 1). Rows past the
+// group take the last token's window (never stored).
 struct RowWindows {
-  int start[2][kMaxRank];
-  int len[2][kMaxRank];
+  uint32_t start[2];
+  uint32_t len[2];
 };
 
 // Group coordinates of row i of the warp's patch and whether it is inside the group.
@@ -267,28 +274,26 @@ __device__ __forceinline__ RowWindows row_windows(const Geometry& G, const Probl
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    int ig[kMaxRank];
+    int ig[kMaxRank], start[kMaxRank] = {0, 0, 0}, len[kMaxRank] = {1, 1, 1};
     patch_token(G, w, p.rank, lane / 4 + 8 * r, ig);
-#pragma unroll
-    for (int a = 0; a < kMaxRank; ++a) {
-      rw.start[r][a] = 0;
-      rw.len[r][a] = 1;
-      if (a < p.rank) {
-        const Range win = window_of(p.axes[a], s.n[a], min_i(ig[a], w.tokens[a].end - 1), side);
-        rw.start[r][a] = win.begin - s.halo[a].begin;
-        rw.len[r][a] = win.size();
-      }
+    GNA_HALO_FOR_AXES(a, p.rank) {
+      const Range win = window_of(p.axes[a], s.n[a], min_i(ig[a], w.tokens[a].end - 1), side);
+      start[a] = win.begin - s.halo[a].begin;
+      len[a] = win.size();
     }
+    rw.start[r] = pack_fields(start, kMaxRank);
+    rw.len[r] = pack_fields(len, kMaxRank);
   }
   return rw;
 }
 
-// Whether the lane's row r attends the walked token with coordinates e.
-__device__ __forceinline__ bool attends(const RowWindows& rw, int r, uint32_t e, int rank) {
-  bool ok = true;
-  GNA_HALO_FOR_AXES(a, rank) ok = ok && static_cast<unsigned>(entry_coordinate(e, a) - rw.start[r][a]) <
-                                        static_cast<unsigned>(rw.len[r][a]);
-  return ok;
+// Whether the lane's row r attends the walked token with coordinates e, every axis at once:
+// per field, t = e + 512 - start keeps its guard bit iff e >= start, and u = (t mod 512) + 512 -
+// len keeps it iff e - start >= len; no field borrows from the next.
+__device__ __forceinline__ bool attends(const RowWindows& rw, int r, uint32_t e) {
+  const uint32_t t = (e | kGuardBits) - rw.start[r];
+  const uint32_t u = ((t & kFieldBits) | kGuardBits) - rw.len[r];
+  return (t & ~u & kGuardBits) == kGuardBits;
 }
 
 // ldmatrix row of this lane for a chunk's 16 walked tokens used as the B operand of S = A B^T

@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(kWarps * 32)
             const float l2 = lse2[q_row], dl = delta[q_row];
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-              const float pr = attends(rw, r, e[nb][j], p.rank)
+              const float pr = attends(rw, r, e[nb][j])
                                    ? fast_exp2(fmaf(st[nb][2 * r + j], scale_log2, -l2))
                                    : 0.f;
               pt[nb][2 * r + j] = pr;

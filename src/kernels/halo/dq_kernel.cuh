@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          const float pr = attends(rw, r, e[nb][j], p.rank)
+          const float pr = attends(rw, r, e[nb][j])
                                ? fast_exp2(fmaf(sc[nb][2 * r + j], scale_log2, -row_lse[r]))
                                : 0.f;
           sc[nb][2 * r + j] = pr * (dp[nb][2 * r + j] - row_delta[r]);

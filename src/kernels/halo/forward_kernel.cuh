@@ -13,9 +13,12 @@
 namespace gna::halo {
 
 constexpr int kStepChunks = 4;  // chunks per online-softmax step (64 keys, 32 score registers)
+// CTAs per SM the registers must allow (many small CTAs keep loads in flight while others
+// compute): at head dim 32, 96 registers (24 bytes of setup spilled), at 64, 168.
+constexpr int forward_blocks_per_sm(int d) { return d == 32 ? 5 : 3; }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, forward_blocks_per_sm(D))
     halo_forward_kernel(const __grid_constant__ ForwardParams<T> P) {
   extern __shared__ __align__(128) char smem[];
   const Problem& p = P.p;
@@ -41,6 +44,19 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (w.empty) return;
 
   const RowWindows rw = row_windows(P.geo, p, s, w, Side::keys_of_queries);
+  // Where the lane's rows go: O and LSE = (m + log2 l) * ln 2 (natural log, as every backend
+  // writes it); worked out before the walk so that the slice's geometry is dead during it.
+  T* out[2];
+  float* lse_out[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    int ig[kMaxRank];
+    const bool valid = patch_token(P.geo, w, p.rank, lane / 4 + 8 * r, ig);
+    out[r] = valid ? P.o.data + s.b * P.o.stride_batch + s.h * P.o.stride_head + token_offset(P.o, p, s, ig) : nullptr;
+    lse_out[r] = valid && P.write_lse ? P.lse.data + s.b * P.lse.stride_batch + s.h * P.lse.stride_head +
+                                            token_offset(P.lse, p, s, ig)
+                                      : nullptr;
+  }
   uint32_t qf[D / 16][4];
   load_a<D>(qf, q_tile, warp * kWarpTokens);
   float acc[D / 8][4];
@@ -68,7 +84,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         for (int r = 0; r < 2; ++r)
 #pragma unroll
           for (int j = 0; j < 2; ++j)
-            if (!attends(rw, r, e[nb][j], p.rank)) sc[c][nb][2 * r + j] = -INFINITY;
+            if (!attends(rw, r, e[nb][j])) sc[c][nb][2 * r + j] = -INFINITY;
     }
     // Online softmax in the log2 domain.
     float correction[2];
@@ -113,20 +129,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
 
-  // O = acc / l, LSE = (m + log2 l) * ln 2 (natural log, as every backend writes it).
-  T* out[2];
   float inv[2];
-  const int64_t base = s.b * P.o.stride_batch + s.h * P.o.stride_head;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    int ig[kMaxRank];
-    const bool valid = patch_token(P.geo, w, p.rank, lane / 4 + 8 * r, ig);
     const float sum = quad_sum(l[r]);
     inv[r] = 1.f / sum;
-    out[r] = valid ? P.o.data + base + token_offset(P.o, p, s, ig) : nullptr;
-    if (valid && P.write_lse && lane % 4 == 0)
-      P.lse.data[s.b * P.lse.stride_batch + s.h * P.lse.stride_head + token_offset(P.lse, p, s, ig)] =
-          (m[r] + log2f(sum)) * 0.69314718055994531f;
+    if (lse_out[r] && lane % 4 == 0) *lse_out[r] = (m[r] + log2f(sum)) * 0.69314718055994531f;
   }
   store_rows<T, D>(out, acc, inv[0], inv[1]);
 }

@@ -15,7 +15,7 @@ constexpr int kWarps = 4;                      // warps per CTA
 constexpr int kWarpTokens = 16;                // tokens of a warp's patch: one m16 MMA block
 constexpr int kBoxTokens = kWarps * kWarpTokens;
 constexpr int kChunk = 16;                     // keys (or queries) per step of a warp's walk
-constexpr int kMaxHaloSide = 1023;             // walk tables pack 10 bits per axis
+constexpr int kMaxHaloSide = 510;              // walk tables: 9-bit coordinates (cta.cuh)
 constexpr int kMaxHeadDim = 64;
 
 // The CTA's box and the warp's patch per axis (products kBoxTokens and kWarpTokens; unused axes
