@@ -13,8 +13,13 @@ fi
 cmake --build build -j "$jobs"
 
 failed=()
+# The fuzz tests (C ABI, gna-sim) append their counts of distinct cases here; shown after ctest.
+fuzz_report="$PWD/build/fuzz-report.txt"
+rm -f "$fuzz_report"
 # --no-tests=error: a build without GoogleTest must not pass as an empty run.
-ctest --test-dir build --output-on-failure --no-tests=error -j "$jobs" "$@" || failed+=(ctest)
+GNA_FUZZ_REPORT="$fuzz_report" ctest --test-dir build --output-on-failure --no-tests=error \
+  -j "$jobs" "$@" || failed+=(ctest)
+[ -f "$fuzz_report" ] && cat "$fuzz_report"
 if [ "${GNA_PYTHON_TESTS:-1}" != 0 ]; then
   bash scripts/python_tests.sh build/lib/libgna.so || failed+=(pytest)
 else

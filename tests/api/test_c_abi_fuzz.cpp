@@ -1,0 +1,360 @@
+// Random malformed calls through the C ABI, each in a forked child: every call must return a
+// status (with a message when it is not GNA_STATUS_OK) and never crash or hang. A case starts
+// from a valid host problem and applies one to three random mutations (tensors, parameters,
+// options, the entry point's own arguments).
+//
+// Runs for GNA_FUZZ_SECONDS (default 8) from seed GNA_FUZZ_SEED (default: fresh, printed);
+// prints the number of calls, distinct cases (entry point, mutation kinds, status) and distinct
+// messages, and appends that line to the file GNA_FUZZ_REPORT when it is set.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gna/gna.h"
+#include "support/test_support.hpp"
+
+namespace gna::test {
+namespace {
+
+constexpr int kChildSeconds = 10;  // a call still running after this is a hang
+
+// Tensors of one call: inputs q, k, v, additional k / v; outputs; gradients.
+enum Slot { Q, K, V, AK, AV, OUT, LSE, DOUT, DQ, DK, DV, DAK, DAV, kSlots };
+const char* const kSlotNames[kSlots] = {"q",  "k",  "v",  "ak", "av", "out", "lse",
+                                        "do", "dq", "dk", "dv", "dak", "dav"};
+
+struct Buffer {
+  std::vector<double> storage;  // 8-byte aligned
+  size_t bytes = 0;
+};
+
+// One call: the C structs handed to the library, and for each tensor the buffer its data
+// pointer really points into (to know whether the library could safely run it).
+struct Case {
+  gna_params params{};
+  gna_options options{};
+  bool use_options = false;
+  gna_tensor t[kSlots]{};
+  bool present[kSlots]{};   // passed (else NULL)
+  int buffer_of[kSlots]{};  // index into buffers, -1: none
+  std::vector<Buffer> buffers;
+  std::vector<std::string> mutations;
+  int entry = 0;  // 0 validate, 1 select_backend, 2 forward, 3 backward, 4 merge, 5 sta_params
+  int32_t capacity = 32;
+  bool null_name = false;
+  int32_t count = 1;
+  int32_t sta[3][3]{};
+  bool sta_null = false;
+};
+
+const char* const kEntries[] = {"validate", "select_backend", "forward", "backward", "merge",
+                                "sta_params"};
+
+int64_t pick64(std::mt19937_64& rng, std::initializer_list<int64_t> values) {
+  std::vector<int64_t> v(values);
+  return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)];
+}
+
+// A random valid problem with host float32 / float64 tensors.
+Case valid_case(std::mt19937_64& rng) {
+  Case c;
+  const int rank = rand_int(rng, 1, 3);
+  const bool f64 = rand_int(rng, 0, 1) == 1;
+  c.params.rank = rank;
+  std::vector<int64_t> spatial;
+  for (int a = 0; a < rank; ++a) {
+    const int extent = rand_int(rng, 3, rank == 3 ? 5 : 8);
+    const int window = rand_int(rng, 2, extent);
+    spatial.push_back(extent);
+    c.params.window[a] = window;
+    c.params.stride[a] = rand_int(rng, 1, window);
+    c.params.dilation[a] = window * 2 <= extent ? rand_int(rng, 1, 2) : 1;
+    c.params.causal[a] = rand_int(rng, 0, 3) == 0;
+  }
+  const int batch = rand_int(rng, 1, 2), hkv = rand_int(rng, 1, 2), hq = hkv * rand_int(rng, 1, 2);
+  const int d = rand_int(rng, 1, 8), dv = rand_int(rng, 1, 8), extra = rand_int(rng, 0, 2);
+  auto token = [&](int heads, int dim) {
+    std::vector<int64_t> s{batch};
+    s.insert(s.end(), spatial.begin(), spatial.end());
+    s.push_back(heads);
+    s.push_back(dim);
+    return s;
+  };
+  std::vector<int64_t> shapes[kSlots] = {
+      token(hq, d), token(hkv, d), token(hkv, dv), {batch, extra, hkv, d}, {batch, extra, hkv, dv},
+      token(hq, dv), token(hq, 1), token(hq, dv), token(hq, d), token(hkv, d), token(hkv, dv),
+      {batch, extra, hkv, d}, {batch, extra, hkv, dv}};
+  shapes[LSE].pop_back();
+  for (int s = 0; s < kSlots; ++s) {
+    gna_tensor& t = c.t[s];
+    t.dtype = f64 ? GNA_DTYPE_F64 : GNA_DTYPE_F32;
+    if (s == LSE && !f64) t.dtype = GNA_DTYPE_F32;
+    t.rank = static_cast<int32_t>(shapes[s].size());
+    t.device = -1;
+    int64_t stride = 1;
+    for (int i = t.rank - 1; i >= 0; --i) {
+      t.shape[i] = shapes[s][i];
+      t.strides[i] = stride;
+      stride *= shapes[s][i];
+    }
+    Buffer b;
+    b.bytes = static_cast<size_t>(stride) * (f64 ? 8 : 4);
+    b.storage.assign(b.bytes / 8 + 1, 0.5);
+    c.buffers.push_back(std::move(b));
+    c.buffer_of[s] = s;
+    t.data = c.buffers[s].storage.data();
+    c.present[s] = extra > 0 || (s != AK && s != AV && s != DAK && s != DAV);
+  }
+  c.params.scale = 0.f;
+  c.entry = static_cast<int>(pick64(rng, {0, 1, 2, 2, 2, 3, 3, 3, 4, 5}));
+  return c;
+}
+
+// Applies one random mutation and records its kind.
+void mutate(Case& c, std::mt19937_64& rng) {
+  const int s = rand_int(rng, 0, kSlots - 1);
+  gna_tensor& t = c.t[s];
+  const int dim = rand_int(rng, 0, GNA_MAX_TENSOR_RANK - 1);
+  const int axis = rand_int(rng, 0, GNA_MAX_RANK - 1);
+  const int64_t big = pick64(rng, {-1, 0, 1, 2, INT32_MAX, int64_t{1} << 31, (int64_t{1} << 32) + 3,
+                                    int64_t{1} << 40, int64_t{1} << 62, INT64_MAX, INT64_MIN});
+  const int32_t small = static_cast<int32_t>(
+      pick64(rng, {INT32_MIN, -7, -1, 0, 1, 2, 3, 64, 1 << 20, INT32_MAX}));
+  std::string kind;
+  switch (rand_int(rng, 0, 22)) {
+    case 0: c.present[s] = false; kind = "tensor NULL"; break;
+    case 1: t.data = nullptr; c.buffer_of[s] = -1; kind = "data NULL"; break;
+    case 2: t.data = static_cast<char*>(t.data) + rand_int(rng, 1, 3); kind = "data misaligned"; break;
+    case 3: t.rank = static_cast<int32_t>(pick64(rng, {-3, -1, 0, 1, 4, 7, 8, 9, 1 << 30})); kind = "rank"; break;
+    case 4: t.dtype = static_cast<int32_t>(pick64(rng, {-1, 0, 1, 2, 3, 4, 99})); kind = "dtype"; break;
+    case 5: t.device = static_cast<int32_t>(pick64(rng, {-7, -1, 0, 1, 1 << 20})); kind = "device"; break;
+    case 6: case 7: t.shape[dim] = big; kind = "shape"; break;
+    case 8: t.strides[dim] = big; kind = "stride"; break;
+    case 9: {  // data of another tensor (outputs aliasing inputs and the like)
+      const int other = rand_int(rng, 0, kSlots - 1);
+      t.data = c.t[other].data;
+      c.buffer_of[s] = c.buffer_of[other];
+      kind = "alias";
+      break;
+    }
+    case 10: c.params.rank = static_cast<int32_t>(pick64(rng, {-1, 0, 1, 2, 3, 4, 100})); kind = "params rank"; break;
+    case 11: c.params.window[axis] = small; kind = "window"; break;
+    case 12: c.params.stride[axis] = small; kind = "params stride"; break;
+    case 13: c.params.dilation[axis] = small; kind = "dilation"; break;
+    case 14: c.params.causal[axis] = small; kind = "causal"; break;
+    case 15:
+      c.params.scale = std::vector<float>{NAN, INFINITY, -INFINITY, -1.f, 0.f, 1e-45f, 3e38f,
+                                          -0.f}[rand_int(rng, 0, 7)];
+      kind = "scale";
+      break;
+    case 16:
+      c.use_options = true;
+      c.options.backend = std::vector<const char*>{nullptr, "", "auto", "reference", "portable",
+                                                   "hopper", "gpu_reference", "nope"}[rand_int(rng, 0, 7)];
+      kind = "backend";
+      break;
+    case 17:
+      c.use_options = true;
+      (rand_int(rng, 0, 1) ? c.options.q_tile : c.options.kv_tile)[axis] = small;
+      c.options.autotune = rand_int(rng, 0, 1);
+      c.options.deterministic = small;
+      kind = "options tiles";
+      break;
+    case 18: c.capacity = static_cast<int32_t>(pick64(rng, {INT32_MIN, -1, 0, 1, 2})); kind = "capacity"; break;
+    case 19: c.null_name = true; kind = "name NULL"; break;
+    case 20: c.count = static_cast<int32_t>(pick64(rng, {INT32_MIN, -1, 0, 1})); kind = "merge count"; break;
+    case 21:
+      for (auto& row : c.sta)
+        for (auto& x : row) x = static_cast<int32_t>(pick64(rng, {INT32_MIN, -1, 0, 1, 2, 3, 4, 8, 9, INT32_MAX}));
+      kind = "sta values";
+      break;
+    default: c.sta_null = true; kind = "sta NULL"; break;
+  }
+  c.mutations.push_back(kind);
+}
+
+// Whether the library could read and write every tensor of the call without leaving the
+// buffers they point into (host memory, spans inside the buffer, no overflow). Cases that
+// could not are only validated: a valid call on a view past its memory is the caller's bug.
+bool memory_safe(const Case& c, std::initializer_list<int> slots) {
+  for (int s : slots) {
+    if (!c.present[s]) continue;
+    const gna_tensor& t = c.t[s];
+    if (t.device >= 0) return false;  // host pointers described as device memory
+    if (t.rank < 0 || t.rank > GNA_MAX_TENSOR_RANK) continue;  // refused before any access
+    if (t.dtype < GNA_DTYPE_F32 || t.dtype > GNA_DTYPE_BF16) continue;
+    int64_t count = 1, last = 0;
+    bool overflow = false;
+    for (int i = 0; i < t.rank; ++i) {
+      if (t.shape[i] < 0 || t.strides[i] < 0) return true;  // refused
+      overflow |= __builtin_mul_overflow(count, t.shape[i], &count);
+      int64_t step = 0;
+      if (t.shape[i] > 0)
+        overflow |= __builtin_mul_overflow(t.shape[i] - 1, t.strides[i], &step) ||
+                    __builtin_add_overflow(last, step, &last);
+    }
+    if (overflow || count == 0) continue;
+    if (c.buffer_of[s] < 0 || t.data == nullptr) continue;
+    const Buffer& b = c.buffers[c.buffer_of[s]];
+    const size_t element = t.dtype == GNA_DTYPE_F64 ? 8 : t.dtype == GNA_DTYPE_F32 ? 4 : 2;
+    const auto begin = reinterpret_cast<uintptr_t>(b.storage.data());
+    const auto at = reinterpret_cast<uintptr_t>(t.data);
+    if (at < begin) return false;
+    const double end = double(at - begin) + (double(last) + 1) * double(element);
+    if (end > double(b.bytes)) return false;
+  }
+  return true;
+}
+
+const gna_tensor* ptr(const Case& c, int s) { return c.present[s] ? &c.t[s] : nullptr; }
+gna_tensor* mut(Case& c, int s) { return c.present[s] ? &c.t[s] : nullptr; }
+
+// Runs the call (in the child); the entry actually called may be downgraded to validate.
+int32_t run_case(Case& c, int* entry) {
+  const gna_options* o = c.use_options ? &c.options : nullptr;
+  *entry = c.entry;
+  if ((c.entry == 2 && !memory_safe(c, {Q, K, V, AK, AV, OUT, LSE})) ||
+      (c.entry == 3 && !memory_safe(c, {Q, K, V, AK, AV, OUT, LSE, DOUT, DQ, DK, DV, DAK, DAV})) ||
+      (c.entry == 4 && !memory_safe(c, {OUT, LSE, DQ, DV})))
+    *entry = 0;
+  switch (*entry) {
+    case 1: {
+      char name[32];
+      return gna_select_backend(&c.params, ptr(c, Q), ptr(c, K), ptr(c, V), ptr(c, AK),
+                                ptr(c, AV), 0, o, c.null_name ? nullptr : name,
+                                std::min<int32_t>(c.capacity, sizeof name));
+    }
+    case 2:
+      return gna_forward(&c.params, ptr(c, Q), ptr(c, K), ptr(c, V), ptr(c, AK), ptr(c, AV),
+                         mut(c, OUT), mut(c, LSE), o);
+    case 3:
+      return gna_backward(&c.params, ptr(c, Q), ptr(c, K), ptr(c, V), ptr(c, AK), ptr(c, AV),
+                          ptr(c, OUT), ptr(c, LSE), ptr(c, DOUT), mut(c, DQ), mut(c, DK),
+                          mut(c, DV), mut(c, DAK), mut(c, DAV), o);
+    case 4: {  // merge two partial results (out, lse) and (dq-shaped, ...): shapes may differ
+      gna_tensor outputs[2] = {c.t[OUT], c.t[DOUT]}, lses[2] = {c.t[LSE], c.t[LSE]};
+      const int32_t count = std::min<int32_t>(c.count, 2);
+      return gna_merge_attentions(count, c.present[OUT] ? outputs : nullptr,
+                                  c.present[LSE] ? lses : nullptr, mut(c, DQ), mut(c, DV));
+    }
+    case 5: {
+      gna_params out{};
+      return gna_sta_params(c.params.rank, c.sta_null ? nullptr : c.sta[0], c.sta[1], c.sta[2],
+                            c.sta_null ? nullptr : &out);
+    }
+    default:
+      return gna_validate(c.params.rank == 100 ? nullptr : &c.params, ptr(c, Q), ptr(c, K),
+                          ptr(c, V), ptr(c, AK), ptr(c, AV));
+  }
+}
+
+std::string describe(const Case& c) {
+  std::ostringstream os;
+  os << kEntries[c.entry] << " after";
+  for (const auto& m : c.mutations) os << " [" << m << "]";
+  return os.str();
+}
+
+// Digits replaced by '#': messages that differ only in values count once.
+std::string message_kind(const std::string& m) {
+  std::string k;
+  for (char ch : m) {
+    if (std::isdigit(static_cast<unsigned char>(ch))) {
+      if (k.empty() || k.back() != '#') k += '#';
+    } else {
+      k += ch;
+    }
+  }
+  return k;
+}
+
+TEST(CAbiFuzz, MalformedCallsNeverCrashOrHang) {
+  const char* pinned = std::getenv("GNA_FUZZ_SEED");
+  const uint64_t seed = pinned ? uint64_t{std::strtoull(pinned, nullptr, 10)} : fresh_seed();
+  const double seconds = std::getenv("GNA_FUZZ_SECONDS") ? std::atof(std::getenv("GNA_FUZZ_SECONDS")) : 8.0;
+  std::mt19937_64 rng(seed);
+  std::set<std::string> cases, messages;
+  std::map<int, int> statuses;
+  int calls = 0, failures = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
+    Case c = valid_case(rng);
+    const int n = rand_int(rng, 1, 3);
+    for (int i = 0; i < n; ++i) mutate(c, rng);
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {  // child: one call, then status, entry and message through the pipe
+      close(fds[0]);
+      alarm(kChildSeconds);
+      int entry = 0;
+      const int32_t status = run_case(c, &entry);
+      const std::string msg = status == GNA_STATUS_OK ? "" : gna_last_error();
+      const std::string line = std::to_string(status) + " " + std::to_string(entry) + " " + msg;
+      if (write(fds[1], line.data(), line.size()) < 0) _exit(5);
+      _exit(status < 0 || status > 3 || (status != 0 && msg.empty()) ? 4 : 0);
+    }
+    close(fds[1]);
+    std::string out;
+    char buf[4096];
+    ssize_t got;
+    while ((got = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(got));
+    close(fds[0]);
+    int wstatus = 0;
+    waitpid(pid, &wstatus, 0);
+    ++calls;
+    if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+      ++failures;
+      ADD_FAILURE() << describe(c) << " (seed " << seed << ", call " << calls << "): "
+                    << (WIFSIGNALED(wstatus)
+                            ? (WTERMSIG(wstatus) == SIGALRM ? std::string("hang")
+                                                            : "signal " + std::to_string(WTERMSIG(wstatus)))
+                            : "exit " + std::to_string(WEXITSTATUS(wstatus)) + " (bad status or empty message)")
+                    << "; child said: " << out;
+      if (failures >= 10) break;
+      continue;
+    }
+    std::istringstream is(out);
+    int status = -1, entry = -1;
+    is >> status >> entry;
+    std::string msg;
+    std::getline(is, msg);
+    ++statuses[status];
+    std::set<std::string> kinds(c.mutations.begin(), c.mutations.end());
+    std::string key = std::string(kEntries[entry]) + "/" + std::to_string(status);
+    for (const auto& k : kinds) key += "/" + k;
+    cases.insert(key);
+    if (!msg.empty()) messages.insert(message_kind(msg));
+  }
+  std::ostringstream summary;
+  summary << "c_abi fuzz: " << calls << " calls in forked children (seed " << seed << "): "
+          << cases.size() << " distinct cases (entry point, status, mutation kinds), "
+          << messages.size() << " distinct messages; statuses ok " << statuses[0] << ", invalid "
+          << statuses[1] << ", unsupported " << statuses[2] << ", runtime " << statuses[3]
+          << "; crashes or hangs " << failures;
+  std::cout << summary.str() << "\n";
+  if (const char* report = std::getenv("GNA_FUZZ_REPORT")) std::ofstream(report, std::ios::app) << summary.str() << "\n";
+  EXPECT_GT(calls, 100) << "too few calls to mean anything";
+  EXPECT_GT(cases.size(), 50u);
+}
+
+}  // namespace
+}  // namespace gna::test
