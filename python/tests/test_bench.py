@@ -73,3 +73,30 @@ def test_flex_mask_follows_dilation():
         for jg in range(start, start + 3):
             expected[i, group + 2 * jg] = True
     assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--rep-ms", "inf"], ["--rep-ms", "inf"]),
+    (["--rep-ms", "0"], ["--rep-ms", "0"]),
+    (["--warmup-ms", "nan"], ["--warmup-ms", "nan"]),
+    (["--slow-s=-1"], ["--slow-s", "-1"]),
+    (["--reference-limit=-inf"], ["--reference-limit", "-inf"]),
+    (["--rep-ms", "lots"], ["--rep-ms", "lots"]),
+    (["--passes", "bwd"], ["--passes", "bwd"]),
+    (["--backend", ""], ["--backend"]),
+    (["--bogus"], ["--bogus"]),
+])
+def test_bad_arguments_are_usage_errors(argv, words, capsys):
+    from gna.bench.__main__ import parse
+    with pytest.raises(SystemExit) as info:
+        parse(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    for w in words:
+        assert w in err, err
+
+
+def test_unknown_case_is_an_error_naming_it(capsys):
+    from gna.bench.__main__ import main
+    assert main(["--cases", "nope", "--list"]) == 2
+    assert "nope" in capsys.readouterr().err

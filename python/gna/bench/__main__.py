@@ -10,6 +10,7 @@ compares it with a device-to-device copy timed in the same run. "× cuDNN" and "
 cuDNN SDPA dense's and FlexAttention's time for the same pass by the row's time.
 """
 import argparse
+import math
 import os
 import sys
 import time
@@ -229,6 +230,15 @@ def parse(argv):
     for x in args.passes:
         if x not in ("fwd", "fwd+bwd"):
             p.error(f"--passes: expected fwd and/or fwd+bwd, got {x!r}")
+    # Times and limits: finite and in range (an infinite or NaN --rep-ms would never end).
+    for flag, value, low in (("--warmup-ms", args.warmup_ms, 0.0), ("--rep-ms", args.rep_ms, 0.0),
+                             ("--slow-s", args.slow_s, 0.0),
+                             ("--reference-limit", args.reference_limit, 0.0)):
+        if not math.isfinite(value) or value < low or (flag == "--rep-ms" and value == 0):
+            p.error(f"{flag}: expected a finite number {'> 0' if flag == '--rep-ms' else '>= 0'}"
+                    f", got {value!r}")
+    if not args.backend:
+        p.error("--backend: expected a backend name or auto, got ''")
     return args
 
 
