@@ -193,8 +193,22 @@ def merge_attentions(outputs, lses):
     if len(outputs) < 1 or len(outputs) != len(lses):
         raise ValueError(f"merge_attentions: outputs and lses must be non-empty and of equal "
                          f"length, got {len(outputs)} outputs and {len(lses)} lses")
+    for name, items in (("outputs", outputs), ("lses", lses)):
+        for i, t in enumerate(items):
+            if not isinstance(t, torch.Tensor):
+                raise ValueError(f"merge_attentions: {name}[{i}] must be a torch.Tensor, got "
+                                 f"{type(t).__name__}")
+            if not t.is_floating_point():
+                raise ValueError(f"merge_attentions: {name}[{i}] must be floating point, got "
+                                 f"{t.dtype}")
+            if t.device != outputs[0].device:
+                raise ValueError(f"merge_attentions: {name}[{i}] is on {t.device}, expected "
+                                 f"{outputs[0].device} (the device of outputs[0])")
     shape = tuple(outputs[0].shape)
     for i, (o, l) in enumerate(zip(outputs, lses)):
+        if o.dtype != outputs[0].dtype:
+            raise ValueError(f"merge_attentions: outputs[{i}] has dtype {o.dtype}, expected "
+                             f"{outputs[0].dtype}")
         if tuple(o.shape) != shape:
             raise ValueError(f"merge_attentions: outputs[{i}] has shape {tuple(o.shape)}, "
                              f"expected {shape}")

@@ -97,6 +97,15 @@ def test_merge_errors():
         gna.merge_attentions([a, a[:, :3]], [la, la])
     with pytest.raises(ValueError, match=r"lses\[1\]"):
         gna.merge_attentions([a, a], [la, la[..., :1]])
+    with pytest.raises(ValueError, match=r"outputs\[1\] has dtype torch.float64"):
+        gna.merge_attentions([a, a.double()], [la, la])
+    with pytest.raises(ValueError, match=r"lses\[0\] must be a torch.Tensor, got list"):
+        gna.merge_attentions([a], [[1.0]])
+    with pytest.raises(ValueError, match=r"outputs\[0\] must be floating point, got torch.int64"):
+        gna.merge_attentions([a.long()], [la])
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"lses\[1\] is on cuda"):
+            gna.merge_attentions([a, a], [la, la.cuda()])
 
 
 def test_module_errors():
