@@ -1,7 +1,7 @@
 // Random malformed calls through the C ABI, each in a forked child: every call must return a
 // status (with a message when it is not GNA_STATUS_OK) and never crash or hang. A case starts
-// from a valid host problem and applies one to three random mutations (tensors, parameters,
-// options, the entry point's own arguments).
+// from a valid host call (attention, or an unfused neighborhood operator) and applies one to
+// three random mutations (tensors, parameters, options, the entry point's own arguments).
 //
 // Runs for GNA_FUZZ_SECONDS (default 8) from seed GNA_FUZZ_SEED (default: fresh, printed);
 // prints the number of calls, distinct cases (entry point, mutation kinds, status) and distinct
@@ -56,16 +56,18 @@ struct Case {
   int buffer_of[kSlots]{};  // index into buffers, -1: none
   std::vector<Buffer> buffers;
   std::vector<std::string> mutations;
-  int entry = 0;  // 0 validate, 1 select_backend, 2 forward, 3 backward, 4 merge, 5 sta_params
+  int entry = 0;  // an index into kEntries
   int32_t capacity = 32;
   bool null_name = false;
   int32_t count = 1;
-  int32_t sta[3][3]{};
+  int32_t sta[3][3] = {{8, 12, 16}, {2, 4, 4}, {6, 4, 12}};  // extent, tile, window per axis
   bool sta_null = false;
 };
 
 const char* const kEntries[] = {"validate", "select_backend", "forward", "backward", "merge",
-                                "sta_params"};
+                                "sta_params", "na_qk", "na_av", "na_qk_backward",
+                                "na_av_backward"};
+constexpr int kFusedEntries = 6;
 
 int64_t pick64(std::mt19937_64& rng, std::initializer_list<int64_t> values) {
   std::vector<int64_t> v(values);
@@ -124,6 +126,60 @@ Case valid_case(std::mt19937_64& rng) {
   }
   c.params.scale = 0.f;
   c.entry = static_cast<int>(pick64(rng, {0, 1, 2, 2, 2, 3, 3, 3, 4, 5}));
+  return c;
+}
+
+// Slots of the unfused operators (heads-first tensors): q, k, v, out, their gradients, and
+// the window weights and relative positional bias in the additional-token slots.
+constexpr int ATTN = AK, RPB = AV, D_ATTN = DAK, D_RPB = DAV;
+
+// A random valid call of an unfused operator: stride 1, tokens [B, H, X.., D], weights
+// [B, H, X.., prod(window)], bias [H, 2 window - 1 ..].
+Case valid_unfused_case(std::mt19937_64& rng) {
+  Case c = valid_case(rng);
+  const int rank = c.params.rank;
+  const int64_t batch = c.t[Q].shape[0], heads = c.t[Q].shape[rank + 1];
+  const int64_t d = c.t[Q].shape[rank + 2];
+  int64_t slots = 1;
+  std::vector<int64_t> spatial, rpb{heads};
+  for (int a = 0; a < rank; ++a) {
+    c.params.stride[a] = 1;
+    spatial.push_back(c.t[Q].shape[1 + a]);
+    slots *= c.params.window[a];
+    rpb.push_back(2 * int64_t{c.params.window[a]} - 1);
+  }
+  auto tokens = [&](int64_t last) {
+    std::vector<int64_t> v{batch, heads};
+    v.insert(v.end(), spatial.begin(), spatial.end());
+    v.push_back(last);
+    return v;
+  };
+  const bool f64 = c.t[Q].dtype == GNA_DTYPE_F64;
+  c.buffers.clear();
+  for (int s = 0; s < kSlots; ++s) {
+    const std::vector<int64_t> shape = s == ATTN || s == D_ATTN ? tokens(slots)
+                                       : s == RPB || s == D_RPB ? rpb
+                                                                : tokens(d);
+    gna_tensor& t = c.t[s];
+    t = gna_tensor{};
+    t.dtype = f64 ? GNA_DTYPE_F64 : GNA_DTYPE_F32;
+    t.device = -1;
+    t.rank = static_cast<int32_t>(shape.size());
+    int64_t stride = 1;
+    for (int i = t.rank - 1; i >= 0; --i) {
+      t.shape[i] = shape[i];
+      t.strides[i] = stride;
+      stride *= shape[i];
+    }
+    Buffer b;
+    b.bytes = static_cast<size_t>(stride) * (f64 ? 8 : 4);
+    b.storage.assign(b.bytes / 8 + 1, 0.25);
+    c.buffers.push_back(std::move(b));
+    c.buffer_of[s] = s;
+    t.data = c.buffers[s].storage.data();
+    c.present[s] = s != RPB || rand_int(rng, 0, 1) == 1;
+  }
+  c.entry = rand_int(rng, kFusedEntries, kFusedEntries + 3);
   return c;
 }
 
@@ -232,8 +288,10 @@ int32_t run_case(Case& c, int* entry) {
   *entry = c.entry;
   if ((c.entry == 2 && !memory_safe(c, {Q, K, V, AK, AV, OUT, LSE})) ||
       (c.entry == 3 && !memory_safe(c, {Q, K, V, AK, AV, OUT, LSE, DOUT, DQ, DK, DV, DAK, DAV})) ||
-      (c.entry == 4 && !memory_safe(c, {OUT, LSE, DQ, DV})))
-    *entry = 0;
+      (c.entry == 4 && (c.count > 2 || !memory_safe(c, {OUT, LSE, DOUT}))) ||
+      (c.entry >= kFusedEntries &&
+       !memory_safe(c, {Q, K, V, OUT, DOUT, DQ, DK, DV, ATTN, RPB, D_ATTN, D_RPB})))
+    *entry = c.entry >= kFusedEntries ? -1 : 0;
   switch (*entry) {
     case 1: {
       char name[32];
@@ -248,17 +306,30 @@ int32_t run_case(Case& c, int* entry) {
       return gna_backward(&c.params, ptr(c, Q), ptr(c, K), ptr(c, V), ptr(c, AK), ptr(c, AV),
                           ptr(c, OUT), ptr(c, LSE), ptr(c, DOUT), mut(c, DQ), mut(c, DK),
                           mut(c, DV), mut(c, DAK), mut(c, DAV), o);
-    case 4: {  // merge two partial results (out, lse) and (dq-shaped, ...): shapes may differ
-      gna_tensor outputs[2] = {c.t[OUT], c.t[DOUT]}, lses[2] = {c.t[LSE], c.t[LSE]};
-      const int32_t count = std::min<int32_t>(c.count, 2);
-      return gna_merge_attentions(count, c.present[OUT] ? outputs : nullptr,
-                                  c.present[LSE] ? lses : nullptr, mut(c, DQ), mut(c, DV));
+    case 4: {  // merge (d_out, lse) with itself into out
+      gna_tensor outputs[2] = {c.t[DOUT], c.t[DOUT]}, lses[2] = {c.t[LSE], c.t[LSE]};
+      const int32_t count = c.count == 1 ? 2 : c.count;
+      return gna_merge_attentions(count, c.present[DOUT] ? outputs : nullptr,
+                                  c.present[LSE] ? lses : nullptr, mut(c, OUT), nullptr);
     }
     case 5: {
       gna_params out{};
       return gna_sta_params(c.params.rank, c.sta_null ? nullptr : c.sta[0], c.sta[1], c.sta[2],
                             c.sta_null ? nullptr : &out);
     }
+    case 6:
+      return gna_na_qk(&c.params, ptr(c, Q), ptr(c, K), ptr(c, RPB), mut(c, ATTN), o);
+    case 7:
+      return gna_na_av(&c.params, ptr(c, ATTN), ptr(c, V), mut(c, OUT), o);
+    case 8:
+      return gna_na_qk_backward(&c.params, ptr(c, Q), ptr(c, K), ptr(c, D_ATTN), mut(c, DQ),
+                                mut(c, DK), mut(c, D_RPB), o);
+    case 9:
+      return gna_na_av_backward(&c.params, ptr(c, ATTN), ptr(c, V), ptr(c, DOUT), mut(c, D_ATTN),
+                                mut(c, DV), o);
+    case -1:  // an unfused call that could leave its buffers: validated as attention instead
+      *entry = 0;
+      [[fallthrough]];
     default:
       return gna_validate(c.params.rank == 100 ? nullptr : &c.params, ptr(c, Q), ptr(c, K),
                           ptr(c, V), ptr(c, AK), ptr(c, AV));
@@ -292,10 +363,11 @@ TEST(CAbiFuzz, MalformedCallsNeverCrashOrHang) {
   std::mt19937_64 rng(seed);
   std::set<std::string> cases, messages;
   std::map<int, int> statuses;
+  std::map<std::string, int> per_entry;  // "entry ok/refused" counts
   int calls = 0, failures = 0;
   const auto start = std::chrono::steady_clock::now();
   while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
-    Case c = valid_case(rng);
+    Case c = rand_int(rng, 0, 2) == 0 ? valid_unfused_case(rng) : valid_case(rng);
     const int n = rand_int(rng, 1, 3);
     for (int i = 0; i < n; ++i) mutate(c, rng);
     int fds[2];
@@ -338,6 +410,11 @@ TEST(CAbiFuzz, MalformedCallsNeverCrashOrHang) {
     std::string msg;
     std::getline(is, msg);
     ++statuses[status];
+    if (entry < 0 || entry >= int(sizeof kEntries / sizeof kEntries[0])) {
+      ADD_FAILURE() << "child reported entry " << entry << ": " << out;
+      continue;
+    }
+    ++per_entry[std::string(kEntries[entry]) + (status == 0 ? " ok" : " refused")];
     std::set<std::string> kinds(c.mutations.begin(), c.mutations.end());
     std::string key = std::string(kEntries[entry]) + "/" + std::to_string(status);
     for (const auto& k : kinds) key += "/" + k;
@@ -349,9 +426,12 @@ TEST(CAbiFuzz, MalformedCallsNeverCrashOrHang) {
           << cases.size() << " distinct cases (entry point, status, mutation kinds), "
           << messages.size() << " distinct messages; statuses ok " << statuses[0] << ", invalid "
           << statuses[1] << ", unsupported " << statuses[2] << ", runtime " << statuses[3]
-          << "; crashes or hangs " << failures;
-  std::cout << summary.str() << "\n";
-  if (const char* report = std::getenv("GNA_FUZZ_REPORT")) std::ofstream(report, std::ios::app) << summary.str() << "\n";
+          << "; crashes or hangs " << failures << "; by entry point:";
+  for (const auto& [name, n] : per_entry) summary << " " << name << " " << n << ",";
+  std::string line = summary.str();
+  if (line.back() == ',') line.pop_back();
+  std::cout << line << "\n";
+  if (const char* report = std::getenv("GNA_FUZZ_REPORT")) std::ofstream(report, std::ios::app) << line << "\n";
   EXPECT_GT(calls, 100) << "too few calls to mean anything";
   EXPECT_GT(cases.size(), 50u);
 }
