@@ -40,6 +40,10 @@ void check_tensor(const char* name, const TensorRef& tensor, const int64_t* shap
 // non-null data pointer aligned to the element size.
 void check_layout(const char* name, const TensorRef& tensor);
 
+// Size `dim` of `tensor` as an int (a Problem field), refused when it does not fit: "name: size
+// of dim 1 (what) must be < 2^31, got ...". Call after check_layout (sizes >= 0).
+int checked_size(const char* name, const TensorRef& tensor, int dim, const char* what);
+
 struct NamedTensor {
   const char* name;
   const TensorRef* tensor;  // null: absent
@@ -47,7 +51,10 @@ struct NamedTensor {
 
 // An output must give every element its own address and share no memory with the other
 // tensors of the call (same device, overlapping byte ranges [first element, last element]).
-void check_output(const NamedTensor& output, std::initializer_list<NamedTensor> others);
+void check_output(const NamedTensor& output, const NamedTensor* others, size_t count);
+inline void check_output(const NamedTensor& output, std::initializer_list<NamedTensor> others) {
+  check_output(output, others.begin(), others.size());
+}
 
 // Expected shapes of outputs and gradients for a problem.
 int output_shape(const Problem& p, int64_t* shape);  // O: returns rank

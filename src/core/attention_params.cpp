@@ -128,7 +128,7 @@ Span memory_span(const TensorRef& t) {
 
 }  // namespace
 
-void check_output(const NamedTensor& output, std::initializer_list<NamedTensor> others) {
+void check_output(const NamedTensor& output, const NamedTensor* others, size_t count) {
   const TensorRef& t = *output.tensor;
   // Distinct elements at distinct addresses: with the dims of size > 1 in increasing stride
   // order, each stride must step past everything the smaller ones reach.
@@ -150,7 +150,8 @@ void check_output(const NamedTensor& output, std::initializer_list<NamedTensor> 
     reach += (t.shape[i] - 1) * t.strides[i];
   }
   const Span s = memory_span(t);
-  for (const NamedTensor& other : others) {
+  for (size_t i = 0; i < count; ++i) {
+    const NamedTensor& other = others[i];
     if (other.tensor == nullptr || other.tensor == output.tensor) continue;
     const Span o = memory_span(*other.tensor);
     if (other.tensor->device == t.device && s.begin < s.end && o.begin < o.end &&
@@ -158,6 +159,12 @@ void check_output(const NamedTensor& output, std::initializer_list<NamedTensor> 
       fail_invalid(output.name, ": shares memory with ", other.name,
                    " (outputs must not overlap inputs or other outputs)");
   }
+}
+
+int checked_size(const char* name, const TensorRef& t, int dim, const char* what) {
+  if (t.shape[dim] > INT32_MAX)
+    fail_invalid(name, ": size of dim ", dim, " (", what, ") must be < 2^31, got ", t.shape[dim]);
+  return static_cast<int>(t.shape[dim]);
 }
 
 Problem make_problem(const AttentionParams& params, const AttentionTensors& t) {
@@ -173,11 +180,7 @@ Problem make_problem(const AttentionParams& params, const AttentionTensors& t) {
   check_layout("key", t.k);
   check_layout("value", t.v);
   // Sizes become 32-bit problem fields: larger ones are refused, not truncated.
-  auto narrow = [](const char* name, const TensorRef& x, int dim, const char* what) {
-    if (x.shape[dim] > INT32_MAX)
-      fail_invalid(name, ": size of dim ", dim, " (", what, ") must be < 2^31, got ", x.shape[dim]);
-    return static_cast<int>(x.shape[dim]);
-  };
+  const auto narrow = checked_size;
   Problem p;
   p.rank = r;
   p.batch = narrow("query", t.q, 0, "batch");

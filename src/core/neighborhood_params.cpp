@@ -17,18 +17,19 @@ Problem make_neighborhood_problem(const AttentionParams& params, const TensorRef
     if (params.stride[a] != 1)
       fail_invalid("axis ", a, ": stride must be 1 for the unfused operators, got ",
                    params.stride[a]);
+  check_layout(name, tokens);
   Problem p;
   p.rank = r;
-  p.batch = static_cast<int>(tokens.shape[0]);
-  p.heads_q = p.heads_kv = static_cast<int>(tokens.shape[1]);
+  p.batch = checked_size(name, tokens, 0, "batch");
+  p.heads_q = p.heads_kv = checked_size(name, tokens, 1, "heads");
   for (int a = 0; a < r; ++a) {
-    p.axes[a].extent = static_cast<int>(tokens.shape[2 + a]);
+    p.axes[a].extent = checked_size(name, tokens, 2 + a, "extent");
     p.axes[a].window = params.window[a];
     p.axes[a].stride = 1;
     p.axes[a].dilation = params.dilation[a];
     p.axes[a].causal = params.causal[a];
   }
-  p.dim_qk = p.dim_v = static_cast<int>(tokens.shape[r + 2]);
+  p.dim_qk = p.dim_v = checked_size(name, tokens, r + 2, "head dim");
   p.dtype = tokens.dtype;
   validate(p);  // the rule's checks: window, dilation, window*dilation <= extent, ...
   return p;

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "gna/attention_params.hpp"
 #include "gna/core/error.hpp"
@@ -52,6 +54,29 @@ void merge_attentions(const std::vector<TensorRef>& outputs, const std::vector<T
   }
   check_tensor("merge: out", out, first.shape, rank, first.dtype, -1);
   if (lse_out) check_tensor("merge: lse_out", *lse_out, first.shape, rank - 1, lses[0].dtype, -1);
+  // Rows are merged in parallel, each read whole before it is written: results may replace an
+  // input view exactly (in place), but must not land on other rows still to be read.
+  const auto same_view = [](const TensorRef& a, const TensorRef* b) {
+    if (b == nullptr || a.data != b->data || a.rank != b->rank || a.dtype != b->dtype) return false;
+    for (int d = 0; d < a.rank; ++d)
+      if (a.shape[d] != b->shape[d] || a.strides[d] != b->strides[d]) return false;
+    return true;
+  };
+  std::vector<std::string> names;
+  std::vector<NamedTensor> all;
+  names.reserve(2 * outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    names.push_back("outputs[" + std::to_string(i) + "]");
+    if (!same_view(outputs[i], &out)) all.push_back({names.back().c_str(), &outputs[i]});
+    names.push_back("lses[" + std::to_string(i) + "]");
+    if (!same_view(lses[i], lse_out)) all.push_back({names.back().c_str(), &lses[i]});
+  }
+  all.push_back({"lse_out", lse_out});
+  check_output({"merge: out", &out}, all.data(), all.size());
+  if (lse_out) {
+    all.back() = {"out", &out};
+    check_output({"merge: lse_out", lse_out}, all.data(), all.size());
+  }
 
   int64_t rows = 1;
   for (int d = 0; d < rank - 1; ++d) rows *= first.shape[d];

@@ -207,6 +207,19 @@ TEST(Merge, MismatchedInputsAreRejected) {
   EXPECT_THROW(merge_attentions({a.ref, b.ref}, {la.ref, lb.ref}, a.ref, nullptr), Error);
   EXPECT_THROW(merge_attentions({a.ref}, {la.ref, lb.ref}, a.ref, nullptr), Error);
   EXPECT_THROW(merge_attentions({}, {}, a.ref, nullptr), Error);
+  // In place is fine; an out shifted by one row onto an input is not (rows merge in parallel).
+  TensorRef shifted = a.ref;
+  shifted.data = static_cast<float*>(a.ref.data) + a.ref.strides[a.ref.rank - 2];
+  shifted.shape[0] = 1;
+  TensorRef input = a.ref, input_lse = la.ref;
+  input.shape[0] = input_lse.shape[0] = 1;
+  EXPECT_NO_THROW(merge_attentions({input}, {input_lse}, input, nullptr));
+  try {
+    merge_attentions({input}, {input_lse}, shifted, nullptr);
+    ADD_FAILURE() << "expected an overlap error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("merge: out: shares memory with outputs[0]"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
