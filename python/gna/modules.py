@@ -15,9 +15,10 @@ class _NeighborhoodAttention(nn.Module):
                  qkv_bias=True, proj_drop=0.0):
         super().__init__()
         name = type(self).__name__
-        if not isinstance(num_heads, int) or num_heads < 1:
+        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
             raise ValueError(f"{name}: num_heads must be a positive int, got {num_heads!r}")
-        if not isinstance(embed_dim, int) or embed_dim < 1 or embed_dim % num_heads:
+        if (isinstance(embed_dim, bool) or not isinstance(embed_dim, int) or embed_dim < 1 or
+                embed_dim % num_heads):
             raise ValueError(f"{name}: embed_dim must be a positive multiple of num_heads="
                              f"{num_heads}, got {embed_dim!r}")
         self.embed_dim = embed_dim

@@ -113,6 +113,12 @@ def test_module_errors():
         gna.NeighborhoodAttention2D(10, 3, 3)
     with pytest.raises(ValueError, match="num_heads"):
         gna.NeighborhoodAttention1D(8, 0, 3)
+    with pytest.raises(ValueError, match="num_heads must be a positive int, got True"):
+        gna.NeighborhoodAttention1D(8, True, 3)
+    with pytest.raises(ValueError, match="embed_dim.*got 8.0"):
+        gna.NeighborhoodAttention1D(8.0, 2, 3)
+    with pytest.raises(ValueError, match=r"kernel_size.*2\^31"):
+        gna.NeighborhoodAttention1D(8, 2, 2**31)
     with pytest.raises(ValueError, match="kernel_size"):
         gna.NeighborhoodAttention3D(8, 2, (3, 3))
     layer = gna.NeighborhoodAttention2D(8, 2, 3)
