@@ -8,6 +8,7 @@
 
 #include "gna/core/problem.hpp"
 #include "gna/tensor.hpp"
+#include "gna/core/error.hpp"
 #include "kernels/common/element.cuh"
 
 namespace gna::unfused {
@@ -38,15 +39,36 @@ HeadsFirst<T> heads_first(const TensorRef& t, int rank) {
 }
 
 // Row `row` of [B, heads, tokens] (tokens fastest, row-major over axes): b, h and coordinates.
+// 32-bit: launchers refuse more rows than an int holds (checked_rows).
 template <int Rank>
-__device__ __forceinline__ void split_row(const Problem& p, int64_t row, int* b, int* h, int* x) {
+__device__ __forceinline__ void split_row(const Problem& p, int row, int* b, int* h, int* x) {
 #pragma unroll
   for (int a = Rank - 1; a >= 0; --a) {
-    x[a] = static_cast<int>(row % p.axes[a].extent);
+    x[a] = row % p.axes[a].extent;
     row /= p.axes[a].extent;
   }
-  *h = static_cast<int>(row % p.heads_q);
-  *b = static_cast<int>(row / p.heads_q);
+  *h = row % p.heads_q;
+  *b = row / p.heads_q;
+}
+
+// Rows of a call, B * heads * tokens, refused past 2^31 - 1 (the kernels index rows in 32 bits).
+inline int checked_rows(const Problem& p) {
+  const int64_t rows = int64_t{p.batch} * p.heads_q * p.tokens();
+  if (rows > INT32_MAX)
+    fail(ErrorKind::unsupported, "unfused operators on CUDA: batch*heads*tokens must be < 2^31, got ",
+         rows);
+  return static_cast<int>(rows);
+}
+
+// Blocks of `rows_per_block` rows (threadIdx.y) with `lanes` threads per row (threadIdx.x): no
+// division to find a thread's row, and a row's threads are adjacent in the warp.
+struct RowBlocks {
+  dim3 block, grid;
+};
+inline RowBlocks row_blocks(int rows, int per_row, int threads) {
+  const int lanes = per_row < threads ? per_row : threads;
+  const int rows_per_block = threads / lanes;
+  return RowBlocks{dim3(lanes, rows_per_block), dim3((rows + rows_per_block - 1) / rows_per_block)};
 }
 
 // Elements of T in one 16-byte load.

@@ -8,11 +8,11 @@ namespace gna::unfused {
 namespace {
 
 template <typename T, int Rank, int N>
-__device__ __forceinline__ void in_row_chunk(const RowChunkArgs<T>& args, int64_t idx) {
+__device__ __forceinline__ void in_row_chunk(const RowChunkArgs<T>& args, int row, int chunk) {
   const Problem& p = args.p;
-  const int c0 = static_cast<int>(idx % args.chunks_per_row) * N;
+  const int c0 = chunk * N;
   int b, h, y[kMaxRank];
-  split_row<Rank>(p, idx / args.chunks_per_row, &b, &h, y);
+  split_row<Rank>(p, row, &b, &h, y);
   float acc[N] = {};
   for_each_attending_query<Rank>(p, y, [&](const int* xq, int slot) {
     const float weight = cuda::to_float(args.w.template row<Rank>(b, h, xq)[slot]);
@@ -25,13 +25,13 @@ __device__ __forceinline__ void in_row_chunk(const RowChunkArgs<T>& args, int64_
 }
 
 template <typename T, int Rank>
-__global__ void __launch_bounds__(128) in_kernel(const RowChunkArgs<T> args) {
-  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= args.total) return;
-  if (args.chunked)
-    in_row_chunk<T, Rank, kChunk<T>>(args, idx);
-  else
-    in_row_chunk<T, Rank, 1>(args, idx);
+__global__ void __launch_bounds__(kRowChunkThreads) in_kernel(const RowChunkArgs<T> args) {
+  for_each_row_chunk(args, [&](int row, int chunk) {
+    if (args.chunked)
+      in_row_chunk<T, Rank, kChunk<T>>(args, row, chunk);
+    else
+      in_row_chunk<T, Rank, 1>(args, row, chunk);
+  });
 }
 
 }  // namespace

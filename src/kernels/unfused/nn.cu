@@ -8,11 +8,11 @@ namespace gna::unfused {
 namespace {
 
 template <typename T, int Rank, int N>
-__device__ __forceinline__ void nn_row_chunk(const RowChunkArgs<T>& args, int64_t idx) {
+__device__ __forceinline__ void nn_row_chunk(const RowChunkArgs<T>& args, int row, int chunk) {
   const Problem& p = args.p;
-  const int c0 = static_cast<int>(idx % args.chunks_per_row) * N;
+  const int c0 = chunk * N;
   int b, h, x[kMaxRank];
-  split_row<Rank>(p, idx / args.chunks_per_row, &b, &h, x);
+  split_row<Rank>(p, row, &b, &h, x);
   const T* w_row = args.w.template row<Rank>(b, h, x);
   float acc[N] = {};
   for_each_key_slot<Rank>(p, x, [&](const int* y, int slot) {
@@ -26,13 +26,13 @@ __device__ __forceinline__ void nn_row_chunk(const RowChunkArgs<T>& args, int64_
 }
 
 template <typename T, int Rank>
-__global__ void __launch_bounds__(128) nn_kernel(const RowChunkArgs<T> args) {
-  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= args.total) return;
-  if (args.chunked)
-    nn_row_chunk<T, Rank, kChunk<T>>(args, idx);
-  else
-    nn_row_chunk<T, Rank, 1>(args, idx);
+__global__ void __launch_bounds__(kRowChunkThreads) nn_kernel(const RowChunkArgs<T> args) {
+  for_each_row_chunk(args, [&](int row, int chunk) {
+    if (args.chunked)
+      nn_row_chunk<T, Rank, kChunk<T>>(args, row, chunk);
+    else
+      nn_row_chunk<T, Rank, 1>(args, row, chunk);
+  });
 }
 
 }  // namespace

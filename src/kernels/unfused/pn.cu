@@ -1,6 +1,7 @@
-// PN: one thread per (query row, window slot), so that the threads of a warp write consecutive
-// weights and read neighbouring key rows; the query row, shared by a row's threads, comes from
-// L1. Rows are read in 16-byte chunks when the tensors' alignment allows.
+// PN: blocks of query rows (threadIdx.y) with a thread per window slot (threadIdx.x), so that
+// the threads of a warp write consecutive weights and read neighbouring key rows; the query row,
+// shared by a row's threads, comes from L1. Rows are read in 16-byte chunks when the tensors'
+// alignment allows.
 #include "kernels/common/cuda_check.hpp"
 #include "kernels/unfused/heads_first.cuh"
 #include "kernels/unfused/launch.hpp"
@@ -20,7 +21,7 @@ struct PnArgs {
   float empty;                         // value of slots without a key
   int slots;
   bool chunked;                        // a and b readable in 16-byte chunks
-  int64_t total;                       // rows * slots
+  int rows;                            // B * heads * tokens
 };
 
 template <typename T, int N>
@@ -38,36 +39,39 @@ __device__ __forceinline__ float dot_rows(const T* a, const T* b, int dim) {
 
 template <typename T, int Rank>
 __global__ void __launch_bounds__(256) pn_kernel(const PnArgs<T> args) {
-  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= args.total) return;
+  const int row = blockIdx.x * blockDim.y + threadIdx.y;
+  if (row >= args.rows) return;
   const Problem& p = args.p;
-  const int slot = static_cast<int>(idx % args.slots);
   int b, h, x[kMaxRank];
-  split_row<Rank>(p, idx / args.slots, &b, &h, x);
-  int s[kMaxRank], y[kMaxRank];
-  split_slot(p.axes, Rank, slot, s);
-  bool has_key = true;
+  split_row<Rank>(p, row, &b, &h, x);
+  AxisWindow w[kMaxRank];
 #pragma unroll
-  for (int a = 0; a < Rank; ++a) {
-    const AxisWindow w = axis_window(p.axes[a], x[a]);
-    has_key = has_key && s[a] < w.valid;
-    y[a] = key_of_slot(p.axes[a], w, s[a]);
-  }
-  T* out = args.out.template row<Rank>(b, h, x) + slot;
-  if (!has_key) {
-    *out = cuda::from_float<T>(args.empty);
-    return;
-  }
+  for (int a = 0; a < Rank; ++a) w[a] = axis_window(p.axes[a], x[a]);
   const T* ar = args.a.template row<Rank>(b, h, x);
-  const T* br = args.b.template row<Rank>(b, h, y);
-  float acc = args.chunked ? dot_rows<T, kChunk<T>>(ar, br, p.dim_qk) : dot_rows<T, 1>(ar, br, p.dim_qk);
-  if (args.rpb) {
-    int64_t off = h * args.rpb_stride[0];
+  T* out = args.out.template row<Rank>(b, h, x);
+  for (int slot = threadIdx.x; slot < args.slots; slot += blockDim.x) {
+    int s[kMaxRank], y[kMaxRank];
+    split_slot(p.axes, Rank, slot, s);
+    bool has_key = true;
 #pragma unroll
-    for (int a = 0; a < Rank; ++a) off += rpb_index(p.axes[a], x[a], y[a]) * args.rpb_stride[1 + a];
-    acc += cuda::to_float(args.rpb[off]);
+    for (int a = 0; a < Rank; ++a) {
+      has_key = has_key && s[a] < w[a].valid;
+      y[a] = key_of_slot(p.axes[a], w[a], s[a]);
+    }
+    if (!has_key) {
+      out[slot] = cuda::from_float<T>(args.empty);
+      continue;
+    }
+    const T* br = args.b.template row<Rank>(b, h, y);
+    float acc = args.chunked ? dot_rows<T, kChunk<T>>(ar, br, p.dim_qk) : dot_rows<T, 1>(ar, br, p.dim_qk);
+    if (args.rpb) {
+      int64_t off = h * args.rpb_stride[0];
+#pragma unroll
+      for (int a = 0; a < Rank; ++a) off += rpb_index(p.axes[a], x[a], y[a]) * args.rpb_stride[1 + a];
+      acc += cuda::to_float(args.rpb[off]);
+    }
+    out[slot] = cuda::from_float<T>(acc);
   }
-  *out = cuda::from_float<T>(acc);
 }
 
 }  // namespace
@@ -88,11 +92,10 @@ void launch_pn(const Problem& p, const TensorRef& a, const TensorRef& b, const T
     args.empty = empty;
     args.slots = window_slots(p.axes, p.rank);
     args.chunked = chunk_aligned(a) && chunk_aligned(b);
-    args.total = int64_t{p.batch} * p.heads_q * p.tokens() * args.slots;
-    if (args.total == 0) return;
-    const int threads = 256;
-    const int64_t blocks = (args.total + threads - 1) / threads;
-    pn_kernel<T, R><<<static_cast<unsigned>(blocks), threads, 0, static_cast<cudaStream_t>(stream)>>>(args);
+    args.rows = checked_rows(p);
+    if (args.rows == 0) return;
+    const RowBlocks g = row_blocks(args.rows, args.slots, 256);
+    pn_kernel<T, R><<<g.grid, g.block, 0, static_cast<cudaStream_t>(stream)>>>(args);
     GNA_CUDA_CHECK_LAUNCH();
   });
 }

@@ -1,6 +1,7 @@
-// Shared by NN and IN: one thread per (output row, chunk of the head dim), where a chunk is 16
-// bytes when every tensor read or written along the head dim allows it (one element otherwise).
-// Threads of a row are adjacent, so a warp reads and writes whole rows.
+// Shared by NN and IN: blocks of output rows (threadIdx.y) with a thread per chunk of the head
+// dim (threadIdx.x), where a chunk is 16 bytes when every tensor read or written along the head
+// dim allows it (one element otherwise). Threads of a row are adjacent, so a warp reads and
+// writes whole rows.
 #pragma once
 
 #include "kernels/common/cuda_check.hpp"
@@ -16,7 +17,7 @@ struct RowChunkArgs {
   HeadsFirst<T> out;      // tokens  [B, heads, *spatial, D]
   int chunks_per_row;
   bool chunked;
-  int64_t total;          // rows * chunks_per_row
+  int rows;               // B * heads * tokens
 };
 
 template <typename T>
@@ -30,18 +31,27 @@ RowChunkArgs<T> row_chunk_args(const Problem& p, const TensorRef& w, const Tenso
   args.chunked = chunk_aligned(x) && chunk_aligned(out);
   const int dim = p.dim_v;
   args.chunks_per_row = args.chunked ? dim / kChunk<T> : dim;
-  args.total = int64_t{p.batch} * p.heads_q * p.tokens() * args.chunks_per_row;
+  args.rows = checked_rows(p);
   return args;
 }
 
-// Launches kernel<<<..>>>(args) over args.total threads.
+constexpr int kRowChunkThreads = 128;
+
+// Launches kernel<<<..>>>(args) over blocks of rows.
 template <typename Args, typename Kernel>
 void launch_rows(Kernel kernel, const Args& args, void* stream) {
-  if (args.total == 0) return;
-  const int threads = 128;
-  const int64_t blocks = (args.total + threads - 1) / threads;
-  kernel<<<static_cast<unsigned>(blocks), threads, 0, static_cast<cudaStream_t>(stream)>>>(args);
+  if (args.rows == 0 || args.chunks_per_row == 0) return;
+  const RowBlocks g = row_blocks(args.rows, args.chunks_per_row, kRowChunkThreads);
+  kernel<<<g.grid, g.block, 0, static_cast<cudaStream_t>(stream)>>>(args);
   GNA_CUDA_CHECK_LAUNCH();
+}
+
+// Calls f(row, chunk) for this thread's row and each of its chunks.
+template <typename T, typename F>
+__device__ __forceinline__ void for_each_row_chunk(const RowChunkArgs<T>& args, F&& f) {
+  const int row = blockIdx.x * blockDim.y + threadIdx.y;
+  if (row >= args.rows) return;
+  for (int c = threadIdx.x; c < args.chunks_per_row; c += blockDim.x) f(row, c);
 }
 
 }  // namespace gna::unfused
