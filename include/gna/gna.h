@@ -39,7 +39,7 @@ typedef struct gna_tensor {
   int32_t reserved;
 } gna_tensor;
 
-/* Per-axis GNA parameters (SPEC section 1); extents come from the query tensor's shape. */
+/* Per-axis GNA parameters (docs/rule.md section 2); extents come from the query tensor's shape. */
 typedef struct gna_params {
   int32_t rank;
   int32_t window[GNA_MAX_RANK];
@@ -100,7 +100,7 @@ gna_status gna_release_cached_memory(void);
 gna_status gna_sta_params(int32_t rank, const int32_t* extent, const int32_t* tile,
                           const int32_t* window, gna_params* params);
 
-/* The unfused neighborhood operators (since ABI version 3; SPEC section 2.4), on heads-first
+/* The unfused neighborhood operators (since ABI version 3; docs/rule.md section 6), on heads-first
  * tensors, NATTEN's legacy layout:
  *   tokens  [B, heads, X, (Y, (Z)), D]        q, k, v, out and their gradients
  *   weights [B, heads, X, (Y, (Z)), prod(K)]  attn, d_attn: one per window slot, row-major over

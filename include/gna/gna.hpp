@@ -49,7 +49,7 @@ std::vector<std::string> backend_names();
 // memory back; later calls allocate again. Nothing to do without CUDA.
 void release_cached_memory();
 
-// The unfused neighborhood operators (SPEC section 2.4) on heads-first tensors (shapes in
+// The unfused neighborhood operators (docs/rule.md section 6) on heads-first tensors (shapes in
 // gna/neighborhood_params.hpp): PN (na_qk), NN (na_av) and their backward passes, which use the
 // inverse-neighborhood operator. params.stride must be 1 on every axis; params.scale is ignored
 // (no scale is applied: the caller scales the query). Host tensors run the CPU reference

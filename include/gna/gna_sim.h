@@ -1,6 +1,6 @@
-/* The simulator's C ABI (SPEC section 3): plain structs over gna::sim::simulate, for the Python
- * package and any other language. Same status codes as gna.h; the message of a failed gna_sim_*
- * call is read with gna_sim_last_error(). Fields are only ever appended. */
+/* The simulator's C ABI (docs/rule.md section 8): plain structs over gna::sim::simulate, for the
+ * Python package and any other language. Same status codes as gna.h; the message of a failed
+ * gna_sim_* call is read with gna_sim_last_error(). Fields are only ever appended. */
 #ifndef GNA_GNA_SIM_H
 #define GNA_GNA_SIM_H
 

@@ -1,5 +1,5 @@
-// The tensors of the unfused neighborhood operators (PN, NN, IN; SPEC section 2.4) and how their
-// shapes become a validated Problem. Tensors are heads-first, NATTEN's legacy layout:
+// The tensors of the unfused neighborhood operators (PN, NN, IN; docs/rule.md section 6) and how
+// their shapes become a validated Problem. Tensors are heads-first, NATTEN's legacy layout:
 //   tokens  [B, heads, X, (Y, (Z)), D]         (query, key, value, outputs, their gradients)
 //   weights [B, heads, X, (Y, (Z)), prod(K)]   (attention weights, one per window slot)
 //   rpb     [heads, 2K0-1, (2K1-1, (2K2-1))]   (relative positional bias)
@@ -12,7 +12,7 @@ namespace gna {
 
 // Problem of an unfused call: batch, heads and extents from `tokens` (a heads-first token
 // tensor named `name` in messages), dim_qk = dim_v = its last dimension, heads_q = heads_kv.
-// Checks the rule (SPEC section 1) and that every axis has stride 1.
+// Checks the rule (docs/rule.md section 2) and that every axis has stride 1.
 Problem make_neighborhood_problem(const AttentionParams& params, const TensorRef& tokens,
                                   const char* name);
 

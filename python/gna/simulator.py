@@ -1,4 +1,4 @@
-"""gna.simulate: the simulator (SPEC section 3) through libgna's C ABI; needs no torch."""
+"""gna.simulate: the simulator (docs/rule.md section 8) through libgna's C ABI; needs no torch."""
 import ctypes
 
 from . import _lib

@@ -1,4 +1,4 @@
-"""The unfused neighborhood operators (SPEC section 2.4) on heads-first tensors
+"""The unfused neighborhood operators (docs/rule.md section 6) on heads-first tensors
 [B, heads, *spatial, D] (NATTEN's legacy layout), with autograd:
 
     na_qk(query, key, kernel_size, dilation=1, is_causal=False, rpb=None)

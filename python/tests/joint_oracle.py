@@ -1,5 +1,5 @@
 """A float64 oracle for joint attention and per-head windows, built independently of the
-library from the rule of SPEC section 1: per-axis masks, their AND over axes, the joint
+library from the rule of docs/rule.md section 2: per-axis masks, their AND over axes, the joint
 sequence's mask (text keys valid up to each sample's length) and dense masked attention."""
 import math
 
@@ -43,7 +43,7 @@ def layout_mask(layout, window, stride=1, dilation=1, causal=False):
 
 def sta_as_gna(tile, window_tiles):
     """STA with tiles `tile` and `window_tiles` tiles per axis = GNA window tile*tiles, stride
-    tile (SPEC section 1, for layouts that are whole tiles)."""
+    tile (docs/rule.md section 4, for layouts that are whole tiles)."""
     return [t * w for t, w in zip(tile, window_tiles)], list(tile)
 
 

@@ -1,6 +1,6 @@
-"""A pure-PyTorch, dense-masked implementation of NATTEN's legacy QK / AV operators, for the
-tests: the window rule of SPEC section 1 (stride 1) written out here on its own, independent of
-the library, and the operators computed through dense [N, N] score and weight matrices.
+"""A pure-PyTorch, dense-masked implementation of NATTEN's legacy QK / AV operators, for the tests:
+the window rule of docs/rule.md section 2 (stride 1) written out here on its own, independent of the
+library, and the operators computed through dense [N, N] score and weight matrices.
 
 Layout as NATTEN's: heads-first [B, heads, *spatial, D]; weights [B, heads, *spatial, prod(K)],
 slots row-major over the window, -inf in slots causal masking removes; rpb [heads, 2K-1 per

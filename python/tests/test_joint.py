@@ -1,5 +1,5 @@
 """gna.joint_attention against dense attention under the joint mask (a float64 oracle built
-from SPEC section 1): both text positions, per-sample text padding (lengths as ints and as a
+from docs/rule.md section 2): both text positions, per-sample text padding (lengths as ints and as a
 tensor), GQA, gradients, dense_joint_attention, errors, torch.compile, and CUDA tensors."""
 import pytest
 

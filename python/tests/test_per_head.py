@@ -1,6 +1,6 @@
 """Per-head windows (gna.per_head_attention, and joint attention with windows=[...]) against a
-float64 per-head oracle from SPEC section 1 and against one gna call per head: GQA with groups
-that keep or split KV groups, STA and dense windows, logsumexp, gradients, errors."""
+float64 per-head oracle from docs/rule.md section 2 and against one gna call per head: GQA with
+groups that keep or split KV groups, STA and dense windows, logsumexp, gradients, errors."""
 import pytest
 
 torch = pytest.importorskip("torch")

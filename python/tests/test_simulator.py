@@ -12,7 +12,7 @@ except ImportError:
 
 
 def test_flux_worked_example():
-    # SPEC section 3: 256x256, window 80x80, stride 16x16, Q tile 16x16, KV tile 16x8.
+    # docs/rule.md section 8.3: 256x256, window 80x80, stride 16x16, Q tile 16x16, KV tile 16x8.
     r = gna.simulate((256, 256), 80, stride=16, q_tile=16, kv_tile=(16, 8))
     assert r["dense_kv_tiles"] == 512
     assert r["max_kv_tiles"] == 50

@@ -1,6 +1,6 @@
 """gna.unfused (PN / NN with relative positional bias, heads-first tensors): CPU values and
-gradients against a dense masked float64 computation written here from SPEC section 1 (stride
-1), gradcheck in float64, dtype and layout plumbing, errors, and CUDA against the CPU."""
+gradients against a dense masked float64 computation written here from docs/rule.md section 2
+(stride 1), gradcheck in float64, dtype and layout plumbing, errors, and CUDA against the CPU."""
 import math
 import random
 
@@ -15,8 +15,8 @@ SPATIAL = {1: [(11,), (16,)], 2: [(6, 7), (9, 5)], 3: [(4, 5, 6), (5, 4, 4)]}
 
 
 def axis_pairs(extent, kernel, dilation, causal):
-    """Per (query, key) on one axis: attended, the key's slot and its bias index (SPEC section
-    1 with stride 1, written out independently of the library)."""
+    """Per (query, key) on one axis: attended, the key's slot and its bias index (docs/rule.md
+    section 6, written out independently of the library)."""
     attended = torch.zeros(extent, extent, dtype=torch.bool)
     slot = torch.zeros(extent, extent, dtype=torch.long)
     rel = torch.zeros(extent, extent, dtype=torch.long)

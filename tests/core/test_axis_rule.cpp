@@ -1,5 +1,5 @@
-// The core's rule and inverse rule against the literal SPEC transcription, and the identities
-// SPEC section 1 names.
+// The core's rule and inverse rule against a literal transcription of docs/rule.md section 2.3,
+// and the special cases of section 2.5 and STA (section 4).
 #include <gtest/gtest.h>
 
 #include "gna/core/axis_rule.hpp"

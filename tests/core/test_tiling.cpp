@@ -1,5 +1,6 @@
 // Tiling math against brute force: every (Q tile, KV tile) pair classified by enumerating its
-// (query, key) pairs with the SPEC transcription.
+// (query, key) pairs with the literal
+// transcription of the rule (docs/rule.md section 2.3).
 #include <gtest/gtest.h>
 
 #include "gna/core/tiling.hpp"

@@ -31,7 +31,7 @@ TEST(TilePlan, ShapesHaveTheKernelsRowCounts) {
   EXPECT_EQ(t.kv.volume(3), 64);
 }
 
-// SPEC's perfectly block-sparse cases come out with no partial pair.
+// Perfectly block-sparse configurations (docs/rule.md section 7.4) come out with no partial pair.
 TEST(TilePlan, FluxStride16IsPerfectlyBlockSparse) {
   const Problem p = make(2, {256, 256}, {80, 80}, {16, 16});
   const TilePlan t = choose_tiles(p, 64, 64);

@@ -1,4 +1,5 @@
-// The CPU reference against dense attention with a materialized SPEC mask (float64), against
+// The CPU reference against dense attention with a materialized mask of the
+// rule (docs/rule.md section 2, float64), against
 // finite differences, and against plain softmax attention for window = extent.
 #include <gtest/gtest.h>
 
@@ -65,7 +66,7 @@ int64_t row(const TensorRef& t, const Problem& p, int64_t b, int64_t token, int6
   return off;
 }
 
-// Dense attention over all tokens with the SPEC mask (and the additional keys unmasked):
+// Dense attention over all tokens with the rule's mask (and the additional keys unmasked):
 // forward outputs and all gradients, by explicit matrices, in float64.
 struct Dense {
   std::vector<double> out, lse, dq, dk, dv, dak, dav;

@@ -1,4 +1,4 @@
-// The worked example of SPEC section 3, errors from the core's validation, the end-to-end
+// The example of docs/rule.md section 8.3, errors from the core's validation, the end-to-end
 // model and the presets.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Test helpers: owning host tensors, fresh random seeds, random GNA configurations, and a
-// literal transcription of the SPEC section 1 rule used as an independent oracle.
+// literal transcription of the rule (docs/rule.md section 2.3) used as an independent oracle.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -60,7 +60,7 @@ struct HostTensor {
   void poison() { std::fill(storage.begin(), storage.end(), std::numeric_limits<T>::quiet_NaN()); }
 };
 
-// SPEC section 1, transcribed literally (per axis, full coordinates).
+// docs/rule.md sections 2.2-2.3, transcribed literally (per axis, full coordinates).
 inline bool spec_attends(int L, int K, int d, int s, bool causal, int i, int j) {
   const int g = i % d;
   if (j % d != g) return false;

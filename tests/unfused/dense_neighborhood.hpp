@@ -2,7 +2,7 @@
 // pair of a head is visited and kept when the core's per-axis predicate axis_attends holds on
 // every axis. A key's slot is counted independently of the operators' slot arithmetic: the
 // number of attended keys before it on each axis (the window's keys in increasing order),
-// row-major over axes. Bias entries follow SPEC section 2.4 literally: K-1 + key/d - query/d.
+// row-major over axes. Bias entries follow docs/rule.md section 6 literally: K-1 + key/d - query/d.
 #pragma once
 
 #include <cstdint>

@@ -278,7 +278,7 @@ int main(int argc, char** argv) {
       if (b.device && b.name != "gpu_reference") backends.push_back(b.name);
   }
 
-  // bf16, d128, batch 1 (SPEC section 4 shapes; "dense 128x128" is a small dense case that
+  // bf16, d128, batch 1 (docs/rule.md section 9 shapes; "dense 128x128" is a small dense case that
   // times quickly, "hunyuan dense" the video model's full attention).
   std::vector<Case> cases = {
       {"dense 128x128", 2, {128, 128, 1}, {128, 128, 1}, {1, 1, 1}, 16, 128, true},

@@ -1,7 +1,7 @@
-// Times the Hopper forward kernel on the SPEC section 4 cases (or one case given on the command
-// line) and prints one JSON object per case: median milliseconds over the repetitions, effective
-// TFLOP/s (attended pairs only, 4 * B * H * N * keys_per_query * D), the tiles used and the
-// tile-wise bound of those tiles (dense KV tiles / KV tiles of the worst Q tile).
+// Times the Hopper forward kernel on the docs/rule.md section 9 cases (or one case given on the
+// command line) and prints one JSON object per case: median milliseconds over the repetitions,
+// effective TFLOP/s (attended pairs only, 4 * B * H * N * keys_per_query * D), the tiles used and
+// the tile-wise bound of those tiles (dense KV tiles / KV tiles of the worst Q tile).
 //   hopper_bench [--case NAME] [--reps N] [--schedule S] [--list]
 // S: auto (default), grid (one CTA per item), persistent, persistent-static (round robin),
 // persistent-plain (dynamic, plain order).

@@ -1,4 +1,4 @@
-// gna-sim: how fast can a GNA configuration possibly be (SPEC section 3).
+// gna-sim: how fast can a GNA configuration possibly be (docs/rule.md section 8).
 #include <chrono>
 #include <cstdio>
 #include <fstream>

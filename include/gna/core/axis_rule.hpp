@@ -1,6 +1,7 @@
-// The attention rule of one axis (SPEC section 1): the single definition used by the reference,
-// every kernel, the simulator and the Python package. Coordinates named with a trailing "g"
-// (ig, jg) are positions inside a dilation group; n is that group's length.
+// The attention rule of one axis (docs/rule.md section 2; the inverse rule: section 3): the single
+// definition used by the reference, every kernel, the simulator and the Python package. Coordinates
+// named with a trailing "g" (ig, jg) are positions inside a dilation group; n is that group's
+// length.
 #pragma once
 
 #include "gna/core/hd.hpp"

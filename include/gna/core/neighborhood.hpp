@@ -1,4 +1,4 @@
-// The unfused operators' view of the rule (SPEC section 2.4): each query's window as prod(K)
+// The unfused operators' view of the rule (docs/rule.md section 6): each query's window as prod(K)
 // slots, row-major over axes, where a key's slot on an axis is its distance from the window's
 // first key (coordinates inside the dilation group). The window comes from the core's rule
 // (key_window, query_window); stride is 1. A causal window keeps K slots; those past the query

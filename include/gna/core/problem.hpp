@@ -48,7 +48,8 @@ std::vector<int> rule_signature(const Problem& p);
 // additional KV tokens. For non-causal problems this is prod(window).
 double mean_keys_per_query(const Problem& p);
 
-// Sliding Tile Attention parameters (SPEC section 1), per axis: tile T and window W in tokens.
+// Sliding Tile Attention parameters (docs/rule.md section 4), per axis: tile T and window W in
+// tokens.
 struct StaAxis {
   int extent = 1;
   int tile = 1;

@@ -1,4 +1,4 @@
-// The CPU reference of the unfused neighborhood operators (SPEC section 2.4), heads-first
+// The CPU reference of the unfused neighborhood operators (docs/rule.md section 6), heads-first
 // tensors as in gna/neighborhood_params.hpp, host float32 or float64 (all of one dtype), fp64
 // accumulation. No softmax scale: the caller scales the query.
 //   na_qk (PN): attn[b,h,i,slot] = q[b,h,i] . k[b,h,key(i,slot)] (+ rpb[h, K-1 + key'-query'])

@@ -1,5 +1,5 @@
-// What the simulator is asked about (SPEC section 3): a token layout with the GNA rule of each
-// axis, a Q tile and a KV tile shape, and the tiling design of the kernel. Plain data, so the
+// What the simulator is asked about (docs/rule.md section 8): a token layout with the GNA rule of
+// each axis, a Q tile and a KV tile shape, and the tiling design of the kernel. Plain data, so the
 // C ABI and the Python package can pass it through unchanged.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The use cases of SPEC section 4 as ready-made simulator configurations.
+// The use cases of docs/rule.md section 9 as ready-made simulator configurations.
 #pragma once
 
 #include <string>

@@ -1,5 +1,5 @@
-// The simulator (SPEC section 3): which KV tiles each Q tile must visit, and the speedup bounds
-// that follow, computed exactly from the core's tiling math.
+// The simulator (docs/rule.md section 8): which KV tiles each Q tile must visit, and the speedup
+// bounds that follow, computed exactly from the core's tiling math.
 #pragma once
 
 #include <cstdint>

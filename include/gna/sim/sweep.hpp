@@ -1,5 +1,5 @@
-// Stride sweep (SPEC section 3): every stride up to the window, the ones worth using, and the
-// perfectly block-sparse ones.
+// Stride sweep (docs/rule.md section 8.4): every stride up to the window, the ones worth using, and
+// the perfectly block-sparse ones.
 #pragma once
 
 #include <vector>

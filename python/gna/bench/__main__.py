@@ -1,6 +1,6 @@
 """gna-bench: times gna (end-to-end and kernel-only), cuDNN SDPA dense, FlashAttention SDPA
 dense and FlexAttention (same mask, tokens in tiled order, compiled) in one process, forward and
-forward+backward, on the use cases of SPEC section 4.
+forward+backward, on the use cases of docs/rule.md section 9.
 
 Effective TFLOP/s count attended (query, key) pairs only: forward 4 * B * H * N * keys * D,
 forward+backward 3.5 times that (backward 2.5x); keys per query come from gna's simulator.

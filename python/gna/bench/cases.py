@@ -1,5 +1,5 @@
-"""The benchmark's use cases (SPEC section 4): token layout, heads, head dim, batch, and the GNA
-rule; `tile` is the token tile FlexAttention's tokens are reordered by (tiled token order)."""
+"""The benchmark's use cases (docs/rule.md section 9): token layout, heads, head dim, batch, and the
+GNA rule; `tile` is the token tile FlexAttention's tokens are reordered by (tiled token order)."""
 from dataclasses import dataclass, field
 
 

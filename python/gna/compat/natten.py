@@ -3,7 +3,7 @@
 Models written against NATTEN before 0.20 call its unfused "QK" and "AV" operators; NATTEN
 0.20 removed them, together with relative positional bias. This module offers the same names,
 argument order and tensor layout, computed by `gna.unfused.na_qk` / `gna.unfused.na_av` (the
-PN and NN operators of SPEC section 2.4, differentiable in every input including the bias):
+PN and NN operators of docs/rule.md section 6, differentiable in every input including the bias):
 
     natten1dqkrpb(query, key, rpb, kernel_size, dilation)
     natten2dqkrpb(query, key, rpb, kernel_size, dilation)
