@@ -52,7 +52,7 @@ grep -hE "^\[  (FAILED|SKIPPED) \]" "$OUT/ctest_gpu.log" | sort -u | head -20
 if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
   n=${GNA_SANITIZE_CONFIGS:-4}
   for tool in memcheck racecheck; do
-    for bin in test_portable test_gpu_reference test_layout_kernels; do
+    for bin in test_portable test_gpu_reference; do
       [ -x "$BUILD/bin/$bin" ] || continue
       log="$OUT/sanitize_one.tmp"
       GNA_TEST_CONFIGS=$n timeout 600 compute-sanitizer --tool "$tool" --error-exitcode 3 \

@@ -10,7 +10,6 @@
 #include "gna/kernel_options.hpp"
 #include "gna/neighborhood_params.hpp"
 #include "gna/ops/merge.hpp"
-#include "gna/ops/permute.hpp"
 
 namespace gna {
 

@@ -1,10 +1,9 @@
-// gna-kernel-bench: times forward and backward of the registered device backends and the token
-// permutation kernels with CUDA events (median of repetitions after warm-up, inputs random),
-// prints a table and writes JSON. Effective TFLOP/s count attended pairs only:
-// forward 4 * B * H * N * keys_per_query * D, backward 2.5x that. --image runs the image-model
-// cases (small windows, batches, dilation), also reporting bytes moved per time against a device
-// copy measured in the same run; --graph times CUDA-graph replays of each call (kernels only,
-// without the host's dispatch between calls).
+// gna-kernel-bench: times forward and backward of the registered device backends with CUDA events
+// (median of repetitions after warm-up, inputs random), prints a table and writes JSON. Effective
+// TFLOP/s count attended pairs only: forward 4 * B * H * N * keys_per_query * D, backward 2.5x
+// that. --image runs the image-model cases (small windows, batches, dilation), also reporting bytes
+// moved per time against a device copy measured in the same run; --graph times CUDA-graph replays
+// of each call (kernels only, without the host's dispatch between calls).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -19,7 +18,6 @@
 #include "api/backend.hpp"
 #include "bench_support/bench_support.cuh"
 #include "gna/gna.hpp"
-#include "kernels/layout/permute.hpp"
 
 namespace {
 
@@ -302,7 +300,7 @@ int main(int argc, char** argv) {
   };
   if (quick) reps = std::min(reps, 3);
   std::vector<std::string> wanted = split(only);
-  if ((!shapes.empty() || image) && wanted.empty()) wanted.push_back("");  // no other case, no permute
+  if ((!shapes.empty() || image) && wanted.empty()) wanted.push_back("");  // only those cases
   if (image) {
     for (const Case& c : image_cases) {
       cases.push_back(c);
@@ -383,29 +381,6 @@ int main(int argc, char** argv) {
         std::printf("# %s backward on %s: %s\n", c.name.c_str(), be.c_str(), e.what());
       }
     }
-  }
-
-  // Token permutation of a hunyuan-sized tensor (tile 2x8x8) against a device copy.
-  if (wanted.empty() || std::find(wanted.begin(), wanted.end(), "permute") != wanted.end()) {
-    PermutationPlan plan;
-    plan.rank = 3;
-    const int ext[3] = {30, 48, 80}, tile[3] = {2, 8, 8};
-    for (int a = 0; a < 3; ++a) {
-      plan.extent[a] = ext[a];
-      plan.tile[a] = tile[a];
-    }
-    Tensor src({1, 30, 48, 80, 24, 128}, DType::bf16, 11);
-    Tensor perm({1, plan.tokens_per_group(), 24, 128}, DType::bf16, 12);
-    Tensor back({1, 30, 48, 80, 24, 128}, DType::bf16, 13);
-    const double bytes = 2.0 * src.bytes();  // read + write
-    const double copy = median_ms(
-        [&] { CHECK(cudaMemcpyAsync(back.ptr, src.ptr, src.bytes(), cudaMemcpyDeviceToDevice)); },
-        warmup, reps);
-    rows.push_back({"copy 530 MB", "cudaMemcpy", "copy", copy, bytes / copy / 1e9, "TB/s"});
-    const double pm = median_ms([&] { cuda::permute_tokens(plan, src.ref, perm.ref); }, warmup, reps);
-    rows.push_back({"permute 30x48x80 tile 2x8x8", "layout", "permute", pm, bytes / pm / 1e9, "TB/s"});
-    const double up = median_ms([&] { cuda::unpermute_tokens(plan, perm.ref, back.ref); }, warmup, reps);
-    rows.push_back({"unpermute 30x48x80 tile 2x8x8", "layout", "unpermute", up, bytes / up / 1e9, "TB/s"});
   }
 
   if (!json_path.empty()) {
