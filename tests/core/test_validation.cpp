@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <stdexcept>
+#include <type_traits>
 
 #include "gna/core/error.hpp"
 #include "gna/gna.hpp"
@@ -255,6 +257,24 @@ TEST(Validation, ErrorKindsDistinguishUnsupported) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::unsupported);
     EXPECT_NE(std::string(e.what()).find("reference: host tensors must be float32 or float64, got float16"), std::string::npos) << e.what();
+  }
+}
+
+// One exception type for every kind, a std::runtime_error (not a logic error): what a caller
+// catches does not depend on the kind, which kind() reports.
+TEST(Validation, ErrorIsARuntimeErrorThatCarriesItsKind) {
+  static_assert(std::is_base_of_v<std::runtime_error, Error>);
+  static_assert(!std::is_base_of_v<std::logic_error, Error>);
+  Problem p;
+  p.axes[0].extent = 4;
+  p.axes[0].window = 5;
+  try {
+    validate(p);
+    ADD_FAILURE() << "expected invalid_argument";
+  } catch (const std::runtime_error& e) {
+    const Error* error = dynamic_cast<const Error*>(&e);
+    ASSERT_NE(error, nullptr);
+    EXPECT_EQ(error->kind(), ErrorKind::invalid_argument);
   }
 }
 

@@ -1,4 +1,7 @@
-// The one exception type of the library: invalid input and unsupported configurations.
+// The one exception type of the library. kind() says what went wrong: input the caller must fix
+// (invalid_argument), a valid call no backend can run (unsupported), or a failure while running
+// (runtime: CUDA, files). The C ABI maps the kinds to its status codes. A runtime_error whatever
+// the kind: it is thrown while the library runs, and callers tell the kinds apart by kind().
 #pragma once
 
 #include <sstream>
@@ -9,9 +12,9 @@ namespace gna {
 
 enum class ErrorKind { invalid_argument, unsupported, runtime };
 
-class Error : public std::invalid_argument {
+class Error : public std::runtime_error {
  public:
-  Error(ErrorKind kind, const std::string& msg) : std::invalid_argument(msg), kind_(kind) {}
+  Error(ErrorKind kind, const std::string& msg) : std::runtime_error(msg), kind_(kind) {}
   ErrorKind kind() const { return kind_; }
 
  private:
