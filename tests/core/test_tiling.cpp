@@ -52,6 +52,33 @@ TEST(Tiling, AxisPairsMatchBruteForce) {
   EXPECT_GT(checked, 10000);
 }
 
+// The Q tiles that visit a KV tile (inverse rule) are exactly the Q tiles whose KV range contains
+// that KV tile (forward rule), per axis, on long axes with the kernels' power-of-two tiles: the
+// KV-stationary backward walks the first and orders its deterministic dQ sums by the second.
+TEST(Tiling, InverseTileRangesMirrorForward) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 3000; ++trial) {
+    AxisRule a;
+    a.extent = rand_int(rng, 1, 300);
+    a.window = rand_int(rng, 1, a.extent);
+    a.stride = rand_int(rng, 1, a.window);
+    a.causal = rand_int(rng, 0, 1);
+    const int tq = 1 << rand_int(rng, 0, 6), tkv = 1 << rand_int(rng, 0, 7);
+    const int n = a.extent;
+    for (int kt = 0; kt < tiles_along(n, tkv); ++kt) {
+      const Range qr = q_tiles_for_kv_tile(a, n, kt, tq, tkv);
+      for (int qt = 0; qt < tiles_along(n, tq); ++qt) {
+        const Range kr = kv_tiles_for_q_tile(a, n, qt, tq, tkv);
+        ASSERT_EQ(qr.contains(qt), kr.contains(kt))
+            << "extent " << n << " window " << a.window << " stride " << a.stride << " causal "
+            << a.causal << " tiles " << tq << "/" << tkv << " qt " << qt << " kt " << kt;
+      }
+    }
+  }
+}
+
 TEST(Tiling, MultiDimensionalClassesCombineAxes) {
   std::mt19937_64 rng(fresh_seed());
   for (int t = 0; t < 40; ++t) {

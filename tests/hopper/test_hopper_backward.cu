@@ -4,9 +4,8 @@
 // a quarter of the configurations), each in fp16 and bf16, fresh random inputs, gradients
 // poisoned with NaN before each call (tolerances: tests/gpu_reference/gpu_harness.hpp).
 // Configurations per rank: GNA_HOPPER_BWD_SWEEP (default 24); seed: GNA_TEST_SEED.
-// Also: deterministic mode gives the same bits in repeated runs, and (CPU) the per-axis inverse
-// rule the kernel walks is the exact mirror of the forward's KV-tile ranges, which the
-// deterministic mode's turn order relies on.
+// Also: deterministic mode gives the same bits in repeated runs. (That the inverse tile ranges
+// the kernel walks mirror the forward's is a CPU test: Tiling.InverseTileRangesMirrorForward.)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -209,31 +208,6 @@ TEST(HopperBackward, UnalignedGradientStrides) {
     }
     for (void* m : mem)
       if (m) cudaFree(m);
-  }
-}
-
-// The Q tiles the kernel visits for a KV tile (inverse rule) are exactly the Q tiles whose KV
-// range contains that KV tile (forward rule), per axis.
-TEST(HopperBackward, InverseTileRangesMirrorForward) {
-  std::mt19937_64 rng(7);
-  for (int trial = 0; trial < 3000; ++trial) {
-    AxisRule a;
-    a.extent = uniform(rng, 1, 300);
-    a.window = uniform(rng, 1, a.extent);
-    a.stride = uniform(rng, 1, a.window);
-    a.causal = uniform(rng, 0, 1);
-    a.dilation = 1;
-    const int tq = 1 << uniform(rng, 0, 6), tkv = 1 << uniform(rng, 0, 7);
-    const int n = a.extent;
-    for (int kt = 0; kt < tiles_along(n, tkv); ++kt) {
-      const Range qr = q_tiles_for_kv_tile(a, n, kt, tq, tkv);
-      for (int qt = 0; qt < tiles_along(n, tq); ++qt) {
-        const Range kr = kv_tiles_for_q_tile(a, n, qt, tq, tkv);
-        ASSERT_EQ(qr.contains(qt), kr.contains(kt))
-            << "extent " << n << " window " << a.window << " stride " << a.stride << " causal "
-            << a.causal << " tiles " << tq << "/" << tkv << " qt " << qt << " kt " << kt;
-      }
-    }
   }
 }
 
