@@ -12,7 +12,8 @@
 
 #include "gna/core/error.hpp"
 #include "gna/core/tile_candidates.hpp"
-#include "kernels/common/backward_rows.hpp"
+#include "kernels/common/backward_postpass.hpp"
+#include "kernels/common/backward_prepass.hpp"
 #include "kernels/common/cuda_check.hpp"
 #include "kernels/common/scratch.hpp"
 #include "kernels/hopper/bwd_launch.hpp"
@@ -209,7 +210,7 @@ void backward(const BackwardCall& call) {
   float* delta = cuda::scratch_alloc<float>(rows, stream);
   float* dq_accum = cuda::scratch_alloc<float>(rows * D, stream);
   GNA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, rows * D * sizeof(float), stream));
-  cuda::launch_backward_delta(p, call.out, call.d_out, call.lse, delta, lse2, stream);
+  cuda::launch_backward_prepass(p, call.out, call.d_out, call.lse, delta, lse2, stream);
   const TensorRef accumulator = accumulator_ref(p, dq_accum, call.in.q.device);
 
   // dK / dV join the plan so that batches fold into axis 0 only where their maps can fold too.
@@ -316,8 +317,8 @@ void backward(const BackwardCall& call) {
     }
   }
 
-  cuda::launch_dq_from_accumulator(p, dq_accum, call.dq, static_cast<float>(effective_scale(p)),
-                                   stream);
+  cuda::launch_backward_postpass(p, dq_accum, call.dq, static_cast<float>(effective_scale(p)),
+                                 stream);
   cuda::scratch_free(lse2, stream);
   cuda::scratch_free(delta, stream);
   cuda::scratch_free(dq_accum, stream);

@@ -2,7 +2,8 @@
 // kernel accumulating dQ in fp32, then dQ = scale * accumulator in the output dtype.
 #pragma once
 
-#include "kernels/common/backward_rows.hpp"
+#include "kernels/common/backward_postpass.hpp"
+#include "kernels/common/backward_prepass.hpp"
 #include "kernels/common/cuda_check.hpp"
 #include "kernels/common/scratch.hpp"
 #include "kernels/portable/backward_kernel.cuh"
@@ -57,7 +58,7 @@ void launch_backward(const BackwardCall& call, const TilePlan& plan) {
   P.delta = delta;
   P.dq_accum = accum;
 
-  cuda::launch_backward_delta(p, call.out, call.d_out, call.lse, delta, nullptr, stream);
+  cuda::launch_backward_prepass(p, call.out, call.d_out, call.lse, delta, nullptr, stream);
 
   using Smem = BackwardSmem<D, DV, RK, STAGES>;
   auto kernel = fused_backward_kernel<T, D, DV, RK, STAGES>;
@@ -67,7 +68,7 @@ void launch_backward(const BackwardCall& call, const TilePlan& plan) {
   kernel<<<grid, backward_warps(RK) * 32, Smem::kBytes, stream>>>(P);
   GNA_CUDA_CHECK_LAUNCH();
 
-  cuda::launch_dq_from_accumulator(p, accum, call.dq, P.scale, stream);
+  cuda::launch_backward_postpass(p, accum, call.dq, P.scale, stream);
   cuda::scratch_free(delta, stream);
   cuda::scratch_free(accum, stream);
 }

@@ -1,7 +1,8 @@
-// The backward's row passes (kernels/common/backward_rows) against the CPU: delta = rowsum(dO*O),
-// LSE * log2(e), dq = scale * accumulator, over random ranks, extents, heads, head dims and
-// dtypes, on packed tensors and on padded views whose rows are 16-byte aligned (vector path) or
-// not (element path). Outputs are poisoned; padding must stay untouched.
+// The backward's pre-pass (delta = rowsum(dO*O), LSE * log2(e)) and post-pass (dq = scale *
+// accumulator) against the CPU (kernels/common/backward_prepass, backward_postpass), over random
+// ranks, extents, heads, head dims and dtypes, on packed tensors and on padded views whose rows are
+// 16-byte aligned (vector path) or not (element path). Outputs are poisoned; padding must stay
+// untouched.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -10,7 +11,8 @@
 #include <sstream>
 #include <vector>
 
-#include "kernels/common/backward_rows.hpp"
+#include "kernels/common/backward_postpass.hpp"
+#include "kernels/common/backward_prepass.hpp"
 #include "../gpu_reference/gpu_harness.hpp"
 
 namespace gna::testing {
@@ -92,11 +94,11 @@ void check_rows(int rank, DType dtype, int configs) {
     dqb.poison();
 
     const float scale = 0.3f;
-    cuda::launch_backward_delta(p, padded_view(o, dv), padded_view(d_o, dv), lse.device_ref(),
-                                static_cast<float*>(delta.device), static_cast<float*>(lse2.device),
-                                nullptr);
-    cuda::launch_dq_from_accumulator(p, static_cast<const float*>(accum.device),
-                                     padded_view(dqb, dq), scale, nullptr);
+    cuda::launch_backward_prepass(p, padded_view(o, dv), padded_view(d_o, dv), lse.device_ref(),
+                                  static_cast<float*>(delta.device),
+                                  static_cast<float*>(lse2.device), nullptr);
+    cuda::launch_backward_postpass(p, static_cast<const float*>(accum.device), padded_view(dqb, dq),
+                                   scale, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what.str();
 
     const std::vector<float> ov = unpadded(o.download(), dv, c.pad);
@@ -133,13 +135,13 @@ void check_rows(int rank, DType dtype, int configs) {
   }
 }
 
-TEST(BackwardRows, Rank1Bf16) { check_rows(1, DType::bf16, configs_per_rank(40)); }
-TEST(BackwardRows, Rank2F16) { check_rows(2, DType::f16, configs_per_rank(40)); }
-TEST(BackwardRows, Rank3Bf16) { check_rows(3, DType::bf16, configs_per_rank(40)); }
-TEST(BackwardRows, Rank2F32) { check_rows(2, DType::f32, configs_per_rank(20)); }
+TEST(BackwardPasses, Rank1Bf16) { check_rows(1, DType::bf16, configs_per_rank(40)); }
+TEST(BackwardPasses, Rank2F16) { check_rows(2, DType::f16, configs_per_rank(40)); }
+TEST(BackwardPasses, Rank3Bf16) { check_rows(3, DType::bf16, configs_per_rank(40)); }
+TEST(BackwardPasses, Rank2F32) { check_rows(2, DType::f32, configs_per_rank(20)); }
 
 // Several blocks and a last warp with rows to spare: 2 x 4099 tokens x 3 heads.
-TEST(BackwardRows, RowCountNotAMultipleOfTheWarp) {
+TEST(BackwardPasses, RowCountNotAMultipleOfTheWarp) {
   GNA_SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(test_seed());
   for (int i = 0; i < 3; ++i) {
@@ -154,8 +156,8 @@ TEST(BackwardRows, RowCountNotAMultipleOfTheWarp) {
     accum.upload();
     dqb.allocate(c.shape(c.p.dim_qk), DType::bf16);
     dqb.poison();
-    cuda::launch_dq_from_accumulator(c.p, static_cast<const float*>(accum.device), dqb.device_ref(),
-                                     1.f, nullptr);
+    cuda::launch_backward_postpass(c.p, static_cast<const float*>(accum.device), dqb.device_ref(),
+                                   1.f, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(dqb.download(), accum.host);  // k/64 values: exact in bf16
   }
