@@ -4,7 +4,8 @@
 # on a subset, then gna-kernel-bench on the image-model cases (halo against hopper, CUDA-graph
 # replays). Logs under $OUT; a short summary last.
 # Environment: OUT, BUILD (default build-halo), JOBS (16), GNA_TEST_SEED, BENCH_ARGS,
-# SKIP_SANITIZER=1, SKIP_BENCH=1.
+# SKIP_SANITIZER=1, SKIP_BENCH=1, NCU_CASE (a gna-kernel-bench --image case name: Nsight Compute
+# on its first halo launches, forward and backward).
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build-halo}
@@ -48,6 +49,14 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   "$BUILD/bin/gna-kernel-bench" --image --graph --backends halo,hopper --json "$OUT/bench.json" \
     ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
   note "bench: rc $?"
+fi
+if [ -n "${NCU_CASE:-}" ] && command -v ncu >/dev/null; then
+  timeout 240 ncu --kernel-name regex:halo -c 3 --section SpeedOfLight --section WarpStateStats \
+    --section SchedulerStats --section InstructionStats --section LaunchStats --section Occupancy \
+    --section MemoryWorkloadAnalysis \
+    "$BUILD/bin/gna-kernel-bench" --image --cases "$NCU_CASE" --backends halo --reps 1 --warmup 1 \
+    >"$OUT/ncu.log" 2>&1
+  note "ncu: rc $?"
 fi
 echo
 echo "==================== halo check ($(cat "$OUT/device.txt"), $(( $(date +%s) - t0 )) s)"

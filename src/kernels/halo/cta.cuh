@@ -50,6 +50,15 @@ __device__ __forceinline__ void split_index(int i, const int* ext, int rank, int
   }
 }
 
+// The same over sides given as SmallDivisors (indices below 2^22).
+__device__ __forceinline__ void split_index(int i, const SmallDivisor* ext, int rank, int* off) {
+  GNA_HALO_FOR_AXES_REVERSE(a, rank) {
+    const int q = ext[a].div(i);
+    off[a] = i - q * ext[a].d;
+    i = q;
+  }
+}
+
 // The CTA's box in its (batch, head, dilation group) slice and the box's halo, in group
 // coordinates; unused axes are [0, 1).
 struct Slice {
@@ -59,6 +68,7 @@ struct Slice {
   Range box[kMaxRank];
   Range halo[kMaxRank];
   int halo_side[kMaxRank];
+  SmallDivisor halo_div[kMaxRank];
   int halo_count;
 };
 
@@ -82,6 +92,7 @@ __device__ __forceinline__ bool decode_slice(const Geometry& G, const Problem& p
     s.n[a] = 1;
     s.box[a] = s.halo[a] = Range{0, 1};
     s.halo_side[a] = 1;
+    s.halo_div[a] = small_divisor(1);
   }
   GNA_HALO_FOR_AXES_REVERSE(a, p.rank) {
     const AxisRule& r = p.axes[a];
@@ -94,6 +105,7 @@ __device__ __forceinline__ bool decode_slice(const Geometry& G, const Problem& p
     s.box[a] = Range{first, min_i(first + G.cta[a], s.n[a])};
     s.halo[a] = union_of(r, s.n[a], s.box[a], side);
     s.halo_side[a] = s.halo[a].size();
+    s.halo_div[a] = small_divisor(s.halo_side[a]);
     s.halo_count *= s.halo_side[a];
   }
   return true;
@@ -111,11 +123,9 @@ __device__ __forceinline__ int64_t token_offset(const cuda::TokenTensor<X>& t, c
 // Offsets in the CTA box of box row r: rows are grouped by warp (16 consecutive rows form one
 // warp's patch, row-major inside it), warps row-major over the box.
 __device__ __forceinline__ void box_row_offsets(const Geometry& G, int rank, int r, int* off) {
-  int grid[kMaxRank], wc[kMaxRank], ic[kMaxRank];
-#pragma unroll
-  for (int a = 0; a < kMaxRank; ++a) grid[a] = G.cta[a] / G.warp[a];
-  split_index(r / kWarpTokens, grid, rank, wc);
-  split_index(r % kWarpTokens, G.warp, rank, ic);
+  int wc[kMaxRank], ic[kMaxRank];
+  split_index(r / kWarpTokens, G.grid_div, rank, wc);
+  split_index(r % kWarpTokens, G.warp_div, rank, ic);
   GNA_HALO_FOR_AXES(a, rank) off[a] = wc[a] * G.warp[a] + ic[a];
 }
 
@@ -145,13 +155,21 @@ template <typename T, int D>
 __device__ __forceinline__ void load_halo(const cuda::TokenTensor<const T>& t, const Problem& p,
                                           const Slice& s, int h, uint32_t dst) {
   constexpr int kChunks = D / 8;
-  const T* base = t.data + s.b * t.stride_batch + h * t.stride_head;
-  for (int idx = threadIdx.x; idx < s.halo_count * kChunks; idx += kWarps * 32) {
-    const int r = idx / kChunks, ch = idx % kChunks;
-    int ig[kMaxRank] = {0, 0, 0};
-    split_index(r, s.halo_side, p.rank, ig);
-    GNA_HALO_FOR_AXES(a, p.rank) ig[a] += s.halo[a].begin;
-    cp_async_16(dst + Rows<D>::offset(r, ch), base + token_offset(t, p, s, ig) + ch * 8);
+  int first[kMaxRank] = {0, 0, 0};
+  int64_t step[kMaxRank] = {0, 0, 0};  // elements between neighbours of a group, per axis
+  GNA_HALO_FOR_AXES(a, p.rank) {
+    first[a] = s.halo[a].begin;
+    step[a] = int64_t(p.axes[a].dilation) * t.stride_axis[a];
+  }
+  const T* base = t.data + s.b * t.stride_batch + h * t.stride_head + token_offset(t, p, s, first) +
+                  (threadIdx.x % kChunks) * 8;
+  const uint32_t chunk = threadIdx.x % kChunks;
+  for (int r = threadIdx.x / kChunks; r < s.halo_count; r += kWarps * 32 / kChunks) {
+    int off[kMaxRank] = {0, 0, 0};
+    split_index(r, s.halo_div, p.rank, off);
+    int64_t o = 0;
+    GNA_HALO_FOR_AXES(a, p.rank) o += off[a] * step[a];
+    cp_async_16(dst + Rows<D>::offset(r, chunk), base + o);
   }
 }
 
@@ -162,7 +180,7 @@ __device__ __forceinline__ void load_halo_scalars(const cuda::TokenTensor<const 
                                                   int h, float* lse2, float* dlt) {
   for (int r = threadIdx.x; r < s.halo_count; r += kWarps * 32) {
     int ig[kMaxRank] = {0, 0, 0}, x[kMaxRank] = {0, 0, 0};
-    split_index(r, s.halo_side, p.rank, ig);
+    split_index(r, s.halo_div, p.rank, ig);
     int64_t token = 0;
     GNA_HALO_FOR_AXES(a, p.rank) {
       ig[a] += s.halo[a].begin;
@@ -179,6 +197,7 @@ struct WarpBox {
   Range tokens[kMaxRank];
   Range walk[kMaxRank];
   int walk_side[kMaxRank];
+  SmallDivisor walk_div[kMaxRank];
   int walk_count;
   bool empty;
 };
@@ -186,14 +205,14 @@ struct WarpBox {
 __device__ __forceinline__ WarpBox warp_box(const Geometry& G, const Problem& p, const Slice& s,
                                             int warp, Side side) {
   WarpBox w;
-  int grid[kMaxRank], wc[kMaxRank] = {0, 0, 0};
+  int wc[kMaxRank] = {0, 0, 0};
 #pragma unroll
   for (int a = 0; a < kMaxRank; ++a) {
-    grid[a] = G.cta[a] / G.warp[a];
     w.tokens[a] = w.walk[a] = Range{0, 1};
     w.walk_side[a] = 1;
+    w.walk_div[a] = small_divisor(1);
   }
-  split_index(warp, grid, p.rank, wc);
+  split_index(warp, G.grid_div, p.rank, wc);
   w.empty = false;
   w.walk_count = 1;
   GNA_HALO_FOR_AXES(a, p.rank) {
@@ -202,6 +221,7 @@ __device__ __forceinline__ WarpBox warp_box(const Geometry& G, const Problem& p,
     w.empty = w.empty || w.tokens[a].empty();
     if (!w.tokens[a].empty()) w.walk[a] = union_of(p.axes[a], s.n[a], w.tokens[a], side);
     w.walk_side[a] = w.walk[a].size();
+    w.walk_div[a] = small_divisor(w.walk_side[a]);
     w.walk_count *= w.walk_side[a];
   }
   return w;
@@ -212,7 +232,6 @@ __device__ __forceinline__ WarpBox warp_box(const Geometry& G, const Problem& p,
 // axis-0 coordinate 511, inside no window (halo sides are at most kMaxHaloSide = 510).
 constexpr uint32_t kPaddingEntry = 511;
 constexpr uint32_t kGuardBits = (1u << 9) | (1u << 19) | (1u << 29);
-constexpr uint32_t kFieldBits = 0x1ffu | (0x1ffu << 10) | (0x1ffu << 20);
 
 __device__ __forceinline__ uint32_t pack_fields(const int* v, int rank) {
   uint32_t packed = 0;
@@ -230,7 +249,7 @@ __device__ __forceinline__ int build_walk_table(const WarpBox& w, const Slice& s
     int row = 0;
     if (e < w.walk_count) {
       int c[kMaxRank] = {0, 0, 0};
-      split_index(e, w.walk_side, rank, c);
+      split_index(e, w.walk_div, rank, c);
       GNA_HALO_FOR_AXES(a, rank) {
         c[a] += w.walk[a].begin - s.halo[a].begin;
         row = row * s.halo_side[a] + c[a];
@@ -245,17 +264,17 @@ __device__ __forceinline__ int build_walk_table(const WarpBox& w, const Slice& s
 }
 
 // The windows of the lane's two rows g and g + 8 of the warp's patch, halo-local and packed like
-// the walk entries: starts and lengths per axis (unused axes: start 0, length 1). Rows past the
-// group take the last token's window (never stored).
+// the walk entries: [start, end) per axis (unused axes: [0, 1)). Rows past the group take the
+// last token's window (never stored).
 struct RowWindows {
   uint32_t start[2];
-  uint32_t len[2];
+  uint32_t end[2];
 };
 
 // Group coordinates of row i of the warp's patch and whether it is inside the group.
 __device__ __forceinline__ bool patch_token(const Geometry& G, const WarpBox& w, int rank, int i, int* ig) {
   int off[kMaxRank] = {0, 0, 0};
-  split_index(i, G.warp, rank, off);
+  split_index(i, G.warp_div, rank, off);
   bool valid = true;
 #pragma unroll
   for (int a = 0; a < kMaxRank; ++a) {
@@ -274,26 +293,24 @@ __device__ __forceinline__ RowWindows row_windows(const Geometry& G, const Probl
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    int ig[kMaxRank], start[kMaxRank] = {0, 0, 0}, len[kMaxRank] = {1, 1, 1};
+    int ig[kMaxRank], start[kMaxRank] = {0, 0, 0}, end[kMaxRank] = {1, 1, 1};
     patch_token(G, w, p.rank, lane / 4 + 8 * r, ig);
     GNA_HALO_FOR_AXES(a, p.rank) {
       const Range win = window_of(p.axes[a], s.n[a], min_i(ig[a], w.tokens[a].end - 1), side);
       start[a] = win.begin - s.halo[a].begin;
-      len[a] = win.size();
+      end[a] = win.end - s.halo[a].begin;
     }
     rw.start[r] = pack_fields(start, kMaxRank);
-    rw.len[r] = pack_fields(len, kMaxRank);
+    rw.end[r] = pack_fields(end, kMaxRank);
   }
   return rw;
 }
 
-// Whether the lane's row r attends the walked token with coordinates e, every axis at once:
-// per field, t = e + 512 - start keeps its guard bit iff e >= start, and u = (t mod 512) + 512 -
-// len keeps it iff e - start >= len; no field borrows from the next.
-__device__ __forceinline__ bool attends(const RowWindows& rw, int r, uint32_t e) {
-  const uint32_t t = (e | kGuardBits) - rw.start[r];
-  const uint32_t u = ((t & kFieldBits) | kGuardBits) - rw.len[r];
-  return (t & ~u & kGuardBits) == kGuardBits;
+// Whether the lane's row r attends the walked token whose entry, guard bits set, is eg
+// (e | kGuardBits), every axis at once: per field, eg - start keeps its guard bit iff e >= start,
+// eg - end keeps it iff e >= end (fields are below 512, so none borrows from the next).
+__device__ __forceinline__ bool attends(const RowWindows& rw, int r, uint32_t eg) {
+  return ((eg - rw.start[r]) & ~(eg - rw.end[r]) & kGuardBits) == kGuardBits;
 }
 
 // ldmatrix row of this lane for a chunk's 16 walked tokens used as the B operand of S = A B^T
@@ -350,15 +367,15 @@ __device__ __forceinline__ void pack_a(uint32_t (&a)[4], const float (&s)[2][4])
   a[3] = Mma<T>::pack(s[1][2], s[1][3]);
 }
 
-// Coordinates of the 4 walked tokens (columns nb * 8 + 2t + e) of chunk c this lane's C
-// fragment holds: e[nb][e].
+// Entries (guard bits set, see attends) of the 4 walked tokens (columns nb * 8 + 2t + e) of
+// chunk c whose scores this lane's C fragment holds: e[nb][e].
 __device__ __forceinline__ void chunk_columns(const uint32_t* coords, int c, uint32_t (&e)[2][2]) {
   const int t = threadIdx.x % 4;
 #pragma unroll
   for (int nb = 0; nb < 2; ++nb) {
     const uint2 v = *reinterpret_cast<const uint2*>(coords + c * kChunk + nb * 8 + 2 * t);
-    e[nb][0] = v.x;
-    e[nb][1] = v.y;
+    e[nb][0] = v.x | kGuardBits;
+    e[nb][1] = v.y | kGuardBits;
   }
 }
 

@@ -76,7 +76,8 @@ __global__ void __launch_bounds__(kWarps * 32, forward_blocks_per_sm(D))
     // The rule's mask (chunks past the walk are all padding, masked by their coordinates).
 #pragma unroll
     for (int c = 0; c < kStepChunks; ++c) {
-      uint32_t e[2][2] = {{kPaddingEntry, kPaddingEntry}, {kPaddingEntry, kPaddingEntry}};
+      constexpr uint32_t pad = kPaddingEntry | kGuardBits;
+      uint32_t e[2][2] = {{pad, pad}, {pad, pad}};
       if (c0 + c < chunks) chunk_columns(coords, c0 + c, e);
 #pragma unroll
       for (int nb = 0; nb < 2; ++nb)

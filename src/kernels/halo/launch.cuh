@@ -18,6 +18,8 @@ inline Geometry geometry(const Problem& p, const Plan& plan) {
   for (int a = 0; a < kMaxRank; ++a) {
     g.cta[a] = plan.shape.cta[a];
     g.warp[a] = plan.shape.warp[a];
+    g.warp_div[a] = small_divisor(g.warp[a]);
+    g.grid_div[a] = small_divisor(g.cta[a] / g.warp[a]);
     g.boxes[a] = a < p.rank ? plan.boxes[a] : 1;
     g.boxes_total *= g.boxes[a];
   }

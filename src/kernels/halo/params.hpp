@@ -7,11 +7,24 @@
 
 namespace gna::halo {
 
+// Division of small non-negative ints (below 2^22) by d through a float reciprocal: the kernels
+// split row indices over runtime box sides many times per CTA, and an integer division costs
+// about twenty instructions. floor((x + 0.5) / d) is exact there: the product's rounding error
+// stays below the 0.5 / d distance of (x + 0.5) / d from the nearest integers.
+struct SmallDivisor {
+  int d = 1;
+  float inv = 1.f;
+  GNA_HD int div(int x) const { return static_cast<int>((static_cast<float>(x) + 0.5f) * inv); }
+};
+GNA_HD SmallDivisor small_divisor(int d) { return SmallDivisor{d, 1.f / static_cast<float>(d)}; }
+
 // The grid is (boxes of dilation group 0 x dilation groups, heads, batch): box index
 // blockIdx.x % boxes_total, group blockIdx.x / boxes_total (both row-major over axes).
 struct Geometry {
   int cta[kMaxRank];
   int warp[kMaxRank];
+  SmallDivisor warp_div[kMaxRank];  // the warp patch's sides
+  SmallDivisor grid_div[kMaxRank];  // warps along each axis of the box (cta / warp)
   int boxes[kMaxRank];
   int boxes_total;
   int halo_rows;  // rows allocated for the halo (the plan's largest)
