@@ -79,6 +79,15 @@ bool aligned_rows(const TensorRef& t, const char* name, std::string* why) {
   return true;
 }
 
+// The kernels keep element offsets inside a (batch item, head) slice in int32.
+bool slice_fits(const TensorRef& t, int rank, const char* name, std::string* why) {
+  int64_t span = 0;
+  for (int i = 1; i <= rank + 1 && i < t.rank; ++i)
+    span += (t.shape[i] - 1) * (t.strides[i] < 0 ? -t.strides[i] : t.strides[i]);
+  if (span + 64 < (int64_t(1) << 31)) return true;
+  return refuse(why, str(name, ": a batch item spans ", span, " elements (at most 2^31 - 65)"));
+}
+
 // The plan's halo fits the kernel: 10-bit coordinates, 16-bit halo rows, shared memory.
 bool plan_fits(const Problem& p, const Plan& plan, int bytes, const char* pass, int device,
                std::string* why) {
@@ -120,12 +129,14 @@ bool supports_problem(const Problem& p, const AttentionTensors& in, const Kernel
               p.axes[a].dilation;
   if (blocks > 0x7fffffff) return refuse(why, str("boxes x dilation groups ", blocks, " exceed 2^31 - 1"));
   return aligned_rows(in.q, "query", why) && aligned_rows(in.k, "key", why) &&
-         aligned_rows(in.v, "value", why);
+         aligned_rows(in.v, "value", why) && slice_fits(in.q, p.rank, "query", why) &&
+         slice_fits(in.k, p.rank, "key", why) && slice_fits(in.v, p.rank, "value", why);
 }
 
 bool supports_forward(const ForwardCall& call, std::string* why) {
   const Problem& p = call.problem;
-  if (!supports_problem(p, call.in, call.options, why) || !aligned_rows(call.out, "out", why))
+  if (!supports_problem(p, call.in, call.options, why) || !aligned_rows(call.out, "out", why) ||
+      !slice_fits(call.out, p.rank, "out", why) || (call.lse && !slice_fits(*call.lse, p.rank, "lse", why)))
     return false;
   const Plan& plan = cached_plan(p, Side::keys_of_queries);
   return plan_fits(p, plan, forward_shared_bytes(plan, p.dim_qk), "forward", call.in.q.device, why);
@@ -138,6 +149,9 @@ bool supports_backward(const BackwardCall& call, std::string* why) {
       !aligned_rows(call.dq, "dq", why) || !aligned_rows(call.dk, "dk", why) ||
       !aligned_rows(call.dv, "dv", why))
     return false;
+  for (const auto& [t, name] : {std::pair<const TensorRef*, const char*>{&call.out, "out"}, {&call.d_out, "d_out"},
+                               {&call.lse, "lse"}, {&call.dq, "dq"}, {&call.dk, "dk"}, {&call.dv, "dv"}})
+    if (!slice_fits(*t, p.rank, name, why)) return false;
   const Plan& keys = cached_plan(p, Side::keys_of_queries);
   const Plan& queries = cached_plan(p, Side::queries_of_keys);
   const int device = call.in.q.device;

@@ -59,10 +59,9 @@ __device__ __forceinline__ void split_index(int i, const SmallDivisor* ext, int 
   }
 }
 
-// The CTA's box in its (batch, head, dilation group) slice and the box's halo, in group
-// coordinates; unused axes are [0, 1).
+// The CTA's box in its dilation group and the box's halo, in group coordinates; unused axes are
+// [0, 1). The same for every (batch item, head) slice the CTA takes.
 struct Slice {
-  int b, h;
   int group[kMaxRank];
   int n[kMaxRank];
   Range box[kMaxRank];
@@ -82,8 +81,6 @@ __device__ __forceinline__ Range union_of(const AxisRule& a, int n, Range tokens
 
 // False when the box lies past the end of a shorter dilation group (the grid is sized by group 0).
 __device__ __forceinline__ bool decode_slice(const Geometry& G, const Problem& p, Side side, Slice& s) {
-  s.h = blockIdx.y;
-  s.b = blockIdx.z;
   int box = blockIdx.x % G.boxes_total, group = blockIdx.x / G.boxes_total;
   s.halo_count = 1;
 #pragma unroll
@@ -129,15 +126,14 @@ __device__ __forceinline__ void box_row_offsets(const Geometry& G, int rank, int
   GNA_HALO_FOR_AXES(a, rank) off[a] = wc[a] * G.warp[a] + ic[a];
 }
 
-// The CTA's kBoxTokens rows of tensor t (batch b, head h) into the tile at dst; rows outside
-// the group are zero.
-template <typename T, int D>
-__device__ __forceinline__ void load_box(const cuda::TokenTensor<const T>& t, const Problem& p,
-                                         const Geometry& G, const Slice& s, int h, uint32_t dst) {
-  constexpr int kChunks = D / 8;
-  const T* base = t.data + s.b * t.stride_batch + h * t.stride_head;
-  for (int idx = threadIdx.x; idx < kBoxTokens * kChunks; idx += kWarps * 32) {
-    const int r = idx / kChunks, ch = idx % kChunks;
+// Row tables: element offsets (int32: the host checks that a slice's span fits) of each row of
+// the box or the halo in one tensor, relative to the (batch item, head) slice's first element,
+// -1 for box rows outside the group. Built once per CTA, they make a slice's loads a table
+// lookup and a copy per 16-byte chunk.
+template <typename X>
+__device__ __forceinline__ void box_row_table(const cuda::TokenTensor<X>& t, const Problem& p,
+                                              const Geometry& G, const Slice& s, int* table) {
+  for (int r = threadIdx.x; r < kBoxTokens; r += kWarps * 32) {
     int off[kMaxRank], ig[kMaxRank] = {0, 0, 0};
     box_row_offsets(G, p.rank, r, off);
     bool valid = true;
@@ -145,51 +141,58 @@ __device__ __forceinline__ void load_box(const cuda::TokenTensor<const T>& t, co
       ig[a] = s.box[a].begin + off[a];
       valid = valid && ig[a] < s.box[a].end;
     }
-    const T* src = valid ? base + token_offset(t, p, s, ig) + ch * 8 : t.data;
-    cp_async_16(dst + Rows<D>::offset(r, ch), src, valid);
+    table[r] = valid ? static_cast<int>(token_offset(t, p, s, ig)) : -1;
   }
 }
 
-// The halo's rows (row-major over the halo box) of tensor t (batch b, head h) into dst.
-template <typename T, int D>
-__device__ __forceinline__ void load_halo(const cuda::TokenTensor<const T>& t, const Problem& p,
-                                          const Slice& s, int h, uint32_t dst) {
-  constexpr int kChunks = D / 8;
-  int first[kMaxRank] = {0, 0, 0};
-  int64_t step[kMaxRank] = {0, 0, 0};  // elements between neighbours of a group, per axis
-  GNA_HALO_FOR_AXES(a, p.rank) {
-    first[a] = s.halo[a].begin;
-    step[a] = int64_t(p.axes[a].dilation) * t.stride_axis[a];
-  }
-  const T* base = t.data + s.b * t.stride_batch + h * t.stride_head + token_offset(t, p, s, first) +
-                  (threadIdx.x % kChunks) * 8;
-  const uint32_t chunk = threadIdx.x % kChunks;
-  for (int r = threadIdx.x / kChunks; r < s.halo_count; r += kWarps * 32 / kChunks) {
-    int off[kMaxRank] = {0, 0, 0};
-    split_index(r, s.halo_div, p.rank, off);
-    int64_t o = 0;
-    GNA_HALO_FOR_AXES(a, p.rank) o += off[a] * step[a];
-    cp_async_16(dst + Rows<D>::offset(r, chunk), base + o);
-  }
-}
-
-// One fp32 per halo row (LSE or delta of the halo's queries): LSE is scaled to log2 units.
-__device__ __forceinline__ void load_halo_scalars(const cuda::TokenTensor<const float>& lse,
-                                                  const float* delta, int64_t delta_batch,
-                                                  int heads, const Problem& p, const Slice& s,
-                                                  int h, float* lse2, float* dlt) {
+template <typename X>
+__device__ __forceinline__ void halo_row_table(const cuda::TokenTensor<X>& t, const Problem& p,
+                                               const Slice& s, int* table) {
   for (int r = threadIdx.x; r < s.halo_count; r += kWarps * 32) {
-    int ig[kMaxRank] = {0, 0, 0}, x[kMaxRank] = {0, 0, 0};
+    int ig[kMaxRank] = {0, 0, 0};
     split_index(r, s.halo_div, p.rank, ig);
-    int64_t token = 0;
-    GNA_HALO_FOR_AXES(a, p.rank) {
-      ig[a] += s.halo[a].begin;
-      x[a] = coordinate_of(p.axes[a], s.group[a], ig[a]);
-      token = token * p.axes[a].extent + x[a];
-    }
-    lse2[r] = *lse.at(s.b, x, p.rank, h) * 1.4426950408889634f;
-    dlt[r] = delta[(s.b * delta_batch + token) * heads + h];
+    GNA_HALO_FOR_AXES(a, p.rank) ig[a] += s.halo[a].begin;
+    table[r] = static_cast<int>(token_offset(t, p, s, ig));
   }
+}
+
+// Plain token index (row-major over the full extents) of each halo row, for [B, tokens, H]
+// scratch such as delta.
+__device__ __forceinline__ void halo_token_table(const Problem& p, const Slice& s, int* table) {
+  for (int r = threadIdx.x; r < s.halo_count; r += kWarps * 32) {
+    int ig[kMaxRank] = {0, 0, 0};
+    split_index(r, s.halo_div, p.rank, ig);
+    int token = 0;
+    GNA_HALO_FOR_AXES(a, p.rank) token = token * p.axes[a].extent + coordinate_of(p.axes[a], s.group[a], s.halo[a].begin + ig[a]);
+    table[r] = token;
+  }
+}
+
+// Rows [0, count) of a slice (first element `slice`) into the tile at dst: one 16-byte cp.async
+// per chunk, zero fill for rows marked -1.
+template <typename T, int D>
+__device__ __forceinline__ void load_rows(const T* slice, const int* table, int count, uint32_t dst) {
+  constexpr int kChunks = D / 8;
+  const int ch = threadIdx.x % kChunks;
+  for (int r = threadIdx.x / kChunks; r < count; r += kWarps * 32 / kChunks) {
+    const int o = table[r];
+    cp_async_16(dst + Rows<D>::offset(r, ch), o >= 0 ? slice + o + ch * 8 : slice, o >= 0);
+  }
+}
+
+// First element of slice (b, h) of a tensor.
+template <typename X>
+__device__ __forceinline__ X* slice_base(const cuda::TokenTensor<X>& t, int b, int h) {
+  return t.data + b * t.stride_batch + h * t.stride_head;
+}
+
+// The slices [first, last) (batch-major over heads) of the CTA's grid row.
+struct SliceRange {
+  int first, last;
+};
+__device__ __forceinline__ SliceRange slice_range(int per_cta, int total) {
+  const int first = blockIdx.y * per_cta;
+  return SliceRange{first, min_i(first + per_cta, total)};
 }
 
 // A warp's patch (its 16 tokens, clipped to the group) and the union of their windows.

@@ -1,9 +1,11 @@
-// Halo forward: one CTA of 4 warps per (box of 64 queries, head, batch item, dilation group)
-// loads its queries and the K / V halo of the box (the union of its queries' windows) into
-// shared memory with one round of cp.async, then each warp walks only the keys of its 16-query
-// patch's sub-box, 16 keys per MMA chunk gathered by per-lane ldmatrix rows, with the rule's
-// exact mask and an online softmax every kStepChunks chunks. Many small CTAs per SM keep the
-// loads of some in flight while others compute.
+// Halo forward: one CTA of 4 warps per (box of 64 queries, dilation group) and a run of
+// (batch item, head) slices. Once per CTA it works out the geometry of its box: the K / V halo
+// (the union of its queries' windows), each warp's walk table over its 16-query patch's sub-box,
+// the lanes' windows and row tables of element offsets. Per slice it loads the queries and the
+// halo with one round of cp.async and each warp walks only the keys of its sub-box, 16 keys per
+// MMA chunk gathered by per-lane ldmatrix rows, with the rule's exact mask and an online softmax
+// every kStepChunks chunks. Several CTAs per SM keep the loads of some in flight while others
+// compute.
 #pragma once
 
 #include <cmath>
@@ -14,57 +16,35 @@ namespace gna::halo {
 
 constexpr int kStepChunks = 4;  // chunks per online-softmax step (64 keys, 32 score registers)
 // CTAs per SM the registers must allow (many small CTAs keep loads in flight while others
-// compute): at head dim 32, 96 registers (24 bytes of setup spilled), at 64, 168.
+// compute): at head dim 32, 96 registers, at 64, 168.
 constexpr int forward_blocks_per_sm(int d) { return d == 32 ? 5 : 3; }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(kWarps * 32, forward_blocks_per_sm(D))
-    halo_forward_kernel(const __grid_constant__ ForwardParams<T> P) {
-  extern __shared__ __align__(128) char smem[];
-  const Problem& p = P.p;
-  Slice s;
-  if (!decode_slice(P.geo, p, Side::keys_of_queries, s)) return;
-  const int hk = s.h / (p.heads_q / p.heads_kv);
-  const uint32_t q_tile = smem_address(smem);
-  const uint32_t k_tile = q_tile + kBoxTokens * D * 2;
-  const uint32_t v_tile = k_tile + P.geo.halo_rows * D * 2;
-  char* tables = smem + kBoxTokens * D * 2 + 2 * P.geo.halo_rows * D * 2;
-  load_box<T, D>(P.q, p, P.geo, s, s.h, q_tile);
-  load_halo<T, D>(P.k, p, s, hk, k_tile);
-  load_halo<T, D>(P.v, p, s, hk, v_tile);
-  cp_async_commit();
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const WarpBox w = warp_box(P.geo, p, s, warp, Side::keys_of_queries);
-  uint32_t* coords = reinterpret_cast<uint32_t*>(tables) + warp * P.geo.walk_rows;
-  uint16_t* rows = reinterpret_cast<uint16_t*>(tables + kWarps * P.geo.walk_rows * 4) + warp * P.geo.walk_rows;
-  const int chunks = w.empty ? 0 : build_walk_table(w, s, p.rank, coords, rows);
-  cp_async_wait<0>();
-  __syncthreads();
-  if (w.empty) return;
-
-  const RowWindows rw = row_windows(P.geo, p, s, w, Side::keys_of_queries);
-  // Where the lane's rows go: O and LSE = (m + log2 l) * ln 2 (natural log, as every backend
-  // writes it); worked out before the walk so that the slice's geometry is dead during it.
-  T* out[2];
-  float* lse_out[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    int ig[kMaxRank];
-    const bool valid = patch_token(P.geo, w, p.rank, lane / 4 + 8 * r, ig);
-    out[r] = valid ? P.o.data + s.b * P.o.stride_batch + s.h * P.o.stride_head + token_offset(P.o, p, s, ig) : nullptr;
-    lse_out[r] = valid && P.write_lse ? P.lse.data + s.b * P.lse.stride_batch + s.h * P.lse.stride_head +
-                                            token_offset(P.lse, p, s, ig)
-                                      : nullptr;
+// Layout of the forward's shared memory (bytes; forward_shared_bytes in plan.cpp agrees).
+template <int D>
+struct ForwardLayout {
+  int k, v, coords, rows, q_table, k_table, v_table, bytes;
+  __device__ __host__ explicit ForwardLayout(const Geometry& g) {
+    k = kBoxTokens * D * 2;
+    v = k + g.halo_rows * D * 2;
+    coords = v + g.halo_rows * D * 2;
+    rows = coords + kWarps * g.walk_rows * 4;
+    q_table = rows + kWarps * g.walk_rows * 2;
+    k_table = q_table + kBoxTokens * 4;
+    v_table = k_table + g.halo_rows * 4;
+    bytes = v_table + g.halo_rows * 4;
   }
-  uint32_t qf[D / 16][4];
-  load_a<D>(qf, q_tile, warp * kWarpTokens);
-  float acc[D / 8][4];
+};
+
+// One warp's 16 queries over its walk: O (unnormalized, acc) and the softmax statistics m, l.
+template <typename T, int D>
+__device__ __forceinline__ void forward_walk(const uint32_t (&qf)[D / 16][4], uint32_t k_tile, uint32_t v_tile,
+                                             const uint32_t* coords, const uint16_t* rows, int chunks,
+                                             const RowWindows& rw, float scale_log2, float (&acc)[D / 8][4],
+                                             float (&m)[2], float (&l)[2]) {
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  const float scale_log2 = P.scale_log2;
-
+  m[0] = m[1] = -INFINITY;
+  l[0] = l[1] = 0.f;
   for (int c0 = 0; c0 < chunks; c0 += kStepChunks) {
     float sc[kStepChunks][2][4];
 #pragma unroll
@@ -129,15 +109,72 @@ __global__ void __launch_bounds__(kWarps * 32, forward_blocks_per_sm(D))
       mma_pb<T, D>(acc, pa, v_tile, rows[(c0 + c) * kChunk + row_lane_t()]);
     }
   }
+}
 
-  float inv[2];
+template <typename T, int D>
+__global__ void __launch_bounds__(kWarps * 32, forward_blocks_per_sm(D))
+    halo_forward_kernel(const __grid_constant__ ForwardParams<T> P) {
+  extern __shared__ __align__(128) char smem[];
+  const Problem& p = P.p;
+  Slice s;
+  if (!decode_slice(P.geo, p, Side::keys_of_queries, s)) return;
+  const ForwardLayout<D> L(P.geo);
+  const uint32_t q_tile = smem_address(smem);
+  const uint32_t k_tile = q_tile + L.k, v_tile = q_tile + L.v;
+  int* q_table = reinterpret_cast<int*>(smem + L.q_table);
+  int* k_table = reinterpret_cast<int*>(smem + L.k_table);
+  int* v_table = reinterpret_cast<int*>(smem + L.v_table);
+  box_row_table(P.q, p, P.geo, s, q_table);
+  halo_row_table(P.k, p, s, k_table);
+  halo_row_table(P.v, p, s, v_table);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const WarpBox w = warp_box(P.geo, p, s, warp, Side::keys_of_queries);
+  uint32_t* coords = reinterpret_cast<uint32_t*>(smem + L.coords) + warp * P.geo.walk_rows;
+  uint16_t* rows = reinterpret_cast<uint16_t*>(smem + L.rows) + warp * P.geo.walk_rows;
+  const int chunks = w.empty ? 0 : build_walk_table(w, s, p.rank, coords, rows);
+  const RowWindows rw = row_windows(P.geo, p, s, w, Side::keys_of_queries);
+  // Where the lane's rows go in a slice of O and of LSE (-1: outside the group).
+  int o_off[2], lse_off[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float sum = quad_sum(l[r]);
-    inv[r] = 1.f / sum;
-    if (lse_out[r] && lane % 4 == 0) *lse_out[r] = (m[r] + log2f(sum)) * 0.69314718055994531f;
+    int ig[kMaxRank];
+    const bool valid = !w.empty && patch_token(P.geo, w, p.rank, lane / 4 + 8 * r, ig);
+    o_off[r] = valid ? static_cast<int>(token_offset(P.o, p, s, ig)) : -1;
+    lse_off[r] = valid && P.write_lse && lane % 4 == 0 ? static_cast<int>(token_offset(P.lse, p, s, ig)) : -1;
   }
-  store_rows<T, D>(out, acc, inv[0], inv[1]);
+  __syncthreads();
+
+  const int group_heads = p.heads_q / p.heads_kv;
+  const SliceRange range = slice_range(P.geo.slices_per_cta, p.batch * p.heads_q);
+  for (int slice = range.first; slice < range.last; ++slice) {
+    const int b = slice / p.heads_q, h = slice % p.heads_q, hk = h / group_heads;
+    load_rows<T, D>(slice_base(P.q, b, h), q_table, kBoxTokens, q_tile);
+    load_rows<T, D>(slice_base(P.k, b, hk), k_table, s.halo_count, k_tile);
+    load_rows<T, D>(slice_base(P.v, b, hk), v_table, s.halo_count, v_tile);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    if (!w.empty) {
+      uint32_t qf[D / 16][4];
+      load_a<D>(qf, q_tile, warp * kWarpTokens);
+      float acc[D / 8][4], m[2], l[2];
+      forward_walk<T, D>(qf, k_tile, v_tile, coords, rows, chunks, rw, P.scale_log2, acc, m, l);
+      // O = acc / l, LSE = (m + log2 l) * ln 2 (natural log, as every backend writes it).
+      T* out[2];
+      float inv[2];
+      float* lse = slice_base(P.lse, b, h);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float sum = quad_sum(l[r]);
+        inv[r] = 1.f / sum;
+        out[r] = o_off[r] >= 0 ? slice_base(P.o, b, h) + o_off[r] : nullptr;
+        if (lse_off[r] >= 0) lse[lse_off[r]] = (m[r] + log2f(sum)) * 0.69314718055994531f;
+      }
+      store_rows<T, D>(out, acc, inv[0], inv[1]);
+    }
+    __syncthreads();  // the next slice's loads overwrite the tiles
+  }
 }
 
 }  // namespace gna::halo

@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "kernels/common/cuda_check.hpp"
 #include "kernels/common/scratch.hpp"
 #include "kernels/halo/dkdv_kernel.cuh"
@@ -25,7 +27,28 @@ inline Geometry geometry(const Problem& p, const Plan& plan) {
   }
   g.halo_rows = plan.halo_rows;
   g.walk_rows = plan.walk_rows;
+  g.slices_per_cta = 1;
   return g;
+}
+
+// (Batch item, head) slices per CTA: about four waves of resident CTAs, so that each CTA's setup
+// (geometry, walk tables, row tables) serves several slices while enough CTAs remain to balance
+// the last wave; more where the grid's second dimension would exceed 65535.
+template <typename Kernel>
+int slices_per_cta(Kernel kernel, int bytes, int64_t x_blocks, int64_t slices, int device) {
+  int per_sm = 1, sms = 132;
+  GNA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, bytes));
+  GNA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t resident = int64_t(std::max(per_sm, 1)) * sms;
+  int64_t per = std::max<int64_t>(1, std::min<int64_t>(16, x_blocks * slices / (4 * resident)));
+  return static_cast<int>(std::max(per, (slices + 65534) / 65535));
+}
+
+// The layout the kernel computes must match the bytes the plan promised dispatch.
+inline void check_bytes(int layout, int planned, const char* pass) {
+  if (layout != planned)
+    fail(ErrorKind::runtime, "halo: ", pass, " shared memory layout of ", layout,
+         " bytes differs from the plan's ", planned);
 }
 
 inline int dilation_groups(const Problem& p) {
@@ -52,10 +75,14 @@ void launch_forward(const ForwardCall& call, const Plan& plan) {
   P.o = cuda::token_tensor<T>(call.out, p.rank);
   P.write_lse = call.lse != nullptr;
   if (call.lse) P.lse = cuda::token_tensor<float>(*call.lse, p.rank);
-  const int bytes = forward_shared_bytes(plan, D);
+  const int bytes = ForwardLayout<D>(P.geo).bytes;
+  check_bytes(bytes, forward_shared_bytes(plan, D), "forward");
   auto kernel = halo_forward_kernel<T, D>;
   set_shared(kernel, bytes);
-  const dim3 grid(P.geo.boxes_total * dilation_groups(p), p.heads_q, p.batch);
+  const int64_t x_blocks = int64_t(P.geo.boxes_total) * dilation_groups(p);
+  const int64_t slices = int64_t(p.batch) * p.heads_q;
+  P.geo.slices_per_cta = slices_per_cta(kernel, bytes, x_blocks, slices, call.in.q.device);
+  const dim3 grid(static_cast<unsigned>(x_blocks), static_cast<unsigned>((slices + P.geo.slices_per_cta - 1) / P.geo.slices_per_cta));
   kernel<<<grid, kWarps * 32, bytes, static_cast<cudaStream_t>(call.stream)>>>(P);
   GNA_CUDA_CHECK_LAUNCH();
 }
@@ -80,11 +107,16 @@ void launch_backward(const BackwardCall& call, const Plan& keys_plan, const Plan
   Q.lse = cuda::token_tensor<const float>(call.lse, p.rank);
   Q.dq = cuda::token_tensor<T>(call.dq, p.rank);
   Q.delta = delta;
-  const int dq_bytes = dq_shared_bytes(keys_plan, D);
+  const int dq_bytes = DqLayout<D>(Q.geo).bytes;
+  check_bytes(dq_bytes, dq_shared_bytes(keys_plan, D), "dQ pass");
   auto dq_kernel = halo_dq_kernel<T, D>;
   set_shared(dq_kernel, dq_bytes);
   const int groups = dilation_groups(p);
-  dq_kernel<<<dim3(Q.geo.boxes_total * groups, p.heads_q, p.batch), kWarps * 32, dq_bytes, stream>>>(Q);
+  const int device = call.in.q.device;
+  const int64_t q_blocks = int64_t(Q.geo.boxes_total) * groups, q_slices = int64_t(p.batch) * p.heads_q;
+  Q.geo.slices_per_cta = slices_per_cta(dq_kernel, dq_bytes, q_blocks, q_slices, device);
+  dq_kernel<<<dim3(static_cast<unsigned>(q_blocks), static_cast<unsigned>((q_slices + Q.geo.slices_per_cta - 1) / Q.geo.slices_per_cta)),
+              kWarps * 32, dq_bytes, stream>>>(Q);
   GNA_CUDA_CHECK_LAUNCH();
 
   DkdvParams<T> K;
@@ -100,10 +132,14 @@ void launch_backward(const BackwardCall& call, const Plan& keys_plan, const Plan
   K.delta = delta;
   K.dk = cuda::token_tensor<T>(call.dk, p.rank);
   K.dv = cuda::token_tensor<T>(call.dv, p.rank);
-  const int kv_bytes = dkdv_shared_bytes(queries_plan, D);
+  const int kv_bytes = DkdvLayout<D>(K.geo).bytes;
+  check_bytes(kv_bytes, dkdv_shared_bytes(queries_plan, D), "dK/dV pass");
   auto kv_kernel = halo_dkdv_kernel<T, D>;
   set_shared(kv_kernel, kv_bytes);
-  kv_kernel<<<dim3(K.geo.boxes_total * groups, p.heads_kv, p.batch), kWarps * 32, kv_bytes, stream>>>(K);
+  const int64_t kv_blocks = int64_t(K.geo.boxes_total) * groups, kv_slices = int64_t(p.batch) * p.heads_kv;
+  K.geo.slices_per_cta = slices_per_cta(kv_kernel, kv_bytes, kv_blocks, kv_slices, device);
+  kv_kernel<<<dim3(static_cast<unsigned>(kv_blocks), static_cast<unsigned>((kv_slices + K.geo.slices_per_cta - 1) / K.geo.slices_per_cta)),
+              kWarps * 32, kv_bytes, stream>>>(K);
   GNA_CUDA_CHECK_LAUNCH();
   cuda::scratch_free(delta, stream);
 }

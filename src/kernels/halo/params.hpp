@@ -18,7 +18,8 @@ struct SmallDivisor {
 };
 GNA_HD SmallDivisor small_divisor(int d) { return SmallDivisor{d, 1.f / static_cast<float>(d)}; }
 
-// The grid is (boxes of dilation group 0 x dilation groups, heads, batch): box index
+// The grid is (boxes of dilation group 0 x dilation groups, groups of slices_per_cta (batch item,
+// head) slices): box index
 // blockIdx.x % boxes_total, group blockIdx.x / boxes_total (both row-major over axes).
 struct Geometry {
   int cta[kMaxRank];
@@ -29,6 +30,7 @@ struct Geometry {
   int boxes_total;
   int halo_rows;  // rows allocated for the halo (the plan's largest)
   int walk_rows;  // entries of each warp's walk table
+  int slices_per_cta;  // (batch item, head) slices each CTA takes in turn: blockIdx.y counts them
 };
 
 template <typename T>

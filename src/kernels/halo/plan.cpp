@@ -75,22 +75,26 @@ Plan make_plan(const Problem& p, Side side) {
   return plan;
 }
 
-// Layouts (kernels/halo/*_kernel.cuh): 16-bit tiles of d columns, fp32 row statistics, and
-// per-warp walk tables (a 32-bit coordinate word and a 16-bit halo row per entry).
+// Layouts (kernels/halo/*_kernel.cuh; the launchers check that they agree): 16-bit tiles of d
+// columns, fp32 row statistics, per-warp walk tables (a 32-bit coordinate word and a 16-bit halo
+// row per entry) and int32 row tables.
 namespace {
-int tables(const Plan& plan) { return kWarps * plan.walk_rows * 6; }
+int walk_tables(const Plan& plan) { return kWarps * plan.walk_rows * 6; }
 }  // namespace
 
 int forward_shared_bytes(const Plan& plan, int d) {
-  return kBoxTokens * d * 2 + 2 * plan.halo_rows * d * 2 + tables(plan);
+  return kBoxTokens * d * 2 + 2 * plan.halo_rows * d * 2 + walk_tables(plan) + kBoxTokens * 4 +
+         2 * plan.halo_rows * 4;
 }
 
 int dq_shared_bytes(const Plan& plan, int d) {
-  return 3 * kBoxTokens * d * 2 + 2 * plan.halo_rows * d * 2 + 2 * kBoxTokens * 4 + tables(plan);
+  return 3 * kBoxTokens * d * 2 + 2 * plan.halo_rows * d * 2 + 2 * kBoxTokens * 4 + walk_tables(plan) +
+         5 * kBoxTokens * 4 + 2 * plan.halo_rows * 4;
 }
 
 int dkdv_shared_bytes(const Plan& plan, int d) {
-  return 2 * kBoxTokens * d * 2 + 2 * plan.halo_rows * d * 2 + 2 * plan.halo_rows * 4 + tables(plan);
+  return 2 * kBoxTokens * d * 2 + 2 * plan.halo_rows * d * 2 + 2 * plan.halo_rows * 4 + walk_tables(plan) +
+         2 * kBoxTokens * 4 + 4 * plan.halo_rows * 4;
 }
 
 double tile_keys_per_query(const Problem& p) {
