@@ -19,7 +19,7 @@
 #include "gna/attention_params.hpp"
 #include "gna/core/error.hpp"
 #include "gpu_reference.cuh"
-#include "kernels/hopper/fwd_launch.hpp"
+#include "kernels/hopper/forward_launch.hpp"
 #include "kernels/hopper/tma_host.hpp"
 
 namespace gna {

@@ -1,7 +1,7 @@
 // The Hopper forward's tile choice, on the host (no GPU needed, label cpu).
 #include <gtest/gtest.h>
 
-#include "kernels/hopper/fwd_launch.hpp"
+#include "kernels/hopper/forward_launch.hpp"
 
 namespace gna {
 namespace {

@@ -18,7 +18,7 @@
 #include "bench_support/bench_support.cuh"
 #include "api/backend.hpp"
 #include "gna/attention_params.hpp"
-#include "kernels/hopper/fwd_launch.hpp"
+#include "kernels/hopper/forward_launch.hpp"
 
 namespace {
 

@@ -19,7 +19,7 @@
 #include "bench_support/bench_support.cuh"
 #include "api/backend.hpp"
 #include "gna/attention_params.hpp"
-#include "kernels/hopper/bwd_launch.hpp"
+#include "kernels/hopper/backward_launch.hpp"
 
 namespace {
 

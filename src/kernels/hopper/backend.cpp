@@ -1,9 +1,9 @@
-// Registration of the Hopper (sm_90a) backend: the forward kernel (fwd_launch) and, when it
+// Registration of the Hopper (sm_90a) backend: the forward kernel (forward_launch) and, when it
 // supports the call, the backward kernel.
 #include <string>
 
-#include "kernels/hopper/bwd_launch.hpp"
-#include "kernels/hopper/fwd_launch.hpp"
+#include "kernels/hopper/backward_launch.hpp"
+#include "kernels/hopper/forward_launch.hpp"
 
 namespace gna::hopper {
 namespace {

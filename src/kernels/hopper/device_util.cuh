@@ -6,8 +6,9 @@
 
 #include <cstdint>
 
-#include "kernels/hopper/fwd_params.hpp"
+#include "gna/core/axis_rule.hpp"
 #include "kernels/hopper/ptx.cuh"
+#include "kernels/hopper/tile_sizes.hpp"
 
 namespace gna::hopper {
 

@@ -12,7 +12,7 @@
 
 #include "gna/core/problem.hpp"
 #include "gna/tensor.hpp"
-#include "kernels/hopper/fwd_params.hpp"
+#include "kernels/hopper/tile_sizes.hpp"
 
 namespace gna::hopper {
 

@@ -1,5 +1,5 @@
 // Instantiations of the backward kernel for head dim 32 (bf16 and fp16).
-#include "kernels/hopper/bwd_instance.cuh"
+#include "kernels/hopper/backward_instance.cuh"
 
 namespace gna::hopper {
 

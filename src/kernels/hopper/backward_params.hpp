@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "gna/core/axis_rule.hpp"
-#include "kernels/hopper/fwd_params.hpp"
+#include "kernels/hopper/tile_sizes.hpp"
 
 namespace gna::hopper {
 

@@ -20,8 +20,8 @@
 #include <cuda_fp16.h>
 
 #include "gna/core/tiling.hpp"
-#include "kernels/hopper/bwd_params.hpp"
-#include "kernels/hopper/bwd_walk.cuh"
+#include "kernels/hopper/backward_params.hpp"
+#include "kernels/hopper/backward_walk.cuh"
 #include "kernels/hopper/device_util.cuh"
 #include "kernels/hopper/ptx.cuh"
 

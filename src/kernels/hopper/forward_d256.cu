@@ -1,5 +1,5 @@
 // Instantiations of the forward kernel for head dim 256 (bf16 and fp16; one CTA per item).
-#include "kernels/hopper/fwd_instance.cuh"
+#include "kernels/hopper/forward_instance.cuh"
 
 namespace gna::hopper {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "api/backend.hpp"
-#include "kernels/hopper/fwd_params.hpp"
+#include "kernels/hopper/forward_params.hpp"
 
 namespace gna::hopper {
 
@@ -31,7 +31,7 @@ void forward(const ForwardCall& call);
 
 // How work items (Q tile, head, batch) map to CTAs. automatic: the persistent kernel when the
 // items fill the GPU more than once and are short (few KV tiles each), else one CTA per item
-// (fwd_launch.cu says why). Tests and benchmarks override it process-wide (ctas > 0 caps the
+// (forward_launch.cu says why). Tests and benchmarks override it process-wide (ctas > 0 caps the
 // persistent grid, so that every CTA walks many items).
 struct Schedule {
   enum Kind { automatic, one_cta_per_item, persistent } kind = automatic;
@@ -42,7 +42,7 @@ struct Schedule {
 void set_schedule(const Schedule& s);
 Schedule current_schedule();
 
-// Kernel launchers, one per (head dim, dtype): defined in the fwd_d*.cu instantiation files.
+// Kernel launchers, one per (head dim, dtype): defined in the forward_d*.cu instantiation files.
 // grid: CTAs; persistent: the persistent kernel (else one CTA per item).
 void launch_d32(bool bf16, const void* maps, const FwdParams& p, int grid, bool persistent,
                 void* stream);

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "gna/core/tiling.hpp"
-#include "kernels/hopper/bwd_params.hpp"
+#include "kernels/hopper/backward_params.hpp"
 
 namespace gna::hopper::bwd {
 

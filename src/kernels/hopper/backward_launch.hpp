@@ -7,7 +7,7 @@
 #include <string>
 
 #include "api/backend.hpp"
-#include "kernels/hopper/bwd_params.hpp"
+#include "kernels/hopper/backward_params.hpp"
 
 namespace gna::hopper {
 
@@ -23,7 +23,7 @@ BwdTiles choose_backward_tiles(const Problem& p, const KernelOptions& options);
 bool supports_backward(const BackwardCall& call, std::string* why);
 void backward(const BackwardCall& call);
 
-// Kernel launchers per head dim (bwd_d*.cu). maps: q, dO, k, v, dQ accumulator, dK and dV tensor maps (the last two
+// Kernel launchers per head dim (backward_d*.cu). maps: q, dO, k, v, dQ accumulator, dK and dV tensor maps (the last two
 // read only when BwdParams::store_by_tma).
 void launch_backward_d32(bool bf16, const void* maps, const BwdParams& p, int grid, void* stream);
 void launch_backward_d64(bool bf16, const void* maps, const BwdParams& p, int grid, void* stream);

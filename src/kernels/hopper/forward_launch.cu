@@ -14,9 +14,9 @@
 
 #include "gna/core/error.hpp"
 #include "gna/core/tile_candidates.hpp"
-#include "kernels/hopper/fwd_kernel.cuh"
-#include "kernels/hopper/fwd_launch.hpp"
-#include "kernels/hopper/fwd_schedule.hpp"
+#include "kernels/hopper/forward_kernel.cuh"
+#include "kernels/hopper/forward_launch.hpp"
+#include "kernels/hopper/forward_schedule.hpp"
 #include "kernels/hopper/tma_host.hpp"
 
 namespace gna::hopper {

@@ -1,22 +1,14 @@
 // Parameters of one launch of the Hopper forward kernel. A launch covers one dilation group
 // combination (inside it every axis has dilation 1) and a run of batch indices folded into the
-// outermost axis of the tensor maps. Axes are right-aligned to three: for rank < 3 the leading
-// axes are unit placeholders (extent 1, window 1), which the core's rule and tiling math treat
-// as "every query attends the one key".
+// outermost axis of the tensor maps. Axes are right-aligned to three (tile_sizes.hpp).
 #pragma once
 
 #include <cstdint>
 
 #include "gna/core/axis_rule.hpp"
+#include "kernels/hopper/tile_sizes.hpp"
 
 namespace gna::hopper {
-
-constexpr int kAxes = 3;
-constexpr int kTileTokens = 128;  // Q tile rows (and KV tile keys up to head dim 128)
-
-// Keys per KV tile: head dim 256 takes 64-key tiles, so that K and V stay double-buffered
-// next to the 64 KB Q tile in shared memory and O (128 registers per thread) fits beside S.
-constexpr int kv_tile_tokens(int head_dim) { return head_dim > 128 ? 64 : kTileTokens; }
 
 struct FwdParams {
   AxisRule axes[kAxes];     // extent = group length, dilation 1

@@ -3,7 +3,7 @@
 // tiling math.
 #pragma once
 
-#include "kernels/hopper/fwd_params.hpp"
+#include "kernels/hopper/forward_params.hpp"
 
 namespace gna::hopper {
 

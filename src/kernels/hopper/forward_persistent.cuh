@@ -6,10 +6,10 @@
 // finishes. The consumers pipeline across items: the first S = Q K^T of the next item is issued
 // together with the last P V of the current one, and the current item's epilogue runs while the
 // other consumer warpgroup holds the tensor cores. Everything per tile (mask, softmax, GEMMs) is
-// the same as in the one-CTA-per-item kernel (fwd_kernel.cuh).
+// the same as in the one-CTA-per-item kernel (forward_kernel.cuh).
 #pragma once
 
-#include "kernels/hopper/fwd_kernel.cuh"
+#include "kernels/hopper/forward_kernel.cuh"
 
 namespace gna::hopper {
 

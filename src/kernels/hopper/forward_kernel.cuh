@@ -12,9 +12,9 @@
 #include <cuda_fp16.h>
 
 #include "gna/core/tiling.hpp"
-#include "kernels/hopper/fwd_params.hpp"
-#include "kernels/hopper/fwd_softmax.cuh"
-#include "kernels/hopper/fwd_wgmma_d256.cuh"
+#include "kernels/hopper/forward_params.hpp"
+#include "kernels/hopper/forward_softmax.cuh"
+#include "kernels/hopper/forward_wgmma_d256.cuh"
 #include "kernels/hopper/device_util.cuh"
 #include "kernels/hopper/ptx.cuh"
 

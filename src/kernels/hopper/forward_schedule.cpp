@@ -1,4 +1,4 @@
-#include "kernels/hopper/fwd_schedule.hpp"
+#include "kernels/hopper/forward_schedule.hpp"
 
 #include <cuda_runtime.h>
 

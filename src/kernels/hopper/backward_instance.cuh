@@ -4,8 +4,8 @@
 #include <cuda_runtime.h>
 
 #include "gna/core/error.hpp"
-#include "kernels/hopper/bwd_kernel.cuh"
-#include "kernels/hopper/bwd_launch.hpp"
+#include "kernels/hopper/backward_kernel.cuh"
+#include "kernels/hopper/backward_launch.hpp"
 
 namespace gna::hopper {
 

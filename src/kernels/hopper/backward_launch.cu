@@ -16,7 +16,7 @@
 #include "kernels/common/backward_prepass.hpp"
 #include "kernels/common/cuda_check.hpp"
 #include "kernels/common/scratch.hpp"
-#include "kernels/hopper/bwd_launch.hpp"
+#include "kernels/hopper/backward_launch.hpp"
 #include "kernels/hopper/tma_host.hpp"
 
 namespace gna::hopper {

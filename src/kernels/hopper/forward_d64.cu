@@ -1,5 +1,5 @@
 // Instantiations of the forward kernels for head dim 64 (bf16 and fp16).
-#include "kernels/hopper/fwd_instance.cuh"
+#include "kernels/hopper/forward_instance.cuh"
 
 namespace gna::hopper {
 

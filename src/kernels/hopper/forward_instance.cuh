@@ -6,9 +6,9 @@
 #include <cuda_runtime.h>
 
 #include "gna/core/error.hpp"
-#include "kernels/hopper/fwd_kernel.cuh"
-#include "kernels/hopper/fwd_launch.hpp"
-#include "kernels/hopper/fwd_persistent.cuh"
+#include "kernels/hopper/forward_kernel.cuh"
+#include "kernels/hopper/forward_launch.hpp"
+#include "kernels/hopper/forward_persistent.cuh"
 
 namespace gna::hopper {
 
