@@ -16,7 +16,7 @@ namespace gna::halo {
 
 constexpr int kStepChunks = 4;  // chunks per online-softmax step (64 keys, 32 score registers)
 // CTAs per SM the registers must allow (many small CTAs keep loads in flight while others
-// compute): at head dim 32, 96 registers, at 64, 168.
+// compute): 96 registers at head dim 32, 140 at 64.
 constexpr int forward_blocks_per_sm(int d) { return d == 32 ? 5 : 3; }
 
 // Layout of the forward's shared memory (bytes; forward_shared_bytes in plan.cpp agrees).
