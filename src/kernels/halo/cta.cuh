@@ -316,6 +316,13 @@ __device__ __forceinline__ bool attends(const RowWindows& rw, int r, uint32_t eg
   return ((eg - rw.start[r]) & ~(eg - rw.end[r]) & kGuardBits) == kGuardBits;
 }
 
+// The rule's mask of each chunk of the warp's walk, for this lane: bit nb * 4 + r * 2 + j says
+// whether row r (g, g + 8) attends column nb * 8 + 2t + j. Built once per CTA (one byte per lane
+// and chunk, chunk-major so that a warp reads 32 consecutive bytes); the walks then test bits.
+__device__ __forceinline__ void build_chunk_masks(const uint32_t* coords, int chunks, const RowWindows& rw,
+                                                  uint8_t* masks);
+__device__ __forceinline__ bool mask_bit(uint32_t m, int nb, int r, int j) { return (m >> (nb * 4 + r * 2 + j)) & 1u; }
+
 // ldmatrix row of this lane for a chunk's 16 walked tokens used as the B operand of S = A B^T
 // (non-transposed; pairs with column chunk 2 ks + kcol_b()) or of O += P B (transposed; pairs
 // with column chunk 2 dp + ncol_b()).
@@ -379,6 +386,24 @@ __device__ __forceinline__ void chunk_columns(const uint32_t* coords, int c, uin
     const uint2 v = *reinterpret_cast<const uint2*>(coords + c * kChunk + nb * 8 + 2 * t);
     e[nb][0] = v.x | kGuardBits;
     e[nb][1] = v.y | kGuardBits;
+  }
+}
+
+__device__ __forceinline__ void build_chunk_masks(const uint32_t* coords, int chunks, const RowWindows& rw,
+                                                  uint8_t* masks) {
+  const int lane = threadIdx.x % 32;
+  for (int c = 0; c < chunks; ++c) {
+    uint32_t e[2][2];
+    chunk_columns(coords, c, e);
+    uint32_t m = 0;
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+          if (attends(rw, r, e[nb][j])) m |= 1u << (nb * 4 + r * 2 + j);
+    masks[c * 32 + lane] = static_cast<uint8_t>(m);
   }
 }
 

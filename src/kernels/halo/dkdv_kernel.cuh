@@ -16,7 +16,7 @@ namespace gna::halo {
 template <int D>
 struct DkdvLayout {
   static constexpr int kTile = kBoxTokens * D * 2;
-  int v, q, d_o, lse2, delta, coords, rows, tables, bytes;
+  int v, q, d_o, lse2, delta, coords, rows, tables, masks, bytes;
   __device__ __host__ explicit DkdvLayout(const Geometry& g) {
     v = kTile;
     q = 2 * kTile;
@@ -26,7 +26,8 @@ struct DkdvLayout {
     coords = delta + g.halo_rows * 4;
     rows = coords + kWarps * g.walk_rows * 4;
     tables = rows + kWarps * g.walk_rows * 2;  // K, V (box); Q, dO, LSE, token (halo)
-    bytes = tables + 2 * kBoxTokens * 4 + 4 * g.halo_rows * 4;
+    masks = tables + 2 * kBoxTokens * 4 + 4 * g.halo_rows * 4;
+    bytes = masks + kWarps * g.walk_rows * 2;
   }
 };
 
@@ -60,7 +61,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   uint32_t* coords = reinterpret_cast<uint32_t*>(smem + L.coords) + warp * P.geo.walk_rows;
   uint16_t* rows = reinterpret_cast<uint16_t*>(smem + L.rows) + warp * P.geo.walk_rows;
   const int chunks = w.empty ? 0 : build_walk_table(w, s, p.rank, coords, rows);
-  const RowWindows rw = row_windows(P.geo, p, s, w, Side::queries_of_keys);
+  uint8_t* masks = reinterpret_cast<uint8_t*>(smem + L.masks) + warp * P.geo.walk_rows * 2;
+  build_chunk_masks(coords, chunks, row_windows(P.geo, p, s, w, Side::queries_of_keys), masks);
   int dk_off[2], dv_off[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -105,8 +107,7 @@ __global__ void __launch_bounds__(kWarps * 32)
           const int row_nt = rows[c * kChunk + row_lane_nt()];
           mma_abt<T, D>(st, kf, q_tile, row_nt);
           mma_abt<T, D>(dpt, vf, do_tile, row_nt);
-          uint32_t e[2][2];
-          chunk_columns(coords, c, e);
+          const uint32_t mk = masks[c * 32 + lane];
           float pt[2][4];
 #pragma unroll
           for (int nb = 0; nb < 2; ++nb)
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(kWarps * 32)
               const float l2 = lse2[q_row], dl = delta[q_row];
 #pragma unroll
               for (int r = 0; r < 2; ++r) {
-                const float pr = attends(rw, r, e[nb][j])
+                const float pr = mask_bit(mk, nb, r, j)
                                      ? fast_exp2(fmaf(st[nb][2 * r + j], scale_log2, -l2))
                                      : 0.f;
                 pt[nb][2 * r + j] = pr;

@@ -14,7 +14,7 @@ namespace gna::halo {
 template <int D>
 struct DqLayout {
   static constexpr int kTile = kBoxTokens * D * 2;
-  int d_o, o, k, v, lse2, delta, coords, rows, tables, bytes;
+  int d_o, o, k, v, lse2, delta, coords, rows, tables, masks, bytes;
   __device__ __host__ explicit DqLayout(const Geometry& g) {
     d_o = kTile;
     o = 2 * kTile;
@@ -25,7 +25,8 @@ struct DqLayout {
     coords = delta + kBoxTokens * 4;
     rows = coords + kWarps * g.walk_rows * 4;
     tables = rows + kWarps * g.walk_rows * 2;  // Q, dO, O, LSE, token (box); K, V (halo)
-    bytes = tables + 5 * kBoxTokens * 4 + 2 * g.halo_rows * 4;
+    masks = tables + 5 * kBoxTokens * 4 + 2 * g.halo_rows * 4;
+    bytes = masks + kWarps * g.walk_rows * 2;
   }
 };
 
@@ -68,7 +69,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   uint32_t* coords = reinterpret_cast<uint32_t*>(smem + L.coords) + warp * P.geo.walk_rows;
   uint16_t* rows = reinterpret_cast<uint16_t*>(smem + L.rows) + warp * P.geo.walk_rows;
   const int chunks = w.empty ? 0 : build_walk_table(w, s, p.rank, coords, rows);
-  const RowWindows rw = row_windows(P.geo, p, s, w, Side::keys_of_queries);
+  uint8_t* masks = reinterpret_cast<uint8_t*>(smem + L.masks) + warp * P.geo.walk_rows * 2;
+  build_chunk_masks(coords, chunks, row_windows(P.geo, p, s, w, Side::keys_of_queries), masks);
   int dq_off[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -131,15 +133,14 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int row_nt = rows[c * kChunk + row_lane_nt()];
         mma_abt<T, D>(sc, qf, k_tile, row_nt);
         mma_abt<T, D>(dp, dof, v_tile, row_nt);
-        uint32_t e[2][2];
-        chunk_columns(coords, c, e);
+        const uint32_t mk = masks[c * 32 + lane];
 #pragma unroll
         for (int nb = 0; nb < 2; ++nb)
 #pragma unroll
           for (int r = 0; r < 2; ++r)
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
-              const float pr = attends(rw, r, e[nb][j])
+              const float pr = mask_bit(mk, nb, r, j)
                                    ? fast_exp2(fmaf(sc[nb][2 * r + j], scale_log2, -row_lse[r]))
                                    : 0.f;
               sc[nb][2 * r + j] = pr * (dp[nb][2 * r + j] - row_delta[r]);

@@ -22,7 +22,7 @@ constexpr int forward_blocks_per_sm(int d) { return d == 32 ? 5 : 3; }
 // Layout of the forward's shared memory (bytes; forward_shared_bytes in plan.cpp agrees).
 template <int D>
 struct ForwardLayout {
-  int k, v, coords, rows, q_table, k_table, v_table, bytes;
+  int k, v, coords, rows, q_table, k_table, v_table, masks, bytes;
   __device__ __host__ explicit ForwardLayout(const Geometry& g) {
     k = kBoxTokens * D * 2;
     v = k + g.halo_rows * D * 2;
@@ -31,15 +31,16 @@ struct ForwardLayout {
     q_table = rows + kWarps * g.walk_rows * 2;
     k_table = q_table + kBoxTokens * 4;
     v_table = k_table + g.halo_rows * 4;
-    bytes = v_table + g.halo_rows * 4;
+    masks = v_table + g.halo_rows * 4;
+    bytes = masks + kWarps * g.walk_rows * 2;
   }
 };
 
 // One warp's 16 queries over its walk: O (unnormalized, acc) and the softmax statistics m, l.
 template <typename T, int D>
 __device__ __forceinline__ void forward_walk(const uint32_t (&qf)[D / 16][4], uint32_t k_tile, uint32_t v_tile,
-                                             const uint32_t* coords, const uint16_t* rows, int chunks,
-                                             const RowWindows& rw, float scale_log2, float (&acc)[D / 8][4],
+                                             const uint8_t* masks, const uint16_t* rows, int chunks,
+                                             float scale_log2, float (&acc)[D / 8][4],
                                              float (&m)[2], float (&l)[2]) {
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
@@ -53,19 +54,17 @@ __device__ __forceinline__ void forward_walk(const uint32_t (&qf)[D / 16][4], ui
       for (int nb = 0; nb < 2; ++nb) sc[c][nb][0] = sc[c][nb][1] = sc[c][nb][2] = sc[c][nb][3] = 0.f;
       if (c0 + c < chunks) mma_abt<T, D>(sc[c], qf, k_tile, rows[(c0 + c) * kChunk + row_lane_nt()]);
     }
-    // The rule's mask (chunks past the walk are all padding, masked by their coordinates).
+    // The rule's mask (chunks past the walk attend nothing).
 #pragma unroll
     for (int c = 0; c < kStepChunks; ++c) {
-      constexpr uint32_t pad = kPaddingEntry | kGuardBits;
-      uint32_t e[2][2] = {{pad, pad}, {pad, pad}};
-      if (c0 + c < chunks) chunk_columns(coords, c0 + c, e);
+      const uint32_t mk = c0 + c < chunks ? masks[(c0 + c) * 32 + threadIdx.x % 32] : 0u;
 #pragma unroll
       for (int nb = 0; nb < 2; ++nb)
 #pragma unroll
         for (int r = 0; r < 2; ++r)
 #pragma unroll
           for (int j = 0; j < 2; ++j)
-            if (!attends(rw, r, e[nb][j])) sc[c][nb][2 * r + j] = -INFINITY;
+            if (!mask_bit(mk, nb, r, j)) sc[c][nb][2 * r + j] = -INFINITY;
     }
     // Online softmax in the log2 domain.
     float correction[2];
@@ -133,7 +132,8 @@ __global__ void __launch_bounds__(kWarps * 32, forward_blocks_per_sm(D))
   uint32_t* coords = reinterpret_cast<uint32_t*>(smem + L.coords) + warp * P.geo.walk_rows;
   uint16_t* rows = reinterpret_cast<uint16_t*>(smem + L.rows) + warp * P.geo.walk_rows;
   const int chunks = w.empty ? 0 : build_walk_table(w, s, p.rank, coords, rows);
-  const RowWindows rw = row_windows(P.geo, p, s, w, Side::keys_of_queries);
+  uint8_t* masks = reinterpret_cast<uint8_t*>(smem + L.masks) + warp * P.geo.walk_rows * 2;
+  build_chunk_masks(coords, chunks, row_windows(P.geo, p, s, w, Side::keys_of_queries), masks);
   // Where the lane's rows go in a slice of O and of LSE (-1: outside the group).
   int o_off[2], lse_off[2];
 #pragma unroll
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kWarps * 32, forward_blocks_per_sm(D))
       uint32_t qf[D / 16][4];
       load_a<D>(qf, q_tile, warp * kWarpTokens);
       float acc[D / 8][4], m[2], l[2];
-      forward_walk<T, D>(qf, k_tile, v_tile, coords, rows, chunks, rw, P.scale_log2, acc, m, l);
+      forward_walk<T, D>(qf, k_tile, v_tile, masks, rows, chunks, P.scale_log2, acc, m, l);
       // O = acc / l, LSE = (m + log2 l) * ln 2 (natural log, as every backend writes it).
       T* out[2];
       float inv[2];
