@@ -5,11 +5,23 @@
 
 namespace gna {
 
+// How the Hopper forward maps its work items (Q tile, head, batch) to CTAs; other backends ignore
+// it. automatic: the persistent kernel when the items fill the GPU more than once and are short
+// (few KV tiles each), else one CTA per item (src/kernels/hopper/forward_launch.cu says why).
+// Tests and benchmarks force the others.
+struct ForwardSchedule {
+  enum Kind { automatic, one_cta_per_item, persistent } kind = automatic;
+  int ctas = 0;               // persistent: at most this many CTAs (0: one per SM)
+  bool longest_first = true;  // persistent: items in longest-first order per image and head
+  bool dynamic = true;        // persistent: a global counter hands items out (else round robin)
+};
+
 struct KernelOptions {
   TileShape q_tile = TileShape{{0, 0, 0}};   // all zero: default
   TileShape kv_tile = TileShape{{0, 0, 0}};
   bool autotune = false;       // benchmark candidate tiles once per problem signature
   bool deterministic = false;  // backward: same bits every run
+  ForwardSchedule schedule;
 };
 
 }  // namespace gna

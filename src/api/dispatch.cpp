@@ -47,6 +47,8 @@ void check_options(const KernelOptions& o) {
       fail_invalid("options: kv_tile[", a, "] must be >= 0 (0: the backend's choice), got ",
                    o.kv_tile.size[a]);
   }
+  if (o.schedule.ctas < 0)
+    fail_invalid("options: schedule.ctas must be >= 0 (0: one per SM), got ", o.schedule.ctas);
 }
 
 template <typename Call>

@@ -239,12 +239,16 @@ TEST(Validation, OutputsMustNotAliasInputsOrEachOther) {
   }
 }
 
-TEST(Validation, OptionsTilesMustNotBeNegative) {
+TEST(Validation, OptionsMustNotBeNegative) {
   Tensors t;
   CallOptions o;
   o.kernel.kv_tile.size[1] = -4;
   expect_error([&] { attention_forward(t.params, t.in(), t.out.ref, nullptr, o); },
                "options: kv_tile[1] must be >= 0 (0: the backend's choice), got -4");
+  o.kernel.kv_tile.size[1] = 0;
+  o.kernel.schedule.ctas = -1;
+  expect_error([&] { attention_forward(t.params, t.in(), t.out.ref, nullptr, o); },
+               "options: schedule.ctas must be >= 0 (0: one per SM), got -1");
 }
 
 TEST(Validation, ErrorKindsDistinguishUnsupported) {

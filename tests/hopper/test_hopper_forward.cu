@@ -77,7 +77,7 @@ struct Config {
   bool packed_qkv = false;  // Q, K, V as views of one [B, tokens, 3, H, D] buffer
   TileShape q_tile, kv_tile;  // zeros: default choice
   bool autotune = false;
-  hopper::Schedule schedule;  // persistent on a few CTAs: every CTA walks many items
+  ForwardSchedule schedule;  // persistent on a few CTAs: every CTA walks many items
 
   std::string describe() const {
     char buf[512];
@@ -138,12 +138,12 @@ Config random_config(std::mt19937_64& rng, int rank) {
   c.autotune = uni(0, 9) == 0;
   const int sched = uni(0, 9);
   if (sched >= 4) {
-    c.schedule.kind = hopper::Schedule::persistent;
+    c.schedule.kind = ForwardSchedule::persistent;
     c.schedule.ctas = uni(1, 7);
     c.schedule.dynamic = uni(0, 1) == 0;
     c.schedule.longest_first = uni(0, 1) == 0;
   } else if (sched == 3) {
-    c.schedule.kind = hopper::Schedule::one_cta_per_item;
+    c.schedule.kind = ForwardSchedule::one_cta_per_item;
   }
   if (uni(0, 2) == 0) {  // force random tile shapes (powers of two; 128 tokens, KV 64 at d256)
     for (TileShape* t : {&c.q_tile, &c.kv_tile}) {
@@ -284,20 +284,18 @@ std::string run_config(const Config& c, uint64_t seed, bool cross_check) {
   call.options.q_tile = c.q_tile;
   call.options.kv_tile = c.kv_tile;
   call.options.autotune = c.autotune;
+  call.options.schedule = c.schedule;
   std::string why;
   if (!be->supports_forward(call, &why)) {
     cleanup();
     return "unsupported: " + why;
   }
-  hopper::set_schedule(c.schedule);
   try {
     be->forward(call);
   } catch (const Error& e) {
-    hopper::set_schedule(hopper::Schedule{});
     cleanup();
     return std::string("forward threw: ") + e.what();
   }
-  hopper::set_schedule(hopper::Schedule{});
   cudaError_t err = cudaDeviceSynchronize();
   if (err != cudaSuccess) {
     cleanup();

@@ -39,7 +39,7 @@ const Case kCases[] = {
 
 #define CHECK(x) GNA_BENCH_CHECK(x)
 
-void run_case(const Case& c, int reps_hint) {
+void run_case(const Case& c, int reps_hint, const gna::ForwardSchedule& schedule) {
   using namespace gna;
   using namespace gna::bench;
   const Backend& be = backend_named("hopper");
@@ -61,6 +61,7 @@ void run_case(const Case& c, int reps_hint) {
   call.problem = make_problem(params_of(c), ts);
   call.in = ts;
   call.out = heads_last(c, o, DType::bf16, true);
+  call.options.schedule = schedule;
   std::string why;
   if (!be.supports_forward(call, &why)) {
     std::printf("{\"case\": \"%s\", \"error\": \"%s\"}\n", c.name, why.c_str());
@@ -90,15 +91,15 @@ void run_case(const Case& c, int reps_hint) {
 
 }  // namespace
 
-bool parse_schedule(const char* name, gna::hopper::Schedule* s) {
-  using gna::hopper::Schedule;
-  *s = Schedule{};
+bool parse_schedule(const char* name, gna::ForwardSchedule* s) {
+  using gna::ForwardSchedule;
+  *s = ForwardSchedule{};
   if (!std::strcmp(name, "auto")) return true;
   if (!std::strcmp(name, "grid")) {
-    s->kind = Schedule::one_cta_per_item;
+    s->kind = ForwardSchedule::one_cta_per_item;
     return true;
   }
-  s->kind = Schedule::persistent;
+  s->kind = ForwardSchedule::persistent;
   if (!std::strcmp(name, "persistent")) return true;
   if (!std::strcmp(name, "persistent-static")) {
     s->dynamic = false;
@@ -114,16 +115,15 @@ bool parse_schedule(const char* name, gna::hopper::Schedule* s) {
 int main(int argc, char** argv) {
   const char* only = nullptr;
   int reps = 0;
+  gna::ForwardSchedule schedule;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--case") && i + 1 < argc) only = argv[++i];
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--schedule") && i + 1 < argc) {
-      gna::hopper::Schedule s;
-      if (!parse_schedule(argv[++i], &s)) {
+      if (!parse_schedule(argv[++i], &schedule)) {
         std::fprintf(stderr, "unknown schedule %s\n", argv[i]);
         return 2;
       }
-      gna::hopper::set_schedule(s);
     }
     else if (!std::strcmp(argv[i], "--list")) {
       for (const Case& c : kCases) std::printf("%s\n", c.name);
@@ -131,6 +131,6 @@ int main(int argc, char** argv) {
     }
   }
   for (const Case& c : kCases)
-    if (!only || !std::strcmp(only, c.name)) run_case(c, reps);
+    if (!only || !std::strcmp(only, c.name)) run_case(c, reps, schedule);
   return 0;
 }

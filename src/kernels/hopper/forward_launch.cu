@@ -148,26 +148,23 @@ bool supports(const ForwardCall& call, std::string* why) {
 
 namespace {
 
-std::mutex schedule_mu;
-Schedule schedule_setting;
-
 // The persistent kernel's KV loop runs at the one-item kernel's speed, but its item change is
 // not yet cheaper than a new CTA (the epilogue sits on the consumers' ping-pong path; H100 A/B
-// and profile, docs/hopper_forward.md v10). It pays off when items are short and fill the GPU
+// and profile in docs/hopper_forward.md). It pays off when items are short and fill the GPU
 // more than once: fewer than kPersistentMaxKvTiles KV tiles per item on average (NA 56x56 7x7,
 // d32: 0.70 against 0.81 ms; FLUX stride 16x16 at 50 tiles per item is 2% slower). Sets the
 // work hand-out fields of `fp` and the grid.
 constexpr double kPersistentMaxKvTiles = 24;
 
-bool use_persistent(FwdParams& fp, int head_dim, int device, void* stream, int* grid) {
-  const Schedule sched = current_schedule();
+bool use_persistent(const ForwardSchedule& sched, FwdParams& fp, int head_dim, int device,
+                    void* stream, int* grid) {
   fp.tile_order = nullptr;
   fp.work_counter = nullptr;
   if (head_dim > 128) return false;  // no persistent kernel for head dim 256
-  if (sched.kind == Schedule::one_cta_per_item) return false;
+  if (sched.kind == ForwardSchedule::one_cta_per_item) return false;
   const int sms = sm_count(device);
   const bool persistent =
-      sched.kind == Schedule::persistent ||
+      sched.kind == ForwardSchedule::persistent ||
       (fp.items > sms && mean_kv_tiles(fp) < kPersistentMaxKvTiles);
   if (!persistent) return false;
   int ctas = sched.ctas > 0 ? sched.ctas : sms;
@@ -237,7 +234,8 @@ void run_with_tiles(const ForwardCall& call, const TileChoice& tiles) {
     }
     fp.items = fp.q_tiles_per_image * p.heads_q * plan.per_run;
     int grid = fp.items;
-    const bool persistent = use_persistent(fp, D, q.device, call.stream, &grid);
+    const bool persistent =
+        use_persistent(call.options.schedule, fp, D, q.device, call.stream, &grid);
     const bool bf16 = p.dtype == DType::bf16;
     if (D == 32)
       launch_d32(bf16, maps, fp, grid, persistent, call.stream);
@@ -301,16 +299,6 @@ TileChoice autotuned_tiles(const ForwardCall& call) {
 }
 
 }  // namespace
-
-void set_schedule(const Schedule& s) {
-  std::lock_guard<std::mutex> lock(schedule_mu);
-  schedule_setting = s;
-}
-
-Schedule current_schedule() {
-  std::lock_guard<std::mutex> lock(schedule_mu);
-  return schedule_setting;
-}
 
 void forward(const ForwardCall& call) {
   if (call.options.autotune) {

@@ -25,22 +25,10 @@ std::vector<TileChoice> ranked_tiles(const Problem& p, const KernelOptions& opti
 
 // Whether the kernel can run the call (device, dtype, head dims, strides, alignment).
 // forward() uses choose_tiles, or with options.autotune the fastest of the best few candidates
-// timed once per problem signature (cached for the process).
+// timed once per problem signature (cached for the process); options.schedule maps the work
+// items to CTAs.
 bool supports(const ForwardCall& call, std::string* why);
 void forward(const ForwardCall& call);
-
-// How work items (Q tile, head, batch) map to CTAs. automatic: the persistent kernel when the
-// items fill the GPU more than once and are short (few KV tiles each), else one CTA per item
-// (forward_launch.cu says why). Tests and benchmarks override it process-wide (ctas > 0 caps the
-// persistent grid, so that every CTA walks many items).
-struct Schedule {
-  enum Kind { automatic, one_cta_per_item, persistent } kind = automatic;
-  int ctas = 0;
-  bool longest_first = true;  // persistent: items in longest-first order per image and head
-  bool dynamic = true;        // persistent: a global counter hands items out (else round robin)
-};
-void set_schedule(const Schedule& s);
-Schedule current_schedule();
 
 // Kernel launchers, one per (head dim, dtype): defined in the forward_d*.cu instantiation files.
 // grid: CTAs; persistent: the persistent kernel (else one CTA per item).
