@@ -9,7 +9,7 @@
 namespace gna::test {
 namespace {
 
-TEST(AxisRule, MatchesSpecOnAMillionRandomPairs) {
+TEST(AxisRule, MatchesTheLiteralRuleOnAMillionRandomPairs) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
@@ -40,7 +40,7 @@ TEST(AxisRule, MatchesSpecOnAMillionRandomPairs) {
                                    : std::clamp(x[a] + rand_int(rng, -12, 12), 0, p.axes[a].extent - 1);
         core = core && axis_attends(p.axes[a], x[a], y[a]);
       }
-      ASSERT_EQ(core, spec_attends(p, x, y)) << describe(p);
+      ASSERT_EQ(core, literal_attends(p, x, y)) << describe(p);
     }
   }
   EXPECT_TRUE(saw_even_window && saw_partial_group && saw_uneven_dilation && saw_mixed_causal);
@@ -62,7 +62,7 @@ TEST(AxisRule, ExhaustiveSmallAxes) {
             for (int i = 0; i < L; ++i) {
               int count = 0;
               for (int j = 0; j < L; ++j) {
-                const bool expected = spec_attends(L, K, d, s, c == 1, i, j);
+                const bool expected = literal_attends(L, K, d, s, c == 1, i, j);
                 ASSERT_EQ(axis_attends(a, i, j), expected) << L << " " << K << " " << d << " " << s << " " << c;
                 count += expected;
               }
@@ -73,7 +73,7 @@ TEST(AxisRule, ExhaustiveSmallAxes) {
               for (int jg = 0; jg < n; ++jg) {
                 const Range qw = query_window(a, n, jg);
                 for (int ig = 0; ig < n; ++ig) {
-                  const bool attends = spec_attends(L, K, d, s, c == 1, g + d * ig, g + d * jg);
+                  const bool attends = literal_attends(L, K, d, s, c == 1, g + d * ig, g + d * jg);
                   ASSERT_EQ(qw.contains(ig), attends)
                       << "inverse rule L=" << L << " K=" << K << " d=" << d << " s=" << s
                       << " c=" << c << " ig=" << ig << " jg=" << jg;
@@ -149,7 +149,7 @@ TEST(AxisRule, MeanKeysPerQuery) {
       flat_to_coords(p, qi, x);
       for (int64_t kj = 0; kj < p.tokens(); ++kj) {
         flat_to_coords(p, kj, y);
-        total += spec_attends(p, x, y);
+        total += literal_attends(p, x, y);
       }
     }
     EXPECT_NEAR(mean_keys_per_query(p), total / p.tokens(), 1e-9) << describe(p);

@@ -15,8 +15,8 @@ PairClass brute_class(const AxisRule& a, int g, int qt, int kt, int tq, int tk) 
   bool any = false, all = true;
   for (int ig = qt * tq; ig < std::min((qt + 1) * tq, n); ++ig)
     for (int jg = kt * tk; jg < (kt + 1) * tk; ++jg) {
-      const bool att = jg < n && spec_attends(a.extent, a.window, a.dilation, a.stride, a.causal,
-                                              g + a.dilation * ig, g + a.dilation * jg);
+      const bool att = jg < n && literal_attends(a.extent, a.window, a.dilation, a.stride,
+                                                 a.causal, g + a.dilation * ig, g + a.dilation * jg);
       any |= att;
       all &= att;
     }
@@ -114,8 +114,8 @@ TEST(Tiling, MultiDimensionalClassesCombineAxes) {
         for (int a = 0; a < p.rank; ++a) {
           const AxisRule& r = p.axes[a];
           att = att && jg[a] < n[a] &&
-                spec_attends(r.extent, r.window, r.dilation, r.stride, r.causal, r.dilation * ig[a],
-                             r.dilation * jg[a]);
+                literal_attends(r.extent, r.window, r.dilation, r.stride, r.causal,
+                                r.dilation * ig[a], r.dilation * jg[a]);
         }
         any |= att;
         all &= att;

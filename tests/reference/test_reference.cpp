@@ -109,7 +109,7 @@ Dense dense_attention(const Case<T>& c) {
         for (int64_t j = 0; j < M; ++j) {
           if (j < N) {
             flat_to_coords(p, j, y);
-            mask[j] = spec_attends(p, x, y);
+            mask[j] = literal_attends(p, x, y);
           }
           double s = 0;
           const T* kj = key_ptr(b, j, hk, false);

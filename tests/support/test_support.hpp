@@ -61,7 +61,7 @@ struct HostTensor {
 };
 
 // docs/rule.md sections 2.2-2.3, transcribed literally (per axis, full coordinates).
-inline bool spec_attends(int L, int K, int d, int s, bool causal, int i, int j) {
+inline bool literal_attends(int L, int K, int d, int s, bool causal, int i, int j) {
   const int g = i % d;
   if (j % d != g) return false;
   const int ip = i / d, jp = j / d;
@@ -77,10 +77,11 @@ inline bool spec_attends(int L, int K, int d, int s, bool causal, int i, int j) 
   return start <= jp && jp <= ip;
 }
 
-inline bool spec_attends(const Problem& p, const int* x, const int* y) {
+inline bool literal_attends(const Problem& p, const int* x, const int* y) {
   for (int a = 0; a < p.rank; ++a) {
     const AxisRule& r = p.axes[a];
-    if (!spec_attends(r.extent, r.window, r.dilation, r.stride, r.causal, x[a], y[a])) return false;
+    if (!literal_attends(r.extent, r.window, r.dilation, r.stride, r.causal, x[a], y[a]))
+      return false;
   }
   return true;
 }
