@@ -2,8 +2,7 @@
 // (batch item, head) slices. Once per CTA it works out the geometry of its box: the K / V halo
 // (the union of its queries' windows), each warp's walk table over its 16-query patch's sub-box,
 // the lanes' windows and row tables of element offsets. Per slice it loads the queries and the
-// halo with one round of cp.async, issued while the previous slice is walked (two stages),
-// and each warp walks only the keys of its sub-box, 16 keys per
+// halo with one round of cp.async and each warp walks only the keys of its sub-box, 16 keys per
 // MMA chunk gathered by per-lane ldmatrix rows, with the rule's exact mask and an online softmax
 // every kStepChunks chunks. Several CTAs per SM keep the loads of some in flight while others
 // compute.
@@ -20,17 +19,14 @@ constexpr int kStepChunks = 4;  // chunks per online-softmax step (64 keys, 32 s
 // compute): 96 registers at head dim 32, 140 at 64.
 constexpr int forward_blocks_per_sm(int d) { return d == 32 ? 5 : 3; }
 
-// Layout of the forward's shared memory (bytes; forward_shared_bytes in plan.cpp agrees): per
-// stage Q, K and V tiles (two stages where they fit: the next slice's loads then run during this
-// slice's walk), then the walk and row tables.
+// Layout of the forward's shared memory (bytes; forward_shared_bytes in plan.cpp agrees).
 template <int D>
 struct ForwardLayout {
-  int k, v, stage, coords, rows, q_table, k_table, v_table, masks, bytes;
+  int k, v, coords, rows, q_table, k_table, v_table, masks, bytes;
   __device__ __host__ explicit ForwardLayout(const Geometry& g) {
     k = kBoxTokens * D * 2;
     v = k + g.halo_rows * D * 2;
-    stage = v + g.halo_rows * D * 2;
-    coords = g.stages * stage;
+    coords = v + g.halo_rows * D * 2;
     rows = coords + kWarps * g.walk_rows * 4;
     q_table = rows + kWarps * g.walk_rows * 2;
     k_table = q_table + kBoxTokens * 4;
@@ -122,7 +118,8 @@ __global__ void __launch_bounds__(kWarps * 32, forward_blocks_per_sm(D))
   Slice s;
   if (!decode_slice(P.geo, p, Side::keys_of_queries, s)) return;
   const ForwardLayout<D> L(P.geo);
-  const uint32_t q_tile = smem_address(smem);  // stage 0; stage 1 follows at L.stage
+  const uint32_t q_tile = smem_address(smem);
+  const uint32_t k_tile = q_tile + L.k, v_tile = q_tile + L.v;
   int* q_table = reinterpret_cast<int*>(smem + L.q_table);
   int* k_table = reinterpret_cast<int*>(smem + L.k_table);
   int* v_table = reinterpret_cast<int*>(smem + L.v_table);
@@ -150,50 +147,34 @@ __global__ void __launch_bounds__(kWarps * 32, forward_blocks_per_sm(D))
 
   const int group_heads = p.heads_q / p.heads_kv;
   const SliceRange range = slice_range(P.geo.slices_per_cta, p.batch * p.heads_q);
-  auto load_slice = [&](int slice, uint32_t base) {
-    const int b = slice / p.heads_q, h = slice % p.heads_q, hk = h / group_heads;
-    load_rows<T, D>(slice_base(P.q, b, h), q_table, kBoxTokens, base);
-    load_rows<T, D>(slice_base(P.k, b, hk), k_table, s.halo_count, base + L.k);
-    load_rows<T, D>(slice_base(P.v, b, hk), v_table, s.halo_count, base + L.v);
-  };
-  const bool two_stages = P.geo.stages == 2;
-  if (range.first < range.last) load_slice(range.first, q_tile);
-  cp_async_commit();
-  int stage = 0;
   for (int slice = range.first; slice < range.last; ++slice) {
-    // The other stage was last read before the barrier that ended the previous iteration.
-    if (two_stages && slice + 1 < range.last) load_slice(slice + 1, q_tile + (stage ^ 1) * L.stage);
+    const int b = slice / p.heads_q, h = slice % p.heads_q, hk = h / group_heads;
+    load_rows<T, D>(slice_base(P.q, b, h), q_table, kBoxTokens, q_tile);
+    load_rows<T, D>(slice_base(P.k, b, hk), k_table, s.halo_count, k_tile);
+    load_rows<T, D>(slice_base(P.v, b, hk), v_table, s.halo_count, v_tile);
     cp_async_commit();
-    cp_async_wait<1>();
+    cp_async_wait<0>();
     __syncthreads();
-    const int b = slice / p.heads_q, h = slice % p.heads_q;
     if (!w.empty) {
-      const uint32_t base = q_tile + stage * L.stage;
       uint32_t qf[D / 16][4];
-      load_a<D>(qf, base, warp * kWarpTokens);
+      load_a<D>(qf, q_tile, warp * kWarpTokens);
       float acc[D / 8][4], m[2], l[2];
-      forward_walk<T, D>(qf, base + L.k, base + L.v, masks, rows, chunks, P.scale_log2, acc, m, l);
+      forward_walk<T, D>(qf, k_tile, v_tile, masks, rows, chunks, P.scale_log2, acc, m, l);
       // O = acc / l, LSE = (m + log2 l) * ln 2 (natural log, as every backend writes it).
       T* out[2];
       float inv[2];
+      float* lse = slice_base(P.lse, b, h);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const float sum = quad_sum(l[r]);
         inv[r] = 1.f / sum;
         out[r] = o_off[r] >= 0 ? slice_base(P.o, b, h) + o_off[r] : nullptr;
-        if (lse_off[r] >= 0) slice_base(P.lse, b, h)[lse_off[r]] = (m[r] + log2f(sum)) * 0.69314718055994531f;
+        if (lse_off[r] >= 0) lse[lse_off[r]] = (m[r] + log2f(sum)) * 0.69314718055994531f;
       }
       store_rows<T, D>(out, acc, inv[0], inv[1]);
     }
-    __syncthreads();  // the next iteration's loads overwrite this stage
-    if (two_stages) {
-      stage ^= 1;
-    } else if (slice + 1 < range.last) {
-      load_slice(slice + 1, q_tile);
-      cp_async_commit();
-    }
+    __syncthreads();  // the next slice's loads overwrite the tiles
   }
-  cp_async_wait<0>();
 }
 
 }  // namespace gna::halo

@@ -28,7 +28,6 @@ inline Geometry geometry(const Problem& p, const Plan& plan) {
   g.halo_rows = plan.halo_rows;
   g.walk_rows = plan.walk_rows;
   g.slices_per_cta = 1;
-  g.stages = 1;
   return g;
 }
 
@@ -76,14 +75,8 @@ void launch_forward(const ForwardCall& call, const Plan& plan) {
   P.o = cuda::token_tensor<T>(call.out, p.rank);
   P.write_lse = call.lse != nullptr;
   if (call.lse) P.lse = cuda::token_tensor<float>(*call.lse, p.rank);
-  // Two stages where two such CTAs still share an SM (each keeps its next slice's loads in
-  // flight); else one, and the SM's other CTAs overlap loads with walks.
-  int per_sm = 0;
-  GNA_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, call.in.q.device));
-  constexpr int kReservedPerBlock = 1024;
-  P.geo.stages = 2 * (forward_shared_bytes(plan, D, 2) + kReservedPerBlock) <= per_sm ? 2 : 1;
   const int bytes = ForwardLayout<D>(P.geo).bytes;
-  check_bytes(bytes, forward_shared_bytes(plan, D, P.geo.stages), "forward");
+  check_bytes(bytes, forward_shared_bytes(plan, D), "forward");
   auto kernel = halo_forward_kernel<T, D>;
   set_shared(kernel, bytes);
   const int64_t x_blocks = int64_t(P.geo.boxes_total) * dilation_groups(p);

@@ -31,7 +31,6 @@ struct Geometry {
   int halo_rows;  // rows allocated for the halo (the plan's largest)
   int walk_rows;  // entries of each warp's walk table
   int slices_per_cta;  // (batch item, head) slices each CTA takes in turn: blockIdx.y counts them
-  int stages;          // forward: shared-memory stages of the Q / K / V tiles (1 or 2)
 };
 
 template <typename T>

@@ -83,9 +83,9 @@ namespace {
 int walk_tables(const Plan& plan) { return kWarps * plan.walk_rows * 8; }
 }  // namespace
 
-int forward_shared_bytes(const Plan& plan, int d, int stages) {
-  return stages * (kBoxTokens * d * 2 + 2 * plan.halo_rows * d * 2) + walk_tables(plan) +
-         kBoxTokens * 4 + 2 * plan.halo_rows * 4;
+int forward_shared_bytes(const Plan& plan, int d) {
+  return kBoxTokens * d * 2 + 2 * plan.halo_rows * d * 2 + walk_tables(plan) + kBoxTokens * 4 +
+         2 * plan.halo_rows * 4;
 }
 
 int dq_shared_bytes(const Plan& plan, int d) {

@@ -45,9 +45,8 @@ struct Plan {
 };
 Plan make_plan(const Problem& p, Side side);
 
-// Shared memory per CTA of each kernel at head dim d (bytes); the forward with 1 or 2 stages of
-// Q / K / V tiles (2 where they fit).
-int forward_shared_bytes(const Plan& keys_plan, int d, int stages = 1);
+// Shared memory per CTA of each kernel at head dim d (bytes).
+int forward_shared_bytes(const Plan& keys_plan, int d);
 int dq_shared_bytes(const Plan& keys_plan, int d);
 int dkdv_shared_bytes(const Plan& queries_plan, int d);
 
