@@ -1,78 +1,219 @@
 #!/usr/bin/env bash
-# One-call GPU check: configure and build (Release, Ninja, -j16), run every GPU test
-# (ctest -L gpu), compute-sanitizer memcheck and racecheck on a subset of the portable,
-# reference and layout tests, then gna-kernel-bench. Full logs go to $OUT (default
-# $BUILD/gpu-check-out);
-# a short summary table is printed last.
+# The GPU check: one call on a CUDA machine runs the chosen steps, keeps every log under $OUT and
+# prints a summary table last; exits non-zero when any step failed.
 #
-# Environment: OUT (log folder), BUILD (build folder, default build-gpu), JOBS (default 16),
-# BENCH_ARGS (extra gna-kernel-bench arguments),
-# GNA_TEST_SEED (fixed seed for the random sweeps), GNA_SANITIZE_CONFIGS (configurations per
-# rank under compute-sanitizer, default 4), SKIP_BENCH=1, SKIP_SANITIZER=1.
-# Quicker partial runs: TARGETS (build only these, e.g. "gna-kernel-bench test_portable"),
-# TESTS (ctest -R regex instead of every GPU test), GNA_TEST_CONFIGS (configurations per rank).
-# GoogleTest: the system one, else built from $GTEST_SOURCE (default .carry/googletest).
+#   build     configure (Release, Ninja, -DGNA_CUDA=ON; GoogleTest through scripts/gtest_args.sh)
+#             and build everything, or only $TARGETS
+#   test      ctest -L $TEST_LABEL (default gpu), or ctest -R "$TESTS"
+#   sanitize  compute-sanitizer memcheck and racecheck on small sweeps of the GPU tests: portable,
+#             GPU reference, Hopper forward and backward, halo, unfused
+#   sass      the Hopper forward and backward kernels of libgna: HGMMA in each, no local memory
+#             (LDL / STL), no ptxas spill or wgmma-serialization warning in the build log; the
+#             KV loops' HGMMA blocks summarised by scripts/sass_gemm_blocks.py
+#   profile   Nsight Compute on the first launches of one gna-kernel-bench case
+#   bench     gna-kernel-bench (every device backend, forward and backward, JSON)
+#   peers     python3 -m gna.bench: gna against cuDNN SDPA dense, FlashAttention SDPA dense and
+#             FlexAttention in one process (needs a Python with torch; skipped without one)
+#
+# Environment:
+#   STEPS        default "build test sanitize sass bench"
+#   BUILD        build folder (default build-gpu); OUT log folder (default $BUILD/gpu-check-out)
+#   JOBS         build parallelism (default 16)
+#   TARGETS      build only these targets (e.g. "gna-kernel-bench test_halo")
+#   TESTS        ctest -R regex instead of the label; TEST_LABEL (default gpu; empty: every test)
+#   GNA_TEST_SEED, GNA_TEST_CONFIGS, GNA_HOPPER_SWEEP, GNA_HOPPER_BWD_SWEEP: read by the tests
+#   SANITIZE_CONFIGS  configurations per rank under compute-sanitizer (default 3)
+#   SANITIZE_BINS     only these test binaries under compute-sanitizer (default: all six)
+#   PROFILE_CASE (default "flux4k 80x80 s16x16"), PROFILE_BACKEND (hopper), PROFILE_KERNEL
+#                (kernel-name regex, default forward_kernel), PROFILE_COUNT (launches, 1),
+#                PROFILE_ARGS (more gna-kernel-bench arguments, e.g. --forward-only)
+#   BENCH_ARGS   gna-kernel-bench arguments (e.g. "--image --graph --backends halo,hopper")
+#   PEERS_ARGS   gna.bench arguments (default --quick); GNA_PYTHON: the Python for it
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-$PWD/$BUILD/gpu-check-out}
 JOBS=${JOBS:-16}
+STEPS=${STEPS:-build test sanitize sass bench}
 mkdir -p "$OUT"
-summary=()
-note() { summary+=("$1"); echo "== $1"; }
 t0=$(date +%s)
 
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
-nvcc --version | tail -1
+rows=()
+failed=0
+# record STEP WHAT STATUS(ok|FAIL|skip) DETAIL SECONDS
+record() {
+  rows+=("$(printf '%-9s| %-42s| %-4s | %5s s | %s' "$1" "${2:0:42}" "$3" "$5" "$4")")
+  [ "$3" = FAIL ] && failed=1
+  echo "== $1 $2: $3 $4"
+}
+since() { echo $(( $(date +%s) - $1 )); }
+bin() { echo "$BUILD/bin/$1"; }
 
-source scripts/gtest_args.sh "$OUT/gtest.log"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null ||
+    echo "no nvidia-smi"; } | tee "$OUT/device.txt"
+nvcc --version 2>/dev/null | tail -1
 
-if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGNA_CUDA=ON "${gtest_args[@]}" \
-    >"$OUT/build.log" 2>&1; then
-  tail -30 "$OUT/build.log"; echo "configure failed"; exit 1
-fi
-target_args=()
-for t in ${TARGETS:-}; do target_args+=(--target "$t"); done
-if ! cmake --build "$BUILD" -j "$JOBS" "${target_args[@]}" >>"$OUT/build.log" 2>&1; then
-  grep -E "error|FAILED" "$OUT/build.log" | head -40; echo "build failed"; exit 1
-fi
-note "build: ok ($(( $(date +%s) - t0 )) s)"
+step_build() {
+  local t=$(date +%s) target_args=() t_
+  source scripts/gtest_args.sh "$OUT/gtest.log"
+  if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGNA_CUDA=ON "${gtest_args[@]}" \
+      >"$OUT/build.log" 2>&1; then
+    tail -30 "$OUT/build.log"
+    record build configure FAIL "log: build.log" "$(since $t)"
+    return 1
+  fi
+  for t_ in ${TARGETS:-}; do target_args+=(--target "$t_"); done
+  if ! cmake --build "$BUILD" -j "$JOBS" "${target_args[@]}" >>"$OUT/build.log" 2>&1; then
+    grep -E "error|FAILED" "$OUT/build.log" | head -40
+    record build "${TARGETS:-all}" FAIL "log: build.log" "$(since $t)"
+    return 1
+  fi
+  record build "${TARGETS:-all}" ok "" "$(since $t)"
+}
 
-# Every engineer's GPU tests.
-t1=$(date +%s)
-test_args=(-L gpu)
-[ -n "${TESTS:-}" ] && test_args=(-R "$TESTS")
-(cd "$BUILD" && ctest "${test_args[@]}" --output-on-failure -j 4 --timeout 900) >"$OUT/ctest_gpu.log" 2>&1
-ctest_rc=$?
-grep -E "tests passed|tests failed|Failed|\*\*\*" "$OUT/ctest_gpu.log" | tail -20
-note "ctest ${test_args[*]}: $(grep -E 'tests passed' "$OUT/ctest_gpu.log" | tail -1) (rc $ctest_rc, $(( $(date +%s) - t1 )) s)"
-grep -hE "^\[  (FAILED|SKIPPED) \]" "$OUT/ctest_gpu.log" | sort -u | head -20
+step_test() {
+  local t=$(date +%s) args=() rc
+  if [ -n "${TESTS:-}" ]; then
+    args=(-R "$TESTS")
+  elif [ -n "${TEST_LABEL-gpu}" ]; then
+    args=(-L "${TEST_LABEL-gpu}")
+  fi
+  (cd "$BUILD" && ctest "${args[@]}" --output-on-failure --no-tests=error -j 4 --timeout 900) \
+    >"$OUT/ctest.log" 2>&1
+  rc=$?
+  grep -hE "^\[  (FAILED|SKIPPED) \]" "$OUT/ctest.log" | sort -u | head -20
+  record test "ctest ${args[*]}" "$([ $rc = 0 ] && echo ok || echo FAIL)" \
+    "$(grep -E 'tests passed' "$OUT/ctest.log" | tail -1)" "$(since $t)"
+}
 
-# Sanitizers on a subset: each test binary with GNA_TEST_CONFIGS small.
-if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
-  n=${GNA_SANITIZE_CONFIGS:-4}
+# One compute-sanitizer run: TOOL BINARY GTEST_FILTER [VAR=VALUE...] (the sweep sizes).
+sanitize_one() {
+  local tool=$1 name=$2 filter=$3 t=$(date +%s) rc log
+  shift 3
+  log="$OUT/sanitize_${tool}_$name.log"
+  if [ ! -x "$(bin "$name")" ]; then
+    record sanitize "$tool $name" skip "not built" 0
+    return
+  fi
+  env "$@" timeout 900 compute-sanitizer --tool "$tool" --error-exitcode 3 \
+    "$(bin "$name")" --gtest_brief=1 --gtest_filter="$filter" >"$log" 2>&1
+  rc=$?
+  record sanitize "$tool $name" "$([ $rc = 0 ] && echo ok || echo FAIL)" \
+    "rc $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1); $(grep -E '^\[  PASSED  \]' "$log" | tail -1)" \
+    "$(since $t)"
+}
+
+step_sanitize() {
+  local n=${SANITIZE_CONFIGS:-3} tool b
+  if ! command -v compute-sanitizer >/dev/null; then
+    record sanitize compute-sanitizer FAIL "not found" 0
+    return
+  fi
   for tool in memcheck racecheck; do
-    for bin in test_portable test_gpu_reference; do
-      [ -x "$BUILD/bin/$bin" ] || continue
-      log="$OUT/sanitize_one.tmp"
-      GNA_TEST_CONFIGS=$n timeout 600 compute-sanitizer --tool "$tool" --error-exitcode 3 \
-        "$BUILD/bin/$bin" --gtest_brief=1 >"$log" 2>&1
-      rc=$?
-      { echo "#### $tool $bin (rc $rc)"; cat "$log"; } >>"$OUT/sanitize.log"
-      errs=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
-      tests=$(grep -E "^\[  PASSED  \]" "$log" | tail -1)
-      note "compute-sanitizer $tool $bin (GNA_TEST_CONFIGS=$n): rc $rc; $errs; $tests"
+    for b in ${SANITIZE_BINS:-test_portable test_gpu_reference test_hopper_forward test_hopper_backward test_halo test_unfused_gpu}; do
+      case $b in
+        test_portable|test_gpu_reference|test_unfused_gpu) sanitize_one $tool $b '*' GNA_TEST_CONFIGS=$n ;;
+        test_hopper_forward) sanitize_one $tool $b 'HopperForward.RandomSweep*' GNA_HOPPER_SWEEP=$n ;;
+        test_hopper_backward) sanitize_one $tool $b 'HopperBackward.RandomSweep*' GNA_HOPPER_BWD_SWEEP=$n ;;
+        test_halo) sanitize_one $tool $b 'Halo.Rank*:Halo.Deterministic' GNA_TEST_CONFIGS=$n ;;
+        *) sanitize_one $tool $b '*' GNA_TEST_CONFIGS=$n ;;
+      esac
     done
   done
-  rm -f "$OUT/sanitize_one.tmp"
-fi
+}
 
-if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  "$BUILD/bin/gna-kernel-bench" --json "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -40 >/dev/null
-fi
+step_sass() {
+  local t=$(date +%s) lib="$BUILD/lib/libgna.so" all="$OUT/sass_all.tmp" pass kernels bad warnings
+  if [ ! -f "$lib" ]; then
+    record sass "hopper kernels" skip "no $lib" 0
+    return
+  fi
+  cuobjdump --dump-sass "$lib" >"$all" 2>"$OUT/cuobjdump.err"
+  # Only the Hopper kernels are kept (the whole library's SASS is too large to keep).
+  for pass in forward backward; do
+    awk -v p="hopper.*${pass}_kernel" '/Function :/ {f = ($3 ~ p)} f' "$all" >"$OUT/sass_$pass.txt"
+    awk '/Function :/ {k = $3; n[k] = 0; h[k] = 0; l[k] = 0}
+         k && /HGMMA/ {h[k]++} k && /(LDL|STL)/ {l[k]++}
+         END {for (k in n) printf "%s HGMMA %d LDL/STL %d\n", k, h[k], l[k]}' \
+      "$OUT/sass_$pass.txt" | sort >"$OUT/sass_${pass}_counts.txt"
+    kernels=$(wc -l <"$OUT/sass_${pass}_counts.txt")
+    bad=$(awk '$3 == 0 || $5 != 0' "$OUT/sass_${pass}_counts.txt" | wc -l)
+    awk '$3 == 0 || $5 != 0' "$OUT/sass_${pass}_counts.txt" | head -5
+    python3 scripts/sass_gemm_blocks.py "hopper.*${pass}_kernel" <"$OUT/sass_$pass.txt" \
+      >"$OUT/sass_${pass}_gemm_blocks.txt" 2>&1
+    if [ "$kernels" = 0 ]; then
+      record sass "hopper $pass kernels" FAIL "none found in $lib" "$(since $t)"
+    else
+      record sass "hopper $pass kernels" "$([ "$bad" = 0 ] && echo ok || echo FAIL)" \
+        "$kernels kernels, $bad without HGMMA or with LDL/STL (sass_${pass}_counts.txt)" "$(since $t)"
+    fi
+  done
+  rm -f "$all"
+  # ptxas warnings are in the build log only for what this run compiled.
+  warnings=$(grep -iE "spill|C75[0-9][0-9]" "$OUT/build.log" 2>/dev/null | grep -ci hopper)
+  record sass "ptxas spills / wgmma serialization" "$([ "$warnings" = 0 ] && echo ok || echo FAIL)" \
+    "$warnings hopper warnings in build.log" 0
+}
+
+step_profile() {
+  local t=$(date +%s) rc
+  if [ ! -x "$(bin gna-kernel-bench)" ] || ! command -v ncu >/dev/null; then
+    record profile "ncu" skip "needs ncu and gna-kernel-bench" 0
+    return
+  fi
+  timeout 600 ncu --clock-control none -k "regex:${PROFILE_KERNEL:-forward_kernel}" \
+    -c "${PROFILE_COUNT:-1}" --section SpeedOfLight --section WarpStateStats \
+    --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats \
+    --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
+    "$(bin gna-kernel-bench)" --cases "${PROFILE_CASE:-flux4k 80x80 s16x16}" \
+    --backends "${PROFILE_BACKEND:-hopper}" --reps 1 --warmup 1 ${PROFILE_ARGS:-} \
+    >"$OUT/profile.txt" 2>&1
+  rc=$?
+  grep -E "Throughput|Busy|Stall|Issue|Eligible|Active Warps|Duration" "$OUT/profile.txt" | head -30
+  record profile "${PROFILE_CASE:-flux4k 80x80 s16x16}" \
+    "$([ $rc = 0 ] && grep -q "Duration" "$OUT/profile.txt" && echo ok || echo FAIL)" \
+    "rc $rc, profile.txt" "$(since $t)"
+}
+
+step_bench() {
+  local t=$(date +%s) rc
+  if [ ! -x "$(bin gna-kernel-bench)" ]; then
+    record bench gna-kernel-bench skip "not built" 0
+    return
+  fi
+  "$(bin gna-kernel-bench)" --json "$OUT/bench.json" ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
+  rc=$?
+  grep "^#" "$OUT/bench.log" | head -10
+  record bench "gna-kernel-bench ${BENCH_ARGS:-}" "$([ $rc = 0 ] && echo ok || echo FAIL)" \
+    "rc $rc, bench.json" "$(since $t)"
+}
+
+step_peers() {
+  local t=$(date +%s) rc py=${GNA_PYTHON:-python3}
+  if ! "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    record peers "gna.bench" skip "$py has no torch with CUDA" 0
+    return
+  fi
+  GNA_LIBRARY="$PWD/$BUILD/lib/libgna.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
+    PYTHONUNBUFFERED=1 "$py" -m gna.bench --out "$OUT/peers" ${PEERS_ARGS:---quick} \
+    >"$OUT/peers.log" 2>&1
+  rc=$?
+  record peers "gna.bench ${PEERS_ARGS:---quick}" "$([ $rc = 0 ] && echo ok || echo FAIL)" \
+    "rc $rc, peers/bench.md" "$(since $t)"
+}
+
+for step in $STEPS; do
+  case $step in
+    build) step_build || break ;;  # nothing else is worth running on a failed build
+    test|sanitize|sass|profile|bench|peers) "step_$step" ;;
+    *) record "$step" "unknown step" FAIL "steps: build test sanitize sass profile bench peers" 0 ;;
+  esac
+done
 
 echo
-echo "==================== gpu_check summary ($(cat "$OUT/device.txt"), $(( $(date +%s) - t0 )) s)"
-for s in "${summary[@]}"; do echo "- $s"; done
+echo "==================== gpu_check ($(cat "$OUT/device.txt"), $(since $t0) s, logs in $OUT)"
+echo "step     | check                                     | res  |  time   | detail"
+for r in "${rows[@]}"; do echo "$r"; done
 [ -f "$OUT/bench.log" ] && sed -n '/^gna-kernel-bench on/,$p' "$OUT/bench.log"
-exit $ctest_rc
+[ -f "$OUT/peers/bench.md" ] && cat "$OUT/peers/bench.md"
+exit $failed

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Summarises the wgmma issue blocks of the Hopper forward kernels in `cuobjdump --dump-sass`
+"""Summarises the wgmma issue blocks of the Hopper kernels (default: the forward) in `cuobjdump --dump-sass`
 output: per kernel, each run of HGMMA instructions (first to last HGMMA, gaps under 60
 instructions) with its length and the most frequent other instructions. A KV loop whose
 descriptors live in uniform registers shows UIADD3/UMOV between its HGMMAs and no R2UR.
 
-    cuobjdump --dump-sass build/lib/libgna.so | python3 tools/hopper_bench/sass_gemm_blocks.py
+    cuobjdump --dump-sass build/lib/libgna.so | python3 scripts/sass_gemm_blocks.py [KERNEL_REGEX]
 """
 import collections
 import re
