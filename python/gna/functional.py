@@ -6,7 +6,7 @@ import math
 import torch
 
 from . import _lib
-from .ops import attention, select_backend
+from .ops import _is_compiling, attention, select_backend
 
 __all__ = ["na1d", "na2d", "na3d", "sta2d", "sta3d", "merge_attentions", "selected_backend"]
 
@@ -56,6 +56,8 @@ _rules = {}
 def _rule(fn, rank, kernel_size, stride, dilation, is_causal, scale):
     """The rule's per-axis lists, checked once per distinct argument set (hashable arguments:
     ints, bools, tuples; lists are checked on every call)."""
+    if _is_compiling():  # traced once per graph: no cache (torch.compile cannot trace its keys)
+        return _checked_rule(fn, rank, kernel_size, stride, dilation, is_causal, scale)
     # Types are part of the key: True == 1 and 1 == 1.0 must not share a checked rule.
     key = (fn, rank, _typed(kernel_size), _typed(stride), _typed(dilation), _typed(is_causal),
            _typed(scale))

@@ -25,6 +25,19 @@ def test_rule_cache_gives_each_rule_its_result():
     assert torch.equal(gna.na1d(q, k, v, 3), a) and torch.equal(gna.na1d(q, k, v, [5]), b)
 
 
+def test_traced_calls_bypass_the_rule_cache(monkeypatch):
+    """torch.compile cannot trace the cache's type-tagged keys: traced calls check the rule
+    directly, with the same result and errors, and leave the cache alone."""
+    from gna import functional
+    monkeypatch.setattr(functional, "_is_compiling", lambda: True)
+    before = dict(functional._rules)
+    rule = functional._rule("na2d", 2, (3, 5), (1, 2), 1, (False, True), None)
+    assert rule == ([3, 5], [1, 2], [1, 1], [False, True], 0.0)
+    assert functional._rules == before
+    with pytest.raises(ValueError, match="kernel_size"):
+        functional._rule("na2d", 2, True, 1, 1, False, None)
+
+
 def test_tensor_descriptions_follow_each_tensor():
     a = torch.randn(2, 3, 4)
     b = torch.randn(2, 3, 4)

@@ -300,7 +300,8 @@ def _poisoned(t, index, value):
 
 
 @pytest.mark.parametrize("case", ["logits 1e4", "logits -1e4", "nan query", "nan key",
-                                  "inf value", "+inf logit", "-inf query"])
+                                  "inf value", "+inf logit", "-inf query",
+                                  "nan beside +inf logit"])
 def test_non_finite_inputs_and_extreme_logits_match_dense(case):
     q, k, v = qkv(2, (4, 5), 2, 8, dtype=torch.float64)
     spot = (1, 2, 3, 1, 4)
@@ -316,8 +317,13 @@ def test_non_finite_inputs_and_extreme_logits_match_dense(case):
         v = _poisoned(v, spot, float("inf"))
     elif case == "+inf logit":
         k = _poisoned(k, spot, float("inf"))
-    else:
+    elif case == "-inf query":
         q = _poisoned(q, (0, 1, 1, 0), float("-inf"))
+    else:  # one row's logits: +inf for a key of negative components, NaN for mixed signs
+        q = _poisoned(q, (0, 1, 1, 0), float("-inf"))
+        k = k.clone()
+        k[0, 2, 2, 0] = -k[0, 2, 2, 0].abs() - 0.1
+        k[0, 0, 0, 0, :2] = torch.tensor([1.0, -1.0], dtype=k.dtype)
     if case.startswith("logits"):
         s = torch.einsum("bxyhd,bijhd->bxyhij", q, k).abs().max() / math.sqrt(8)
         assert s > 5e3

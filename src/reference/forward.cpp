@@ -49,11 +49,13 @@ void forward_impl(const Problem& p, const AttentionTensors& in, TensorRef& out, 
 
       scores.resize(k_rows.size());
       Acc max_score = -std::numeric_limits<Acc>::infinity();
+      bool nan_score = false;
       for (size_t j = 0; j < k_rows.size(); ++j) {
         Acc dot = 0;
         for (int c = 0; c < p.dim_qk; ++c) dot += Acc(q_row[c]) * Acc(k_rows[j][c]);
         scores[j] = scale * dot;
         max_score = std::max(max_score, scores[j]);
+        nan_score = nan_score || std::isnan(scores[j]);
       }
       Acc denom = 0;
       std::fill(acc.begin(), acc.end(), Acc(0));
@@ -65,11 +67,13 @@ void forward_impl(const Problem& p, const AttentionTensors& in, TensorRef& out, 
       T* o_row = o + token_offset(out, r, b, x, h);
       for (int c = 0; c < p.dim_v; ++c) o_row[c] = static_cast<T>(acc[c] / denom);
       // A +inf score makes the sum +inf: so is the logsumexp, as dense attention computes it
-      // (its weights, inf / inf, are NaN there too).
+      // (its weights, inf / inf, are NaN there too). A NaN score makes it NaN, also beside a
+      // +inf one (std::max passes over NaN).
       const bool infinite = max_score == std::numeric_limits<Acc>::infinity();
       if (lse)
         store_scalar(*lse, lse_offset(*lse, r, b, x, h),
-                     infinite ? max_score : max_score + std::log(denom));
+                     nan_score ? std::numeric_limits<Acc>::quiet_NaN()
+                     : infinite ? max_score : max_score + std::log(denom));
     }
   });
 }
