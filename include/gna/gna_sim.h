@@ -75,6 +75,32 @@ gna_status gna_sim_sweep(const gna_sim_config* config, gna_sim_sweep_entry* entr
 gna_status gna_sim_end_to_end(double attention_share, int32_t dense_steps, int32_t total_steps,
                               double op_speedup, double* speedup);
 
+/* One case of the benchmark case table that the simulator's presets, gna-kernel-bench and the
+ * Python benchmark read (include/gna/sim/cases.hpp says what each field means). */
+typedef struct gna_sim_bench_case {
+  char name[64];
+  char model[32];
+  char sets[96]; /* space-separated */
+  char dtype[8]; /* "bf16" or "f16" */
+  int32_t rank;
+  int32_t extent[GNA_MAX_RANK];
+  int32_t window[GNA_MAX_RANK];
+  int32_t stride[GNA_MAX_RANK];
+  int32_t dilation[GNA_MAX_RANK];
+  int32_t causal[GNA_MAX_RANK];
+  int32_t batch;
+  int32_t heads;
+  int32_t head_dim;
+  int32_t additional_tokens;
+  int32_t flex_tile[GNA_MAX_RANK];
+} gna_sim_bench_case;
+
+/* Number of benchmark cases. */
+int32_t gna_sim_bench_case_count(void);
+
+/* The index-th benchmark case (0 <= index < gna_sim_bench_case_count()). */
+gna_status gna_sim_bench_case_at(int32_t index, gna_sim_bench_case* out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,11 +2,13 @@
 // plus a message for gna_sim_last_error().
 #include "gna/gna_sim.h"
 
+#include <cstdio>
 #include <exception>
 #include <string>
 
 #include "api/c_status.hpp"
 #include "gna/core/error.hpp"
+#include "gna/sim/cases.hpp"
 #include "gna/sim/simulator.hpp"
 #include "gna/sim/sweep.hpp"
 
@@ -64,6 +66,32 @@ void to_result(const gna::sim::Result& r, gna_sim_result* out) {
   out->wasted_flop_fraction = r.wasted_flop_fraction;
 }
 
+template <size_t N>
+void copy_text(char (&to)[N], const char* from) {
+  std::snprintf(to, N, "%s", from);
+}
+
+void to_bench_case(const gna::sim::BenchCase& c, gna_sim_bench_case* out) {
+  *out = gna_sim_bench_case{};
+  copy_text(out->name, c.name);
+  copy_text(out->model, c.model);
+  copy_text(out->sets, c.sets);
+  copy_text(out->dtype, c.dtype);
+  out->rank = c.rank;
+  for (int a = 0; a < GNA_MAX_RANK; ++a) {
+    out->extent[a] = c.extent[a];
+    out->window[a] = c.window[a];
+    out->stride[a] = c.stride[a];
+    out->dilation[a] = c.dilation[a];
+    out->causal[a] = c.causal[a] ? 1 : 0;
+    out->flex_tile[a] = c.flex_tile[a];
+  }
+  out->batch = c.batch;
+  out->heads = c.heads;
+  out->head_dim = c.head_dim;
+  out->additional_tokens = c.additional_tokens;
+}
+
 }  // namespace
 
 extern "C" {
@@ -108,6 +136,20 @@ gna_status gna_sim_end_to_end(double attention_share, int32_t dense_steps, int32
     e.dense_steps = dense_steps;
     e.total_steps = total_steps;
     *speedup = gna::sim::end_to_end_speedup(e, op_speedup);
+  });
+}
+
+int32_t gna_sim_bench_case_count(void) {
+  return static_cast<int32_t>(gna::sim::bench_cases().size());
+}
+
+gna_status gna_sim_bench_case_at(int32_t index, gna_sim_bench_case* out) {
+  return guarded([&] {
+    const auto& cases = gna::sim::bench_cases();
+    if (out == nullptr) gna::fail_invalid("benchmark case: output required, got NULL");
+    if (index < 0 || index >= static_cast<int32_t>(cases.size()))
+      gna::fail_invalid("benchmark case index must be in [0, ", cases.size(), "), got ", index);
+    to_bench_case(cases[index], out);
   });
 }
 
