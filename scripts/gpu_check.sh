@@ -35,7 +35,10 @@ BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-$PWD/$BUILD/gpu-check-out}
 JOBS=${JOBS:-16}
 STEPS=${STEPS:-build test sanitize sass bench}
+case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
 mkdir -p "$OUT"
+# compute-sanitizer, cuobjdump and ncu where the toolkit installs them, when not on PATH.
+PATH=$PATH:/usr/local/cuda/bin
 t0=$(date +%s)
 
 rows=()
@@ -47,6 +50,9 @@ record() {
   echo "== $1 $2: $3 $4"
 }
 since() { echo $(( $(date +%s) - $1 )); }
+# The words of an argument variable, shell quoting honoured (case names hold spaces):
+# BENCH_ARGS="--cases 'nat 56x56 b128 h2 d32 7x7'".
+words() { eval "words_=($1)"; }
 bin() { echo "$BUILD/bin/$1"; }
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null ||
@@ -128,6 +134,10 @@ step_sass() {
     record sass "hopper kernels" skip "no $lib" 0
     return
   fi
+  if ! command -v cuobjdump >/dev/null; then
+    record sass cuobjdump FAIL "not found" 0
+    return
+  fi
   cuobjdump --dump-sass "$lib" >"$all" 2>"$OUT/cuobjdump.err"
   # Only the Hopper kernels are kept (the whole library's SASS is too large to keep).
   for pass in forward backward; do
@@ -161,12 +171,13 @@ step_profile() {
     record profile "ncu" skip "needs ncu and gna-kernel-bench" 0
     return
   fi
+  words "${PROFILE_ARGS:-}"
   timeout 600 ncu --clock-control none -k "regex:${PROFILE_KERNEL:-forward_kernel}" \
     -c "${PROFILE_COUNT:-1}" --section SpeedOfLight --section WarpStateStats \
     --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats \
     --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
     "$(bin gna-kernel-bench)" --cases "${PROFILE_CASE:-flux4k 80x80 s16x16}" \
-    --backends "${PROFILE_BACKEND:-hopper}" --reps 1 --warmup 1 ${PROFILE_ARGS:-} \
+    --backends "${PROFILE_BACKEND:-hopper}" --reps 1 --warmup 1 "${words_[@]}" \
     >"$OUT/profile.txt" 2>&1
   rc=$?
   grep -E "Throughput|Busy|Stall|Issue|Eligible|Active Warps|Duration" "$OUT/profile.txt" | head -30
@@ -181,7 +192,8 @@ step_bench() {
     record bench gna-kernel-bench skip "not built" 0
     return
   fi
-  "$(bin gna-kernel-bench)" --json "$OUT/bench.json" ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
+  words "${BENCH_ARGS:-}"
+  "$(bin gna-kernel-bench)" --json "$OUT/bench.json" "${words_[@]}" >"$OUT/bench.log" 2>&1
   rc=$?
   grep "^#" "$OUT/bench.log" | head -10
   record bench "gna-kernel-bench ${BENCH_ARGS:-}" "$([ $rc = 0 ] && echo ok || echo FAIL)" \
@@ -194,8 +206,9 @@ step_peers() {
     record peers "gna.bench" skip "$py has no torch with CUDA" 0
     return
   fi
-  GNA_LIBRARY="$PWD/$BUILD/lib/libgna.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
-    PYTHONUNBUFFERED=1 "$py" -m gna.bench --out "$OUT/peers" ${PEERS_ARGS:---quick} \
+  words "${PEERS_ARGS:---quick}"
+  GNA_LIBRARY="$BUILD/lib/libgna.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
+    PYTHONUNBUFFERED=1 "$py" -m gna.bench --out "$OUT/peers" "${words_[@]}" \
     >"$OUT/peers.log" 2>&1
   rc=$?
   record peers "gna.bench ${PEERS_ARGS:---quick}" "$([ $rc = 0 ] && echo ok || echo FAIL)" \

@@ -108,6 +108,26 @@ class SimSweepEntry(ctypes.Structure):
     ]
 
 
+class SimBenchCase(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char * 64),
+        ("model", ctypes.c_char * 32),
+        ("sets", ctypes.c_char * 96),
+        ("dtype", ctypes.c_char * 8),
+        ("rank", ctypes.c_int32),
+        ("extent", ctypes.c_int32 * MAX_RANK),
+        ("window", ctypes.c_int32 * MAX_RANK),
+        ("stride", ctypes.c_int32 * MAX_RANK),
+        ("dilation", ctypes.c_int32 * MAX_RANK),
+        ("causal", ctypes.c_int32 * MAX_RANK),
+        ("batch", ctypes.c_int32),
+        ("heads", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("additional_tokens", ctypes.c_int32),
+        ("flex_tile", ctypes.c_int32 * MAX_RANK),
+    ]
+
+
 def _candidates():
     env = os.environ.get("GNA_LIBRARY")
     if env:
@@ -181,6 +201,12 @@ if has_simulator:
     lib.gna_sim_end_to_end.restype = _status
     lib.gna_sim_end_to_end.argtypes = [ctypes.c_double, ctypes.c_int32, ctypes.c_int32,
                                        ctypes.c_double, _P(ctypes.c_double)]
+has_bench_cases = hasattr(lib, "gna_sim_bench_case_count")
+if has_bench_cases:
+    lib.gna_sim_bench_case_count.restype = ctypes.c_int32
+    lib.gna_sim_bench_case_count.argtypes = []
+    lib.gna_sim_bench_case_at.restype = _status
+    lib.gna_sim_bench_case_at.argtypes = [ctypes.c_int32, _P(SimBenchCase)]
 
 
 def check(status, last_error=None):

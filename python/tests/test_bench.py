@@ -36,9 +36,28 @@ def test_tiled_token_order_matches_token_coords():
 def test_case_selection():
     assert [c.window for c in cases.select(["flux4k"])] == [(80, 80), (80, 80)]
     assert cases.select(["hunyuan:2"])[0].strides == (16, 8, 8)
-    assert len(cases.select([])) == len(cases.CASES)
+    assert len(cases.select([])) == len(cases.in_set("peers"))
+    assert [c.key for c in cases.select([], quick=True)] == [c.key for c in cases.in_set("quick")]
+    named = cases.select(["flux4k 80x80 s16x16", "hunyuan dense"])
+    assert [c.strides for c in named] == [(16, 16), (1, 1, 1)]
+    assert len(cases.select([], case_set="image")) == 8
     with pytest.raises(ValueError, match="nope"):
         cases.select(["nope"])
+    with pytest.raises(ValueError, match="nope"):
+        cases.select([], case_set="nope")
+
+
+def test_case_table_comes_from_the_library():
+    table = cases.table()
+    keys = [c.key for c in table]
+    assert len(set(keys)) == len(keys)
+    nat = next(c for c in table if c.key == "nat 56x56 b128 h2 d32 7x7")
+    assert (nat.layout, nat.window, nat.batch, nat.heads, nat.dim) == ((56, 56), (7, 7), 128, 2, 32)
+    assert nat.tile is None and nat.dtype == "bf16" and "image" in nat.sets
+    dinat = next(c for c in table if c.key.startswith("dinat 56x56"))
+    assert dinat.dilations == (8, 8)
+    for c in table:
+        assert c.sets and c.rank == len(c.window) and c.causals == (False,) * c.rank
 
 
 def test_reports():
@@ -100,3 +119,14 @@ def test_unknown_case_is_an_error_naming_it(capsys):
     from gna.bench.__main__ import main
     assert main(["--cases", "nope", "--list"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_case_table_rejects_bad_indices():
+    from gna import _lib
+    c = _lib.SimBenchCase()
+    n = _lib.lib.gna_sim_bench_case_count()
+    for bad in (-1, n):
+        with pytest.raises(ValueError, match="index"):
+            _lib.check(_lib.lib.gna_sim_bench_case_at(bad, c), _lib.lib.gna_sim_last_error)
+    _lib.check(_lib.lib.gna_sim_bench_case_at(n - 1, c), _lib.lib.gna_sim_last_error)
+    assert c.name.decode() == cases.table()[-1].key

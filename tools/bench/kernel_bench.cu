@@ -1,9 +1,12 @@
-// gna-kernel-bench: times forward and backward of the registered device backends with CUDA events
-// (median of repetitions after warm-up, inputs random), prints a table and writes JSON. Effective
-// TFLOP/s count attended pairs only: forward 4 * B * H * N * keys_per_query * D, backward 2.5x
-// that. --image runs the image-model cases (small windows, batches, dilation), also reporting bytes
-// moved per time against a device copy measured in the same run; --graph times CUDA-graph replays
-// of each call (kernels only, without the host's dispatch between calls).
+// gna-kernel-bench: times forward, backward and forward + backward of the registered device
+// backends with CUDA events (median of repetitions after warm-up, inputs random), prints a table
+// and writes JSON. The cases come from the benchmark case table (gna/sim/cases.hpp) by set or by
+// name, or from --shape. Effective TFLOP/s count attended pairs only: forward
+// 4 * B * H * N * keys_per_query * D, backward 2.5x that. --image runs the image-model set (small
+// windows, batches, dilation), also reporting bytes moved per time against a device copy measured
+// in the same run; --graph times CUDA-graph replays of each call (kernels only, without the
+// host's dispatch between calls); --schedule times each forward schedule of the Hopper backend
+// (A/B in one run); --tiles forces tile shapes.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -18,6 +21,7 @@
 #include "api/backend.hpp"
 #include "bench_support/bench_support.cuh"
 #include "gna/gna.hpp"
+#include "gna/sim/cases.hpp"
 
 namespace {
 
@@ -50,14 +54,10 @@ __global__ void fill_random(uint16_t* p, int64_t n, uint32_t seed, bool bf16) {
   }
 }
 
+// A case of the table, or one given with --shape (which owns its name).
 struct Case {
   std::string name;
-  int rank;
-  int extent[3], window[3], stride[3];
-  int heads, dim;
-  bool backward;
-  int batch = 1;
-  int dilation[3] = {1, 1, 1};
+  sim::BenchCase c;
 };
 
 struct Tensor {
@@ -91,8 +91,12 @@ struct Tensor {
 // ran up to 20% slow on an H100: the dense forward, first in the list, at 9 ms per call).
 constexpr double kWarmupSeconds = 0.25;
 
+struct Time {
+  double median_ms, min_ms;
+};
+
 template <typename F>
-double median_ms(F&& f, int warmup, int reps) {
+Time time_ms(F&& f, int warmup, int reps) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
@@ -108,13 +112,13 @@ double median_ms(F&& f, int warmup, int reps) {
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return {t[t.size() / 2], t.front()};
 }
 
 // Median per call of `replays` back-to-back replays of a CUDA graph holding one call of f on
 // `stream` (capture fails where a backend synchronizes: then -1).
 template <typename F>
-double graph_median_ms(F&& f, cudaStream_t stream, int warmup, int reps, int replays = 20) {
+Time graph_time_ms(F&& f, cudaStream_t stream, int warmup, int reps, int replays = 20) {
   cudaGraph_t graph = nullptr;
   CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
   bool ok = true;
@@ -126,17 +130,17 @@ double graph_median_ms(F&& f, cudaStream_t stream, int warmup, int reps, int rep
   if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || !ok || !graph) {
     cudaGetLastError();
     if (graph) cudaGraphDestroy(graph);
-    return -1;
+    return {-1, -1};
   }
   cudaGraphExec_t exec;
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
   auto run = [&] {
     for (int i = 0; i < replays; ++i) CHECK(cudaGraphLaunch(exec, stream));
   };
-  const double ms = median_ms(run, warmup, reps) / replays;
+  const Time t = time_ms(run, warmup, reps);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
-  return ms;
+  return {t.median_ms / replays, t.min_ms / replays};
 }
 
 struct Row {
@@ -144,6 +148,8 @@ struct Row {
   double ms, value;
   std::string unit;
   double bytes = 0;  // fewest bytes the pass must move (image cases), 0: not reported
+  double min_ms = 0;
+  std::string schedule;
 };
 
 std::vector<std::string> split(const std::string& s, char sep = ',') {
@@ -160,25 +166,52 @@ std::vector<std::string> split(const std::string& s, char sep = ',') {
 
 // A case from --shape EXTENTS:WINDOW:STRIDE:HEADS (axes joined by 'x', e.g.
 // 128x128:128x128:1x1:16); false if the text is not of that form.
-bool parse_shape(const std::string& text, Case* c) {
+bool parse_shape(const std::string& text, int head_dim, Case* out) {
   const std::vector<std::string> parts = split(text, ':');
   if (parts.size() != 4) return false;
   const std::vector<std::string> e = split(parts[0], 'x'), w = split(parts[1], 'x'),
                                   st = split(parts[2], 'x');
   if (e.empty() || e.size() > 3 || w.size() != e.size() || st.size() != e.size()) return false;
-  c->name = "shape " + text;
-  c->rank = static_cast<int>(e.size());
+  out->name = "shape " + text + (head_dim != 128 ? " d" + std::to_string(head_dim) : "");
+  sim::BenchCase& c = out->c;
+  c = sim::BenchCase{};
+  c.model = "shape";
+  c.sets = "";
+  c.dtype = "bf16";
+  c.rank = static_cast<int>(e.size());
   for (int a = 0; a < 3; ++a) {
-    const bool on = a < c->rank;
-    c->extent[a] = on ? std::atoi(e[a].c_str()) : 1;
-    c->window[a] = on ? std::atoi(w[a].c_str()) : 1;
-    c->stride[a] = on ? std::atoi(st[a].c_str()) : 1;
-    if (c->extent[a] < 1 || c->window[a] < 1 || c->stride[a] < 1) return false;
+    const bool on = a < c.rank;
+    c.extent[a] = on ? std::atoi(e[a].c_str()) : 1;
+    c.window[a] = on ? std::atoi(w[a].c_str()) : 1;
+    c.stride[a] = on ? std::atoi(st[a].c_str()) : 1;
+    c.dilation[a] = 1;
+    if (c.extent[a] < 1 || c.window[a] < 1 || c.stride[a] < 1) return false;
   }
-  c->heads = std::atoi(parts[3].c_str());
-  c->dim = 128;
-  c->backward = true;
-  return c->heads >= 1;
+  c.batch = 1;
+  c.heads = std::atoi(parts[3].c_str());
+  c.head_dim = head_dim;
+  return c.heads >= 1;
+}
+
+// --schedule NAME: a forward schedule of the Hopper backend (other backends ignore it).
+bool parse_schedule(const std::string& name, ForwardSchedule* s) {
+  *s = ForwardSchedule{};
+  if (name == "auto") return true;
+  if (name == "grid") {
+    s->kind = ForwardSchedule::one_cta_per_item;
+    return true;
+  }
+  s->kind = ForwardSchedule::persistent;
+  if (name == "persistent") return true;
+  if (name == "persistent-static") {
+    s->dynamic = false;
+    return true;
+  }
+  if (name == "persistent-plain") {
+    s->longest_first = false;
+    return true;
+  }
+  return false;
 }
 
 // --tiles Q:KV (axes joined by 'x', e.g. 1x8x8:1x8x8): forced tile shapes for every call.
@@ -197,26 +230,67 @@ bool parse_tiles(const std::string& text, KernelOptions* k) {
   return true;
 }
 
+
+const char kUsage[] =
+    "usage: gna-kernel-bench [--set NAME | --image] [--cases a,b] [--list]\n"
+    "                        [--backends portable,...] [--passes fwd,bwd,fwd+bwd] [--forward-only]\n"
+    "                        [--reps N] [--warmup N] [--quick] [--json file]\n"
+    "                        [--shape EXTENTS:WINDOW:STRIDE:HEADS]... [--head-dim D]\n"
+    "                        [--tiles Q:KV] [--schedule S,...] [--deterministic] [--graph]\n"
+    "  Cases come from the benchmark case table: --set picks a set (kernel, the default; image,\n"
+    "  peers, quick, hopper, hopper-bwd), --cases names cases of the whole table, --list lists\n"
+    "  them with their sets. --shape adds a bf16 case (e.g. 128x128:128x128:1x1:16) with head\n"
+    "  dim D (default 128); with --shape and no --cases or --set only the --shape cases run.\n"
+    "  --passes: fwd, bwd (O and LSE from the same backend's forward), fwd+bwd (default\n"
+    "  fwd,bwd).\n"
+    "  --tiles forces the Q and KV tile shapes of every call (e.g. 1x8x8:1x8x8; the portable\n"
+    "  backward runs its 64-key variant for KV tiles of at most 64 tokens at head dims 64 and\n"
+    "  128). --schedule times each Hopper forward schedule given (auto, grid, persistent,\n"
+    "  persistent-static, persistent-plain). --deterministic: the backward's deterministic mode.\n"
+    "  --image is --set image, with bytes moved per time against a device copy of the same run;\n"
+    "  --graph times replays of a CUDA graph of each call (kernels only).\n";
+
+void list_cases() {
+  std::printf("| case | sets | batch | heads | dim | dtype |\n|---|---|---|---|---|---|\n");
+  for (const sim::BenchCase& c : sim::bench_cases())
+    std::printf("| %s | %s | %d | %d | %d | %s |\n", c.name, c.sets, c.batch, c.heads,
+                c.head_dim, c.dtype);
+}
+
+DType dtype_named(const char* name) {
+  if (!std::strcmp(name, "f16")) return DType::f16;
+  return DType::bf16;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json_path, only, backends_arg, tiles_text;
+  std::string json_path, only, backends_arg, tiles_text, set, passes_arg = "fwd,bwd";
+  std::string schedules_arg = "auto";
   KernelOptions forced;
   int reps = 10, warmup = 2, shape_dim = 128;
-  bool quick = false, forward_only = false, image = false, graph = false;
-  std::vector<Case> shapes;
+  bool quick = false, image = false, graph = false, deterministic = false;
+  std::vector<std::string> shape_texts;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
     if (a == "--json") json_path = next();
     else if (a == "--cases") only = next();
+    else if (a == "--set") set = next();
     else if (a == "--backends") backends_arg = next();
     else if (a == "--reps") reps = std::atoi(next().c_str());
     else if (a == "--warmup") warmup = std::atoi(next().c_str());
     else if (a == "--quick") quick = true;
-    else if (a == "--forward-only") forward_only = true;
+    else if (a == "--forward-only") passes_arg = "fwd";
+    else if (a == "--passes") passes_arg = next();
     else if (a == "--image") image = true;
     else if (a == "--graph") graph = true;
+    else if (a == "--deterministic") deterministic = true;
+    else if (a == "--schedule") schedules_arg = next();
+    else if (a == "--list") {
+      list_cases();
+      return 0;
+    }
     else if (a == "--head-dim") {
       const std::string text = next();
       shape_dim = std::atoi(text.c_str());
@@ -235,30 +309,69 @@ int main(int argc, char** argv) {
       }
     }
     else if (a == "--shape") {
-      Case c;
-      const std::string text = next();
-      if (!parse_shape(text, &c)) {
-        std::fprintf(stderr, "gna-kernel-bench: --shape '%s' is not EXTENTS:WINDOW:STRIDE:HEADS "
-                     "(axes joined by 'x', e.g. 128x128:128x128:1x1:16)\n", text.c_str());
-        return 2;
-      }
-      shapes.push_back(c);
+      shape_texts.push_back(next());
     } else {
-      std::printf(
-          "usage: gna-kernel-bench [--cases a,b] [--backends portable,...] [--reps N] [--warmup N]\n"
-          "                        [--quick] [--forward-only] [--json file]\n"
-          "                        [--shape EXTENTS:WINDOW:STRIDE:HEADS]... [--head-dim D]\n"
-          "                        [--tiles Q:KV] [--image] [--graph]\n"
-          "  --shape adds a bf16 case (e.g. 128x128:128x128:1x1:16) with head dim D for Q, K and\n"
-          "  V (default 128); with --shape and no --cases only the --shape cases run.\n"
-          "  --tiles forces the Q and KV tile shapes of every\n"
-          "  call (e.g. 1x8x8:1x8x8; the portable backward runs its 64-key variant for KV tiles\n"
-          "  of at most 64 tokens at head dims 64 and 128).\n"
-          "  --image runs the image-model cases (NAT, DiNAT, hourglass DiT, 3-D; bf16, batches),\n"
-          "  with bytes moved per time against a device copy of the same run; --graph times\n"
-          "  replays of a CUDA graph of each call (kernels only).\n");
+      std::printf("%s", kUsage);
       return a == "--help" ? 0 : 2;
     }
+  }
+  if (image) set = "image";
+  const std::vector<std::string> passes = split(passes_arg);
+  for (const std::string& p : passes) {
+    if (p != "fwd" && p != "bwd" && p != "fwd+bwd") {
+      std::fprintf(stderr, "gna-kernel-bench: --passes '%s': expected fwd, bwd and/or fwd+bwd\n",
+                   passes_arg.c_str());
+      return 2;
+    }
+  }
+  auto wants = [&](const char* p) {
+    return std::find(passes.begin(), passes.end(), p) != passes.end();
+  };
+  std::vector<std::pair<std::string, ForwardSchedule>> schedules;
+  for (const std::string& name : split(schedules_arg)) {
+    ForwardSchedule s;
+    if (!parse_schedule(name, &s)) {
+      std::fprintf(stderr, "gna-kernel-bench: --schedule '%s': expected auto, grid, persistent, "
+                   "persistent-static or persistent-plain\n", name.c_str());
+      return 2;
+    }
+    schedules.push_back({name, s});
+  }
+  // The cases: named ones (--cases), a set's, the --shape ones; the kernel set when none given.
+  std::vector<Case> cases;
+  std::vector<std::string> named = split(only);
+  for (const std::string& name : named) {
+    const sim::BenchCase* c = sim::find_bench_case(name);
+    if (c == nullptr) {
+      std::fprintf(stderr, "gna-kernel-bench: --cases: no case '%s' (--list lists them)\n",
+                   name.c_str());
+      return 2;
+    }
+    cases.push_back({c->name, *c});
+  }
+  if (set.empty() && named.empty() && shape_texts.empty()) set = "kernel";
+  if (!set.empty()) {
+    bool any = false;
+    for (const sim::BenchCase& c : sim::bench_cases()) {
+      if (!sim::in_set(c, set)) continue;
+      any = true;
+      if (std::find(named.begin(), named.end(), c.name) == named.end())
+        cases.push_back({c.name, c});
+    }
+    if (!any) {
+      std::fprintf(stderr, "gna-kernel-bench: --set '%s' has no case (--list lists the sets)\n",
+                   set.c_str());
+      return 2;
+    }
+  }
+  for (const std::string& text : shape_texts) {
+    Case c;
+    if (!parse_shape(text, shape_dim, &c)) {
+      std::fprintf(stderr, "gna-kernel-bench: --shape '%s' is not EXTENTS:WINDOW:STRIDE:HEADS "
+                   "(axes joined by 'x', e.g. 128x128:128x128:1x1:16)\n", text.c_str());
+      return 2;
+    }
+    cases.push_back(c);
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -275,44 +388,7 @@ int main(int argc, char** argv) {
     for (const Backend& b : registered_backends())
       if (b.device && b.name != "gpu_reference") backends.push_back(b.name);
   }
-
-  // bf16, d128, batch 1 (docs/rule.md section 9 shapes; "dense 128x128" is a small dense case that
-  // times quickly, "hunyuan dense" the video model's full attention).
-  std::vector<Case> cases = {
-      {"dense 128x128", 2, {128, 128, 1}, {128, 128, 1}, {1, 1, 1}, 16, 128, true},
-      {"hunyuan dense", 3, {30, 48, 80}, {30, 48, 80}, {1, 1, 1}, 24, 128, true},
-      {"hunyuan 18x24x24 s16x8x8", 3, {30, 48, 80}, {18, 24, 24}, {16, 8, 8}, 24, 128, true},
-      {"flux4k 80x80 s16x16", 2, {256, 256, 1}, {80, 80, 1}, {16, 16, 1}, 24, 128, true},
-      {"hunyuan 18x24x24 NA", 3, {30, 48, 80}, {18, 24, 24}, {1, 1, 1}, 24, 128, false},
-      {"flux4k 80x80 NA", 2, {256, 256, 1}, {80, 80, 1}, {1, 1, 1}, 24, 128, false},
-  };
-  // Image-model cases of issue 16 (bf16): NAT / DiNAT backbones (head dim 32, large batches),
-  // hourglass DiT levels (head dim 64), a 3-D neighborhood.
-  const std::vector<Case> image_cases = {
-      {"nat 56x56 b128 h2 d32 7x7", 2, {56, 56, 1}, {7, 7, 1}, {1, 1, 1}, 2, 32, true, 128},
-      {"dinat 56x56 b128 h2 d32 7x7 dil8", 2, {56, 56, 1}, {7, 7, 1}, {1, 1, 1}, 2, 32, true, 128, {8, 8, 1}},
-      {"nat 28x28 b128 h4 d32 7x7", 2, {28, 28, 1}, {7, 7, 1}, {1, 1, 1}, 4, 32, true, 128},
-      {"dinat 28x28 b128 h4 d32 7x7 dil4", 2, {28, 28, 1}, {7, 7, 1}, {1, 1, 1}, 4, 32, true, 128, {4, 4, 1}},
-      {"nat 14x14 b128 h8 d32 7x7", 2, {14, 14, 1}, {7, 7, 1}, {1, 1, 1}, 8, 32, true, 128},
-      {"hdit 128x128 b16 h4 d64 7x7", 2, {128, 128, 1}, {7, 7, 1}, {1, 1, 1}, 4, 64, true, 16},
-      {"hdit 128x128 b16 h4 d64 13x13", 2, {128, 128, 1}, {13, 13, 1}, {1, 1, 1}, 4, 64, true, 16},
-      {"3d 16x32x32 b8 h4 d64 7x7x7", 3, {16, 32, 32}, {7, 7, 7}, {1, 1, 1}, 4, 64, true, 8},
-  };
   if (quick) reps = std::min(reps, 3);
-  std::vector<std::string> wanted = split(only);
-  if ((!shapes.empty() || image) && wanted.empty()) wanted.push_back("");  // only those cases
-  if (image) {
-    for (const Case& c : image_cases) {
-      cases.push_back(c);
-      wanted.push_back(c.name);
-    }
-  }
-  for (Case c : shapes) {
-    c.dim = shape_dim;
-    if (shape_dim != 128) c.name += " d" + std::to_string(shape_dim);
-    cases.push_back(c);
-    wanted.push_back(c.name);
-  }
   std::vector<Row> rows;
   cudaStream_t stream;
   CHECK(cudaStreamCreate(&stream));  // blocking: the timing events on stream 0 wait for it
@@ -320,15 +396,15 @@ int main(int argc, char** argv) {
   double copy_tbs = 0;
   if (image) {
     Tensor src({int64_t(1) << 28}, DType::bf16, 21), dst({int64_t(1) << 28}, DType::bf16, 22);
-    const double ms = median_ms(
+    const double ms = time_ms(
         [&] { CHECK(cudaMemcpyAsync(dst.ptr, src.ptr, src.bytes(), cudaMemcpyDeviceToDevice)); },
-        warmup, reps);
+        warmup, reps).median_ms;
     copy_tbs = 2.0 * src.bytes() / ms / 1e9;
     rows.push_back({"copy 537 MB", "cudaMemcpy", "copy", ms, copy_tbs, "TB/s"});
   }
 
-  for (const Case& c : cases) {
-    if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), c.name) == wanted.end()) continue;
+  for (const Case& k : cases) {
+    const sim::BenchCase& c = k.c;
     AttentionParams params;
     params.rank = c.rank;
     std::vector<int64_t> shape{c.batch};
@@ -336,76 +412,127 @@ int main(int argc, char** argv) {
       params.window[a] = c.window[a];
       params.stride[a] = c.stride[a];
       params.dilation[a] = c.dilation[a];
+      params.causal[a] = c.causal[a];
       shape.push_back(c.extent[a]);
     }
     shape.push_back(c.heads);
-    shape.push_back(c.dim);
+    shape.push_back(c.head_dim);
     std::vector<int64_t> lse_shape(shape.begin(), shape.end() - 1);
-    const DType t = DType::bf16;
-    Tensor q(shape, t, 1), k(shape, t, 2), v(shape, t, 3), o(shape, t, 4), d_o(shape, t, 5);
+    const DType t = dtype_named(c.dtype);
+    Tensor q(shape, t, 1), k_(shape, t, 2), v(shape, t, 3), o(shape, t, 4), d_o(shape, t, 5);
     Tensor dq(shape, t, 6), dk(shape, t, 7), dv(shape, t, 8), lse(lse_shape, DType::f32, 9);
-    AttentionTensors in{q.ref, k.ref, v.ref};
+    // Extra tokens every query attends: [B, tokens, heads, dim].
+    const int64_t extra = std::max(c.additional_tokens, 1);
+    const std::vector<int64_t> extra_shape{c.batch, extra, c.heads, c.head_dim};
+    Tensor ak(extra_shape, t, 10), av(extra_shape, t, 11), dak(extra_shape, t, 12),
+        dav(extra_shape, t, 13);
+    AttentionTensors in{q.ref, k_.ref, v.ref};
+    if (c.additional_tokens > 0) {
+      in.additional_k = &ak.ref;
+      in.additional_v = &av.ref;
+    }
     const Problem p = make_problem(params, in);
-    const double flops = 4.0 * p.batch * p.heads_q * double(p.tokens()) * mean_keys_per_query(p) * c.dim;
+    const double flops =
+        4.0 * p.batch * p.heads_q * double(p.tokens()) * mean_keys_per_query(p) * c.head_dim;
     // Fewest bytes: forward reads Q, K, V and writes O and LSE; backward reads Q, K, V, O, dO,
     // LSE and writes dQ, dK, dV.
     const double fwd_bytes = image ? 4.0 * q.bytes() + lse.bytes() : 0;
     const double bwd_bytes = image ? 8.0 * q.bytes() + lse.bytes() : 0;
     for (const std::string& be : backends) {
-      CallOptions opt;
-      opt.backend = be;
-      opt.kernel = forced;
-      if (graph) opt.stream = stream;
-      auto time = [&](auto&& f) {
-        const double ms = graph ? graph_median_ms(f, stream, warmup, reps) : -1;
-        return ms > 0 ? ms : median_ms(f, warmup, reps);
-      };
-      const std::string label = tiles_text.empty() ? be : be + " (tiles " + tiles_text + ")";
-      try {
+      for (const auto& named_schedule : schedules) {
+        const std::string& schedule_name = named_schedule.first;
+        CallOptions opt;
+        opt.backend = be;
+        opt.kernel = forced;
+        opt.kernel.schedule = named_schedule.second;
+        opt.kernel.deterministic = deterministic;
+        if (graph) opt.stream = stream;
+        auto time = [&](auto&& f) {
+          const Time g = graph ? graph_time_ms(f, stream, warmup, reps) : Time{-1, -1};
+          return g.median_ms > 0 ? g : time_ms(f, warmup, reps);
+        };
+        std::string label = be;
+        if (!tiles_text.empty()) label += " (tiles " + tiles_text + ")";
+        if (deterministic) label += " (deterministic)";
         TensorRef out = o.ref, l = lse.ref;
-        const double ms = time([&] { attention_forward(params, in, out, &l, opt); });
-        CHECK(cudaDeviceSynchronize());
-        rows.push_back({c.name, label + " [" + select_forward_backend(params, in, opt) + "]", "forward", ms,
-                        flops / ms / 1e9, "TFLOP/s", fwd_bytes});
-      } catch (const Error& e) {
-        std::printf("# %s forward on %s: %s\n", c.name.c_str(), be.c_str(), e.what());
-      }
-      if (!c.backward || forward_only) continue;
-      try {
         AttentionGradients g{dq.ref, dk.ref, dv.ref};
-        const double ms = time([&] { attention_backward(params, in, o.ref, lse.ref, d_o.ref, g, opt); });
-        CHECK(cudaDeviceSynchronize());
-        rows.push_back({c.name, label + " [" + select_backward_backend(params, in, opt) + "]", "backward", ms,
-                        2.5 * flops / ms / 1e9, "TFLOP/s", bwd_bytes});
-      } catch (const Error& e) {
-        std::printf("# %s backward on %s: %s\n", c.name.c_str(), be.c_str(), e.what());
+        if (c.additional_tokens > 0) {
+          g.d_additional_k = &dak.ref;
+          g.d_additional_v = &dav.ref;
+        }
+        auto forward = [&] { attention_forward(params, in, out, &l, opt); };
+        auto backward = [&] { attention_backward(params, in, o.ref, lse.ref, d_o.ref, g, opt); };
+        auto add = [&](const char* pass, const std::string& ran, const Time& tm, double scale,
+                       double bytes) {
+          rows.push_back({k.name, label + " [" + ran + "]", pass, tm.median_ms,
+                          scale * flops / tm.median_ms / 1e9, "TFLOP/s", bytes, tm.min_ms,
+                          schedule_name});
+        };
+        try {
+          // The forward runs first in any case: the backward reads its O and LSE.
+          if (wants("fwd")) {
+            const Time tf = time(forward);
+            add("forward", select_forward_backend(params, in, opt), tf, 1.0, fwd_bytes);
+          } else {
+            forward();
+          }
+          CHECK(cudaDeviceSynchronize());
+        } catch (const Error& e) {
+          std::printf("# %s forward on %s: %s\n", k.name.c_str(), be.c_str(), e.what());
+          continue;
+        }
+        try {
+          if (wants("bwd")) {
+            const Time tb = time(backward);
+            CHECK(cudaDeviceSynchronize());
+            add("backward", select_backward_backend(params, in, opt), tb, 2.5, bwd_bytes);
+          }
+          if (wants("fwd+bwd")) {
+            const Time tfb = time([&] {
+              forward();
+              backward();
+            });
+            CHECK(cudaDeviceSynchronize());
+            const std::string ran = select_forward_backend(params, in, opt) + "/" +
+                                    select_backward_backend(params, in, opt);
+            add("fwd+bwd", ran, tfb, 3.5, fwd_bytes > 0 ? fwd_bytes + bwd_bytes : 0);
+          }
+        } catch (const Error& e) {
+          std::printf("# %s backward on %s: %s\n", k.name.c_str(), be.c_str(), e.what());
+        }
       }
     }
   }
 
+  const bool multi_schedule = schedules.size() > 1;
   if (!json_path.empty()) {
     FILE* f = std::fopen(json_path.c_str(), "w");
     if (f) {
-      std::fprintf(f, "{\"device\": \"%s\", \"dtype\": \"bf16\", \"results\": [\n", prop.name);
+      std::fprintf(f, "{\"device\": \"%s\", \"reps\": %d, \"warmup\": %d, \"graph\": %s, "
+                   "\"results\": [\n", prop.name, reps, warmup, graph ? "true" : "false");
       for (size_t i = 0; i < rows.size(); ++i)
-        std::fprintf(f, "  {\"case\": \"%s\", \"backend\": \"%s\", \"pass\": \"%s\", \"ms\": %.4f, \"%s\": %.2f}%s\n",
-                     rows[i].what.c_str(), rows[i].backend.c_str(), rows[i].pass.c_str(), rows[i].ms,
-                     rows[i].unit.c_str(), rows[i].value, i + 1 < rows.size() ? "," : "");
+        std::fprintf(f, "  {\"case\": \"%s\", \"backend\": \"%s\", \"pass\": \"%s\", "
+                     "\"schedule\": \"%s\", \"ms\": %.4f, \"min_ms\": %.4f, \"%s\": %.2f}%s\n",
+                     rows[i].what.c_str(), rows[i].backend.c_str(), rows[i].pass.c_str(),
+                     rows[i].schedule.c_str(), rows[i].ms, rows[i].min_ms, rows[i].unit.c_str(),
+                     rows[i].value, i + 1 < rows.size() ? "," : "");
       std::fprintf(f, "]}\n");
       std::fclose(f);
     }
   }
-  std::printf("\ngna-kernel-bench on %s (bf16%s; median of %d after %d warm-up%s)\n",
-              prop.name, image ? "" : ", d128, batch 1", reps, warmup,
-              graph ? ", CUDA-graph replays" : "");
-  std::printf("| case | backend [ran] | pass | ms | effective | bytes / time |\n|---|---|---|---|---|---|\n");
+  std::printf("\ngna-kernel-bench on %s (median of %d after %d warm-up%s)\n", prop.name, reps,
+              warmup, graph ? ", CUDA-graph replays" : "");
+  std::printf("| case | backend [ran] | %spass | ms | effective | bytes / time |\n"
+              "|---|---|%s---|---|---|---|\n", multi_schedule ? "schedule | " : "",
+              multi_schedule ? "---|" : "");
   for (const Row& r : rows) {
     char moved[64] = "";
     if (r.bytes > 0 && copy_tbs > 0)
       std::snprintf(moved, sizeof moved, "%.2f TB/s (%.0f%% of copy)", r.bytes / r.ms / 1e9,
                     100.0 * r.bytes / r.ms / 1e9 / copy_tbs);
-    std::printf("| %s | %s | %s | %.4f | %.1f %s | %s |\n", r.what.c_str(), r.backend.c_str(),
-                r.pass.c_str(), r.ms, r.value, r.unit.c_str(), moved);
+    std::printf("| %s | %s | %s%s | %.4f | %.1f %s | %s |\n", r.what.c_str(), r.backend.c_str(),
+                multi_schedule ? (r.schedule + " | ").c_str() : "", r.pass.c_str(), r.ms, r.value,
+                r.unit.c_str(), moved);
   }
   return 0;
 }

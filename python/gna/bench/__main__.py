@@ -23,9 +23,12 @@ from . import gna_calls, peers, report
 from .timing import bench_ms, copy_bandwidth_gbps
 
 
+DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
+
+
 def _attended_keys(case):
     sim = gna.simulate(case.layout, case.window, stride=case.strides, dilation=case.dilations,
-                       q_tile=1, kv_tile=1)
+                       is_causal=case.causals, q_tile=1, kv_tile=1)
     return sim["mean_keys_per_query"]
 
 
@@ -73,10 +76,14 @@ class Runner:
         a = self.args
         dev = torch.device("cuda")
         b, h, d, n = case.batch, case.heads, case.dim, case.tokens
+        if case.additional_tokens:
+            print(f"{case.label}: additional tokens are not timed by gna-bench (the dense and "
+                  "Flex peers have no such tokens); gna-kernel-bench times them", flush=True)
+            return
         shape = (b, *case.layout, h, d)
 
         def rand():
-            return torch.randn(shape, device=dev, dtype=torch.bfloat16)
+            return torch.randn(shape, device=dev, dtype=DTYPES[case.dtype])
 
         q, k, v = rand(), rand(), rand()
         keys = _attended_keys(case)
@@ -140,7 +147,7 @@ class Runner:
     def _gna_rows(self, case, pass_name, q, k, v, d_out, flops, grad):
         backend = self.args.backend
         try:
-            rule = dict(stride=case.strides, dilation=case.dilations)
+            rule = dict(stride=case.strides, dilation=case.dilations, is_causal=case.causals)
             chosen = gna.selected_backend(q, k, v, case.window, backward=grad, backend=backend,
                                           **rule)
             if grad:
@@ -208,9 +215,13 @@ def parse(argv):
     p = argparse.ArgumentParser(prog="gna-bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", nargs="*", default=[],
-                   help="case names (hunyuan, cosmos, wan, flux4k, nat, dinat, hdit, na3d, "
-                        "long1d; NAME:i for the i-th case of a name); default: all")
+                   help="use cases of the set (hunyuan, cosmos, wan, flux4k, nat, dinat, hdit, "
+                        "na3d, long1d; NAME:i for the i-th case of a name) or case names of "
+                        "the table (--list shows them); default: the whole set")
     p.add_argument("--quick", action="store_true", help="two small cases (a smoke run)")
+    p.add_argument("--set", default=None, dest="case_set",
+                   help="a set of the case table (peers, the default; quick, kernel, image, "
+                        "hopper, hopper-bwd)")
     p.add_argument("--passes", default="fwd,fwd+bwd", help="fwd, fwd+bwd or both (default)")
     p.add_argument("--backend", default="auto", help="gna backend (default: dispatch's choice)")
     p.add_argument("--no-flex", action="store_true", help="skip FlexAttention")
@@ -245,13 +256,13 @@ def parse(argv):
 def main(argv=None):
     args = parse(sys.argv[1:] if argv is None else argv)
     try:
-        selected = cases_mod.select(args.cases, args.quick)
+        selected = cases_mod.select(args.cases, args.quick, args.case_set)
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
     if args.list:
         for c in selected:
-            print(c.label)
+            print(f"{c.key}: {c.label}")
         return 0
     if not torch.cuda.is_available():
         print("gna-bench needs a CUDA device", file=sys.stderr)

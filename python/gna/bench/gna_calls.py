@@ -15,6 +15,7 @@ NA = {1: gna.na1d, 2: gna.na2d, 3: gna.na3d}
 def end_to_end_forward(case, q, k, v, backend):
     na = NA[case.rank]
     return lambda: na(q, k, v, case.window, stride=case.strides, dilation=case.dilations,
+                      is_causal=case.causals,
                       backend=backend)
 
 
@@ -24,6 +25,7 @@ def end_to_end_forward_backward(case, q, k, v, d_out, backend):
 
     def run():
         out = na(q, k, v, case.window, stride=case.strides, dilation=case.dilations,
+                 is_causal=case.causals,
                  backend=backend)
         torch.autograd.grad(out, inputs, d_out)
 
@@ -35,9 +37,8 @@ class KernelCalls:
 
     def __init__(self, case, q, k, v, backend):
         q, k, v = q.detach(), k.detach(), v.detach()
-        rank = case.rank
         self.params = _lib.make_params(case.window, case.strides, case.dilations,
-                                       (False,) * rank, 0.0)
+                                       case.causals, 0.0)
         self.out = torch.empty_like(q)
         self.lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
         self.d_out = torch.randn_like(q)

@@ -50,7 +50,8 @@ def token_coords(idx, layout, tile):
 def make_mask_mod(case, device):
     rank = case.rank
     dilation = case.dilations
-    ranges = [axis_key_ranges(case.layout[a], case.window[a], case.strides[a], dilation[a], False)
+    ranges = [axis_key_ranges(case.layout[a], case.window[a], case.strides[a], dilation[a],
+                              case.causals[a])
               for a in range(rank)]
     first = [r[0].to(device) for r in ranges]
     last = [r[1].to(device) for r in ranges]
