@@ -238,8 +238,8 @@ const char kUsage[] =
     "                        [--shape EXTENTS:WINDOW:STRIDE:HEADS]... [--head-dim D]\n"
     "                        [--tiles Q:KV] [--schedule S,...] [--deterministic] [--graph]\n"
     "  Cases come from the benchmark case table: --set picks a set (kernel, the default; image,\n"
-    "  peers, quick, hopper, hopper-bwd), --cases names cases of the whole table, --list lists\n"
-    "  them with their sets. --shape adds a bf16 case (e.g. 128x128:128x128:1x1:16) with head\n"
+    "  peers, quick, hopper, hopper-bwd), --cases names cases of the whole table instead, --list\n"
+    "  lists them with their sets. --shape adds a bf16 case (e.g. 128x128:128x128:1x1:16) with head\n"
     "  dim D (default 128); with --shape and no --cases or --set only the --shape cases run.\n"
     "  --passes: fwd, bwd (O and LSE from the same backend's forward), fwd+bwd (default\n"
     "  fwd,bwd).\n"
@@ -250,11 +250,24 @@ const char kUsage[] =
     "  --image is --set image, with bytes moved per time against a device copy of the same run;\n"
     "  --graph times replays of a CUDA graph of each call (kernels only).\n";
 
+std::string axes_text(const int* v, int rank) {
+  std::string s;
+  for (int a = 0; a < rank; ++a) s += (a ? "x" : "") + std::to_string(v[a]);
+  return s;
+}
+
 void list_cases() {
-  std::printf("| case | sets | batch | heads | dim | dtype |\n|---|---|---|---|---|---|\n");
-  for (const sim::BenchCase& c : sim::bench_cases())
-    std::printf("| %s | %s | %d | %d | %d | %s |\n", c.name, c.sets, c.batch, c.heads,
-                c.head_dim, c.dtype);
+  std::printf("| case | sets | layout | window | stride | dilation | causal | batch | heads | dim "
+              "| dtype | additional tokens |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const sim::BenchCase& c : sim::bench_cases()) {
+    int causal[3];
+    for (int a = 0; a < 3; ++a) causal[a] = c.causal[a] ? 1 : 0;
+    std::printf("| %s | %s | %s | %s | %s | %s | %s | %d | %d | %d | %s | %d |\n", c.name, c.sets,
+                axes_text(c.extent, c.rank).c_str(), axes_text(c.window, c.rank).c_str(),
+                axes_text(c.stride, c.rank).c_str(), axes_text(c.dilation, c.rank).c_str(),
+                axes_text(causal, c.rank).c_str(), c.batch, c.heads, c.head_dim, c.dtype,
+                c.additional_tokens);
+  }
 }
 
 DType dtype_named(const char* name) {
@@ -337,7 +350,8 @@ int main(int argc, char** argv) {
     }
     schedules.push_back({name, s});
   }
-  // The cases: named ones (--cases), a set's, the --shape ones; the kernel set when none given.
+  // The cases: the named ones (--cases) or else a set's, then the --shape ones; the kernel set
+  // when none is given.
   std::vector<Case> cases;
   std::vector<std::string> named = split(only);
   for (const std::string& name : named) {
@@ -350,13 +364,12 @@ int main(int argc, char** argv) {
     cases.push_back({c->name, *c});
   }
   if (set.empty() && named.empty() && shape_texts.empty()) set = "kernel";
-  if (!set.empty()) {
+  if (!set.empty() && named.empty()) {
     bool any = false;
     for (const sim::BenchCase& c : sim::bench_cases()) {
       if (!sim::in_set(c, set)) continue;
       any = true;
-      if (std::find(named.begin(), named.end(), c.name) == named.end())
-        cases.push_back({c.name, c});
+      cases.push_back({c.name, c});
     }
     if (!any) {
       std::fprintf(stderr, "gna-kernel-bench: --set '%s' has no case (--list lists the sets)\n",
