@@ -26,7 +26,8 @@
 #   SANITIZE_BINS     only these test binaries under compute-sanitizer (default: all six)
 #   PROFILE_CASE (default "flux4k 80x80 s16x16"), PROFILE_BACKEND (hopper), PROFILE_KERNEL
 #                (kernel-name regex, default forward_kernel), PROFILE_COUNT (launches, 1),
-#                PROFILE_ARGS (more gna-kernel-bench arguments, e.g. --forward-only)
+#                PROFILE_ARGS (more gna-kernel-bench arguments, default "--passes fwd"; for a
+#                backward kernel: PROFILE_ARGS="--passes bwd" PROFILE_KERNEL=backward_kernel)
 #   BENCH_ARGS   gna-kernel-bench arguments (e.g. "--image --graph --backends halo,hopper")
 #   PEERS_ARGS   gna.bench arguments (default --quick); GNA_PYTHON: the Python for it
 set -u -o pipefail
@@ -175,7 +176,7 @@ step_profile() {
     record profile "ncu" skip "needs ncu and gna-kernel-bench" 0
     return
   fi
-  words "${PROFILE_ARGS:-}"
+  words "${PROFILE_ARGS---passes fwd}"
   timeout 600 ncu --clock-control none -k "regex:${PROFILE_KERNEL:-forward_kernel}" \
     -c "${PROFILE_COUNT:-1}" --section SpeedOfLight --section WarpStateStats \
     --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats \
@@ -199,9 +200,11 @@ step_bench() {
   words "${BENCH_ARGS:-}"
   "$(bin gna-kernel-bench)" --json "$OUT/bench.json" "${words_[@]}" >"$OUT/bench.log" 2>&1
   rc=$?
+  grep -q "no CUDA device" "$OUT/bench.log" && rc=1  # the benchmark itself exits 0 there
   grep "^#" "$OUT/bench.log" | head -10
   record bench "gna-kernel-bench ${BENCH_ARGS:-}" "$([ $rc = 0 ] && echo ok || echo FAIL)" \
-    "rc $rc, bench.json" "$(since $t)"
+    "rc $rc, $(grep -c '^|' "$OUT/bench.log") table lines, $(grep -c '^#' "$OUT/bench.log") refused calls (bench.log)" \
+    "$(since $t)"
 }
 
 step_peers() {
