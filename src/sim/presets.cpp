@@ -11,7 +11,8 @@ namespace {
 
 // The problem comes from the benchmark case table (gna/sim/cases.hpp); the tile shapes are the
 // simulator's own: the Hopper kernel runs 128-query Q tiles (two consumer warpgroups of 64 rows)
-// and 128-key KV tiles at head dim 128; shapes are chosen to divide the layout where it can be done.
+// and 128-key KV tiles at head dim 128; shapes are chosen to divide the layout where it can be
+// done.
 Preset make(const char* name, const char* description, const char* case_name,
             std::vector<int> q_tile, std::vector<int> kv_tile) {
   const BenchCase* c = find_bench_case(case_name);

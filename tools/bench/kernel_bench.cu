@@ -233,20 +233,25 @@ bool parse_tiles(const std::string& text, KernelOptions* k) {
 
 const char kUsage[] =
     "usage: gna-kernel-bench [--set NAME | --image] [--cases a,b] [--list]\n"
-    "                        [--backends portable,...] [--passes fwd,bwd,fwd+bwd] [--forward-only]\n"
+    "                        [--backends portable,...] [--passes fwd,bwd,fwd+bwd]\n"
+    "                        [--forward-only]\n"
     "                        [--reps N] [--warmup N] [--quick] [--json file]\n"
     "                        [--shape EXTENTS:WINDOW:STRIDE:HEADS]... [--head-dim D]\n"
     "                        [--tiles Q:KV] [--schedule S,...] [--deterministic] [--graph]\n"
+    "                        [--forward-backend NAME]\n"
     "  Cases come from the benchmark case table: --set picks a set (kernel, the default; image,\n"
     "  peers, quick, hopper, hopper-bwd), --cases names cases of the whole table instead, --list\n"
-    "  lists them with their sets. --shape adds a bf16 case (e.g. 128x128:128x128:1x1:16) with head\n"
-    "  dim D (default 128); with --shape and no --cases or --set only the --shape cases run.\n"
+    "  lists them with their sets. --shape adds a bf16 case (e.g. 128x128:128x128:1x1:16) with\n"
+    "  head dim D (default 128); with --shape and no --cases or --set only the --shape cases\n"
+    "  run.\n"
     "  --passes: fwd, bwd (O and LSE from the same backend's forward), fwd+bwd (default\n"
     "  fwd,bwd).\n"
     "  --tiles forces the Q and KV tile shapes of every call (e.g. 1x8x8:1x8x8; the portable\n"
     "  backward runs its 64-key variant for KV tiles of at most 64 tokens at head dims 64 and\n"
     "  128). --schedule times each Hopper forward schedule given (auto, grid, persistent,\n"
     "  persistent-static, persistent-plain). --deterministic: the backward's deterministic mode.\n"
+    "  --forward-backend: the backend whose forward gives the backward its O and LSE (and runs\n"
+    "  the forward passes; default: the backend under test).\n"
     "  --image is --set image, with bytes moved per time against a device copy of the same run;\n"
     "  --graph times replays of a CUDA graph of each call (kernels only).\n";
 
@@ -279,6 +284,7 @@ DType dtype_named(const char* name) {
 
 int main(int argc, char** argv) {
   std::string json_path, only, backends_arg, tiles_text, set, passes_arg = "fwd,bwd";
+  std::string forward_backend;
   std::string schedules_arg = "auto";
   KernelOptions forced;
   int reps = 10, warmup = 2, shape_dim = 128;
@@ -299,6 +305,7 @@ int main(int argc, char** argv) {
     else if (a == "--image") image = true;
     else if (a == "--graph") graph = true;
     else if (a == "--deterministic") deterministic = true;
+    else if (a == "--forward-backend") forward_backend = next();
     else if (a == "--schedule") schedules_arg = next();
     else if (a == "--list") {
       list_cases();
@@ -467,13 +474,18 @@ int main(int argc, char** argv) {
         std::string label = be;
         if (!tiles_text.empty()) label += " (tiles " + tiles_text + ")";
         if (deterministic) label += " (deterministic)";
+        CallOptions fwd_opt = opt;
+        if (!forward_backend.empty() && forward_backend != be) {
+          fwd_opt.backend = forward_backend;
+          label += " (forward " + forward_backend + ")";
+        }
         TensorRef out = o.ref, l = lse.ref;
         AttentionGradients g{dq.ref, dk.ref, dv.ref};
         if (c.additional_tokens > 0) {
           g.d_additional_k = &dak.ref;
           g.d_additional_v = &dav.ref;
         }
-        auto forward = [&] { attention_forward(params, in, out, &l, opt); };
+        auto forward = [&] { attention_forward(params, in, out, &l, fwd_opt); };
         auto backward = [&] { attention_backward(params, in, o.ref, lse.ref, d_o.ref, g, opt); };
         auto add = [&](const char* pass, const std::string& ran, const Time& tm, double scale,
                        double bytes) {
@@ -485,13 +497,14 @@ int main(int argc, char** argv) {
           // The forward runs first in any case: the backward reads its O and LSE.
           if (wants("fwd")) {
             const Time tf = time(forward);
-            add("forward", select_forward_backend(params, in, opt), tf, 1.0, fwd_bytes);
+            add("forward", select_forward_backend(params, in, fwd_opt), tf, 1.0, fwd_bytes);
           } else {
             forward();
           }
           CHECK(cudaDeviceSynchronize());
         } catch (const Error& e) {
-          std::printf("# %s forward on %s: %s\n", k.name.c_str(), be.c_str(), e.what());
+          std::printf("# %s forward on %s: %s\n", k.name.c_str(), fwd_opt.backend.c_str(),
+                      e.what());
           continue;
         }
         try {
@@ -506,7 +519,7 @@ int main(int argc, char** argv) {
               backward();
             });
             CHECK(cudaDeviceSynchronize());
-            const std::string ran = select_forward_backend(params, in, opt) + "/" +
+            const std::string ran = select_forward_backend(params, in, fwd_opt) + "/" +
                                     select_backward_backend(params, in, opt);
             add("fwd+bwd", ran, tfb, 3.5, fwd_bytes > 0 ? fwd_bytes + bwd_bytes : 0);
           }
