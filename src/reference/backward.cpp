@@ -87,14 +87,7 @@ struct BackwardPass {
           const Acc ds = pair(q_row, do_row, lse_q, delta_q, k_row, v_row, &prob);
           for (int c = 0; c < p.dim_qk; ++c) acc[c] += ds * Acc(k_row[c]);
         };
-        attended_keys_per_axis(p, x, keys);
-        for_each_in_product(r, keys, [&](const int* y) {
-          add_key(typed<T>(in.k) + token_offset(in.k, r, b, y, hk),
-                  typed<T>(in.v) + token_offset(in.v, r, b, y, hk));
-        });
-        for (int j = 0; j < p.additional_kv; ++j)
-          add_key(typed<T>(*in.additional_k) + extra_offset(*in.additional_k, b, j, hk),
-                  typed<T>(*in.additional_v) + extra_offset(*in.additional_v, b, j, hk));
+        for_each_attended_key_row<T>(p, in, b, x, hk, keys, add_key);
         T* dq_row = typed<T>(g.dq) + token_offset(g.dq, r, b, x, h);
         for (int c = 0; c < p.dim_qk; ++c) dq_row[c] = static_cast<T>(scale * acc[c]);
       }

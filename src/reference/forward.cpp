@@ -16,8 +16,6 @@ void forward_impl(const Problem& p, const AttentionTensors& in, TensorRef& out, 
   const int group = p.heads_q / p.heads_kv;
   const Acc scale = effective_scale(p);
   const T* q = typed<T>(in.q);
-  const T* k = typed<T>(in.k);
-  const T* v = typed<T>(in.v);
   T* o = typed<T>(out);
   const int64_t tokens = p.tokens();
   const int64_t total = int64_t{p.batch} * tokens * p.heads_q;
@@ -37,15 +35,10 @@ void forward_impl(const Problem& p, const AttentionTensors& in, TensorRef& out, 
 
       k_rows.clear();
       v_rows.clear();
-      attended_keys_per_axis(p, x, keys);
-      for_each_in_product(r, keys, [&](const int* y) {
-        k_rows.push_back(k + token_offset(in.k, r, b, y, hk));
-        v_rows.push_back(v + token_offset(in.v, r, b, y, hk));
+      for_each_attended_key_row<T>(p, in, b, x, hk, keys, [&](const T* k_row, const T* v_row) {
+        k_rows.push_back(k_row);
+        v_rows.push_back(v_row);
       });
-      for (int j = 0; j < p.additional_kv; ++j) {
-        k_rows.push_back(typed<T>(*in.additional_k) + extra_offset(*in.additional_k, b, j, hk));
-        v_rows.push_back(typed<T>(*in.additional_v) + extra_offset(*in.additional_v, b, j, hk));
-      }
 
       scores.resize(k_rows.size());
       Acc max_score = -std::numeric_limits<Acc>::infinity();

@@ -86,6 +86,21 @@ void for_each_in_product(int rank, const std::vector<int>* lists, F f) {
   }
 }
 
+// Calls f(k_row, v_row) for every key query x of batch item b attends through KV head hk: the
+// window's keys in order, then the additional keys. keys: per-axis scratch lists.
+template <typename T, typename F>
+void for_each_attended_key_row(const Problem& p, const AttentionTensors& in, int64_t b,
+                               const int* x, int hk, std::vector<int>* keys, F f) {
+  attended_keys_per_axis(p, x, keys);
+  for_each_in_product(p.rank, keys, [&](const int* y) {
+    f(typed<T>(in.k) + token_offset(in.k, p.rank, b, y, hk),
+      typed<T>(in.v) + token_offset(in.v, p.rank, b, y, hk));
+  });
+  for (int j = 0; j < p.additional_kv; ++j)
+    f(typed<T>(*in.additional_k) + extra_offset(*in.additional_k, b, j, hk),
+      typed<T>(*in.additional_v) + extra_offset(*in.additional_v, b, j, hk));
+}
+
 // LSE is float32 normally, float64 allowed for fp64 inputs.
 inline double load_scalar(const TensorRef& t, int64_t off) {
   return t.dtype == DType::f64 ? static_cast<const double*>(t.data)[off]
