@@ -2,7 +2,7 @@
 // supports it (or on the one the caller names), explaining every refusal when none can.
 #include <sstream>
 
-#include "api/backend.hpp"
+#include "backend/backend.hpp"
 #include "gna/gna.hpp"
 
 namespace gna {

@@ -1,6 +1,6 @@
 // The GPU reference against the CPU reference: random configurations of every rank, forward
 // and backward, fp32 / fp16 / bf16 (the GPU oracle must itself be right).
-#include "api/backend.hpp"
+#include "backend/backend.hpp"
 #include "gpu_harness.hpp"
 
 namespace gna::testing {

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <map>
 
-#include "api/backend.hpp"
+#include "backend/backend.hpp"
 #include "gpu_harness.hpp"
 #include "kernels/halo/plan.hpp"
 

@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "api/backend.hpp"
+#include "backend/backend.hpp"
 #include "gna/core/tiling.hpp"
 #include "gpu_harness.hpp"
 #include "kernels/hopper/tma_host.hpp"

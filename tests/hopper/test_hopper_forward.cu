@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "api/backend.hpp"
+#include "backend/backend.hpp"
 #include "gna/attention_params.hpp"
 #include "gna/core/error.hpp"
 #include "gpu_reference.cuh"

@@ -3,7 +3,7 @@
 // dV and the additional keys' gradients); larger problems against the GPU reference.
 #include <cstdio>
 
-#include "api/backend.hpp"
+#include "backend/backend.hpp"
 #include "gpu_harness.hpp"
 #include "kernels/portable/portable.hpp"
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "api/backend.hpp"
+#include "backend/backend.hpp"
 #include "bench_support/bench_support.cuh"
 #include "gna/gna.hpp"
 #include "gna/sim/cases.hpp"

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "api/backend.hpp"
+#include "backend/backend.hpp"
 
 namespace gna::gpu_reference {
 

@@ -3,7 +3,7 @@
 // instantiation files.
 #pragma once
 
-#include "api/backend.hpp"
+#include "backend/backend.hpp"
 #include "kernels/halo/plan.hpp"
 
 namespace gna::halo {

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "api/backend.hpp"
+#include "backend/backend.hpp"
 #include "kernels/hopper/backward_params.hpp"
 
 namespace gna::hopper {

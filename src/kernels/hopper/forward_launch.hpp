@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "api/backend.hpp"
+#include "backend/backend.hpp"
 #include "kernels/hopper/forward_params.hpp"
 
 namespace gna::hopper {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "api/backend.hpp"
+#include "backend/backend.hpp"
 #include "kernels/portable/tile_plan.hpp"
 
 namespace gna::portable {

@@ -1,6 +1,7 @@
-// The interface between dispatch and the backends (CPU reference, GPU reference, portable and
-// Hopper kernels). A backend registers itself once at static-initialisation time (see
-// GNA_REGISTER_BACKEND); dispatch asks each, in priority order, whether it supports a call.
+// The interface between dispatch (src/api) and the backends (the CPU reference in src/reference,
+// the CUDA kernels in src/kernels). A backend registers itself once at static-initialisation
+// time (see GNA_REGISTER_BACKEND); dispatch asks each, in priority order, whether it supports a
+// call.
 #pragma once
 
 #include <functional>

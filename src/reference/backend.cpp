@@ -1,5 +1,5 @@
 // The CPU reference as the host backend: float32/float64 host tensors, any valid problem.
-#include "api/backend.hpp"
+#include "backend/backend.hpp"
 #include "gna/reference/reference.hpp"
 
 namespace gna {

@@ -1,6 +1,6 @@
 #include <algorithm>
 
-#include "api/backend.hpp"
+#include "backend/backend.hpp"
 
 namespace gna {
 
