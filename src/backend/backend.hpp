@@ -47,6 +47,10 @@ struct Backend {
   // false (it supports the call but a lower-priority one is expected to run it faster); a
   // caller that names the backend still gets it.
   std::function<bool(const Problem&, std::string* why)> preferred;
+  // Optional: gives back the memory the backend keeps between calls
+  // (gna::release_cached_memory). A plain function, so that backends sharing one pool name the
+  // same one and a release runs it once.
+  void (*release_memory)() = nullptr;
 };
 
 void register_backend(const Backend& backend);

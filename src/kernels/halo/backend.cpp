@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gna/core/error.hpp"
+#include "kernels/common/scratch.hpp"
 #include "kernels/halo/halo.hpp"
 
 namespace gna::halo {
@@ -186,6 +187,7 @@ Backend make_backend() {
   b.supports_backward = supports_backward;
   b.backward = backward;
   b.preferred = cached_preferred;
+  b.release_memory = cuda::scratch_release;  // the backward's scratch
   return b;
 }
 

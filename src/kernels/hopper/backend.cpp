@@ -2,6 +2,7 @@
 // supports the call, the backward kernel.
 #include <string>
 
+#include "kernels/common/scratch.hpp"
 #include "kernels/hopper/backward_launch.hpp"
 #include "kernels/hopper/forward_launch.hpp"
 
@@ -19,6 +20,7 @@ Backend make_hopper_backend() {
     return supports_backward(c, why);
   };
   b.backward = [](const BackwardCall& c) { backward(c); };
+  b.release_memory = cuda::scratch_release;  // the backward's scratch
   return b;
 }
 

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "gna/core/error.hpp"
+#include "kernels/common/scratch.hpp"
 #include "kernels/portable/portable.hpp"
 
 namespace gna::portable {
@@ -124,6 +125,7 @@ Backend make_backend() {
   b.forward = forward;
   b.supports_backward = supports_backward;
   b.backward = backward;
+  b.release_memory = cuda::scratch_release;  // the backward's scratch
   return b;
 }
 
