@@ -4,16 +4,19 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/unfused_backend.hpp"
 #include "gna/gna.hpp"
 
 namespace gna {
 
 void release_cached_memory() {
   std::vector<void (*)()> releases;
-  for (const Backend& b : registered_backends())
-    if (b.release_memory &&
-        std::find(releases.begin(), releases.end(), b.release_memory) == releases.end())
-      releases.push_back(b.release_memory);
+  auto add = [&](void (*release)()) {
+    if (release && std::find(releases.begin(), releases.end(), release) == releases.end())
+      releases.push_back(release);
+  };
+  for (const Backend& b : registered_backends()) add(b.release_memory);
+  for (const UnfusedBackend& b : registered_unfused_backends()) add(b.release_memory);
   for (void (*release)() : releases) release();
 }
 
