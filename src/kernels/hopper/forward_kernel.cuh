@@ -1,10 +1,11 @@
 // The Hopper forward kernel: one CTA per (128-token Q tile, head, batch) with a producer warp
 // issuing TMA loads of multi-dimensional boxes straight from the heads-last tensors and two
 // consumer warpgroups (64 Q rows each) doing S = Q K^T (wgmma SS), the online softmax in the
-// exp2 domain and O += P V (wgmma RS, P from registers). K and V flow through 2-stage rings
-// guarded by full/empty mbarriers. Per (Q tile, KV tile) pair the core's tiling math decides:
-// empty pairs are never loaded, full pairs run without mask code, partial pairs apply the
-// per-axis rule with one unsigned compare per axis and element.
+// exp2 domain and O += P V (wgmma RS, P from registers). K and V flow through rings guarded by
+// full/empty mbarriers. Per (Q tile, KV tile) pair the core's tiling math decides: empty pairs
+// are never loaded, full pairs run without mask code, partial pairs apply the per-axis rule with
+// one unsigned compare per axis and element. The GEMMs, the softmax and the epilogue are shared
+// with the persistent kernel (forward_mainloop.cuh, forward_softmax.cuh, forward_epilogue.cuh).
 #pragma once
 
 #include <cuda.h>
@@ -12,10 +13,11 @@
 #include <cuda_fp16.h>
 
 #include "gna/core/tiling.hpp"
+#include "kernels/hopper/device_util.cuh"
+#include "kernels/hopper/forward_epilogue.cuh"
+#include "kernels/hopper/forward_mainloop.cuh"
 #include "kernels/hopper/forward_params.hpp"
 #include "kernels/hopper/forward_softmax.cuh"
-#include "kernels/hopper/forward_wgmma_d256.cuh"
-#include "kernels/hopper/device_util.cuh"
 #include "kernels/hopper/ptx.cuh"
 
 namespace gna::hopper {
@@ -30,9 +32,6 @@ constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
 constexpr int producer_regs(int head_dim) { return head_dim > 128 ? 24 : 40; }
 constexpr int consumer_regs(int head_dim) { return head_dim > 128 ? 240 : 232; }
 constexpr int kClassTable = 256;  // per-axis class entries kept in shared memory
-
-template <int D>
-using KvLayout = TileLayout<D, kv_tile_tokens(D)>;
 
 template <int D>
 struct SharedStorage {
@@ -159,49 +158,6 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, SharedStorage<
   }
 }
 
-// This thread's O accumulators times the rows' 1 / l, in the input dtype, into the staging rows
-// (tile layout and swizzle of a Q tile): rows r0 and r0 + 8, columns quad * 2 + 8 j.
-template <int D, typename Tag>
-__device__ __forceinline__ void stage_o_rows(const float (&o)[D / 2], const float (&inv)[2],
-                                             uint8_t* rows, int r0, int quad) {
-  using L = TileLayout<D>;
-#pragma unroll
-  for (int j = 0; j < D / 8; ++j)
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r = r0 + 8 * i;
-      const int col = j * 8 + quad * 2;
-      const int box = col / L::kBoxCols;
-      const int cc = col % L::kBoxCols;
-      const int chunk = (cc / 8) ^ (r % L::kChunksPerRow);
-      uint8_t* dst = rows + box * L::kBoxBytes + r * L::kRowBytes + chunk * 16 + (cc % 8) * 2;
-      *reinterpret_cast<uint32_t*>(dst) =
-          pack2<Tag>(o[j * 4 + i * 2] * inv[i], o[j * 4 + i * 2 + 1] * inv[i]);
-    }
-}
-
-// The consumer warpgroup's 64 rows of O, staged (normalised, in the input dtype) in `rows` with
-// the tile layout's swizzle, to the heads-last output in 16-byte stores; rows beyond the image
-// are skipped.
-template <int D>
-__device__ __forceinline__ void store_o_rows(const FwdParams& p, const uint8_t* rows, int consumer,
-                                             int batch, int head, const int (&qt)[kAxes]) {
-  using L = TileLayout<D>;
-  constexpr int kChunks = D * 2 / 16;  // 16-byte chunks per output row
-  const int tid = threadIdx.x % 128;
-  for (int idx = tid; idx < 64 * kChunks; idx += 128) {
-    const int r = consumer * 64 + idx / kChunks;
-    const int ch = idx % kChunks;
-    int64_t off = batch * p.o_batch_stride + head * p.o_head_stride + ch * 8;
-    if (!tile_row_offset(p.axes, qt, p.q_tile, r, p.o_axis_stride, off)) continue;
-    const int box = ch / L::kChunksPerRow;
-    const int chunk = (ch % L::kChunksPerRow) ^ (r % L::kChunksPerRow);
-    const uint4 val =
-        *reinterpret_cast<const uint4*>(rows + box * L::kBoxBytes + r * L::kRowBytes + chunk * 16);
-    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.o) + off) = val;
-  }
-}
-
 template <int D, typename Tag>
 __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<D>& s,
                                               const int (&qt)[kAxes], int head, int batch,
@@ -220,23 +176,14 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
   constexpr bool kWindowsInSmem = D > 128;
   const int ctid = threadIdx.x - 128;
   int key_begin[2][kAxes], key_width[2][kAxes];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    int local[kAxes];
-    tile_local(consumer * 64 + row_in_wg + 8 * i, p.q_tile, local);
-#pragma unroll
-    for (int a = 0; a < kAxes; ++a) {
-      const int n = p.axes[a].extent;
-      const int c = qt[a] * p.q_tile[a] + local[a];
-      const Range kw = key_window(p.axes[a], n, min_i(c, n - 1));
-      key_begin[i][a] = kw.begin;
-      key_width[i][a] = kw.size();
-      if constexpr (kWindowsInSmem) {
-        s.row_window[(i * kAxes + a) * 2][ctid] = kw.begin;
-        s.row_window[(i * kAxes + a) * 2 + 1][ctid] = kw.size();
-      }
+  row_key_windows(p, qt, consumer, row_in_wg, [&](int i, int a, Range kw) {
+    key_begin[i][a] = kw.begin;
+    key_width[i][a] = kw.size();
+    if constexpr (kWindowsInSmem) {
+      s.row_window[(i * kAxes + a) * 2][ctid] = kw.begin;
+      s.row_window[(i * kAxes + a) * 2 + 1][ctid] = kw.size();
     }
-  }
+  });
   auto window_begin = [&](int i, int a) {
     if constexpr (kWindowsInSmem) return s.row_window[(i * kAxes + a) * 2][ctid];
     else return key_begin[i][a];
@@ -255,12 +202,9 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
 
   // wgmma descriptors of this warpgroup's Q rows and of the first K and V stages, built once; a
   // stage or k-step only moves the start address (desc_advance).
-  const uint64_t q_desc = make_smem_desc(smem_addr(s.q) + consumer * 64 * L::kRowBytes, 16,
-                                         8 * L::kRowBytes, L::kSwizzleMode);
-  const uint64_t k_desc =
-      make_smem_desc(smem_addr(s.k[0]), 16, 8 * KL::kRowBytes, KL::kSwizzleMode);
-  const uint64_t v_desc =
-      make_smem_desc(smem_addr(s.v[0]), KL::kBoxBytes, 8 * KL::kRowBytes, KL::kSwizzleMode);
+  const uint64_t q_desc = q_rows_desc<D>(smem_addr(s.q) + consumer * 64 * L::kRowBytes);
+  const uint64_t k_desc = k_tile_desc<D>(smem_addr(s.k[0]));
+  const uint64_t v_desc = v_tile_desc<D>(smem_addr(s.v[0]));
 
   const KvWalk w = make_walk(p, qt, kKv);
   const int total = w.spatial + w.additional;
@@ -307,51 +251,21 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
     return ti;
   };
 
-  auto issue_qk = [&](float (&sacc)[kS], int stage) {
-    const uint64_t kd = desc_advance(k_desc, stage * KL::kTileBytes);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const int box = kk * 16 / L::kBoxCols;
-      const int within = (kk * 16 % L::kBoxCols) * 2;
-      WgmmaSS<kKv, Tag>::run(sacc, desc_advance(q_desc, box * L::kBoxBytes + within),
-                             desc_advance(kd, box * KL::kBoxBytes + within), kk > 0);
-    }
-    wgmma_commit();
+  auto issue_s = [&](float (&sacc)[kS], int stage) {
+    issue_qk<D, Tag>(sacc, q_desc, desc_advance(k_desc, stage * KL::kTileBytes));
   };
-  auto issue_pv = [&](const uint32_t (&pa)[kKv / 4], int stage) {
-    const uint64_t vd = desc_advance(v_desc, stage * KL::kTileBytes);
-#pragma unroll
-    for (int k = 0; k < kKv / 16; ++k)
-      WgmmaRS<D, Tag>::run(o, &pa[k * 4], desc_advance(vd, k * 16 * KL::kRowBytes));
-    wgmma_commit();
+  auto issue_o = [&](const uint32_t (&pa)[kKv / 4], int stage) {
+    issue_pv<D, Tag>(o, pa, desc_advance(v_desc, stage * KL::kTileBytes));
   };
   // Masks S (partial pairs: the per-axis rule; additional-KV tail: keys beyond the count).
   auto apply_mask = [&](float (&sacc)[kS], const int (&kt)[kAxes], bool partial, int key_limit) {
-    if (partial) {
-      int lo[2][kAxes], width[2][kAxes];
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int a = 0; a < kAxes; ++a) {
-          lo[i][a] = window_begin(i, a) - kt[a] * p.kv_tile[a];
-          width[i][a] = window_width(i, a);
-        }
-      mask_outside_windows<kKv>(sacc, p.kv_tile, lo, width, quad);
-    } else if (key_limit < kKv) {
-      mask_beyond<kKv>(sacc, key_limit, quad);
-    }
+    mask_tile<kKv>(
+        sacc, partial, key_limit, p.kv_tile,
+        [&](int i, int a) { return window_begin(i, a) - kt[a] * p.kv_tile[a]; }, window_width,
+        quad);
   };
   auto softmax = [&](float (&sacc)[kS], float (&correction)[2]) {
     online_softmax<kKv>(sacc, row_max, row_sum, scale_log2, correction);
-  };
-  auto rescale_o = [&](const float (&correction)[2]) {
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      o[j * 4 + 0] *= correction[0];
-      o[j * 4 + 1] *= correction[0];
-      o[j * 4 + 2] *= correction[1];
-      o[j * 4 + 3] *= correction[1];
-    }
   };
 
   // Software pipeline inside the warpgroup: S(n) = Q K(n)^T is issued together with
@@ -369,7 +283,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
     mbar_wait(&s.k_full[0], 0);
     named_barrier_sync(my_turn, 256);
     wgmma_fence();
-    issue_qk(sacc, 0);
+    issue_s(sacc, 0);
     named_barrier_arrive(other_turn, 256);
     TileInfo ti = tile_info(cur);
     cursor_step(w, cur);
@@ -389,8 +303,8 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
       mbar_wait(&s.v_full[prev_stage], prev_phase);
       named_barrier_sync(my_turn, 256);
       wgmma_fence();
-      issue_qk(sacc, stage);
-      issue_pv(pa, prev_stage);
+      issue_s(sacc, stage);
+      issue_o(pa, prev_stage);
       named_barrier_arrive(other_turn, 256);
       ti = tile_info(cur);  // overlaps the GEMMs just issued
       cursor_step(w, cur);
@@ -404,14 +318,14 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
       if (lane == 0) mbar_arrive(&s.v_empty[prev_stage]);
       // Most iterations leave every row max of the warp unchanged: skip the 64 multiplies.
       if (__any_sync(0xffffffff, correction[0] != 1.f || correction[1] != 1.f))
-        rescale_o(correction);
+        rescale_o<D>(o, correction);
       pack_p<kKv, Tag>(sacc, pa);
     }
     const int last = (it - 1) % kv_stages(D);
     mbar_wait(&s.v_full[last], ((it - 1) / kv_stages(D)) & 1);
     named_barrier_sync(my_turn, 256);
     wgmma_fence();
-    issue_pv(pa, last);
+    issue_o(pa, last);
     named_barrier_arrive(other_turn, 256);
     wgmma_wait<0>();
     fence_regs(o);
@@ -420,30 +334,8 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
   }
 
   // Epilogue: normalise, stage this warpgroup's rows in its own rows of the Q tile, store.
-  float inv[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    float l = row_sum[i];
-    l += __shfl_xor_sync(0xffffffff, l, 1);
-    l += __shfl_xor_sync(0xffffffff, l, 2);
-    row_sum[i] = l;
-    inv[i] = l > 0.f ? 1.f / l : 0.f;
-  }
-  stage_o_rows<D, Tag>(o, inv, s.q, consumer * 64 + row_in_wg, quad);
-  if (p.lse != nullptr && quad == 0) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      int64_t off = batch * p.lse_batch_stride + head * p.lse_head_stride;
-      if (!tile_row_offset(p.axes, qt, p.q_tile, consumer * 64 + row_in_wg + 8 * i,
-                           p.lse_axis_stride, off))
-        continue;
-      const float lse = row_sum[i] > 0.f ? (row_max[i] + __log2f(row_sum[i])) * 0.69314718056f
-                                         : -INFINITY;
-      p.lse[off] = lse;
-    }
-  }
-  named_barrier_sync(1 + consumer, 128);
-  store_o_rows<D>(p, s.q, consumer, batch, head, qt);
+  write_output_rows<D, Tag>(p, o, row_max, row_sum, s.q, consumer, row_in_wg, quad, qt, head,
+                            batch);
 }
 
 template <int D, typename Tag>
@@ -460,6 +352,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   work /= p.q_tiles_per_image;
   const int head = work % p.heads_q;
   const int batch = work / p.heads_q;
+  // Q tile coordinates as tile_coords computes them, written out: through the helper this
+  // kernel compiles to other machine code (the measured one is kept).
   int qt[kAxes];
   qt[2] = tile % p.q_tiles[2];
   qt[1] = (tile / p.q_tiles[2]) % p.q_tiles[1];

@@ -5,11 +5,12 @@
 // class, key offsets); Q is double-buffered so the next item's Q arrives while the current one
 // finishes. The consumers pipeline across items: the first S = Q K^T of the next item is issued
 // together with the last P V of the current one, and the current item's epilogue runs while the
-// other consumer warpgroup holds the tensor cores. Everything per tile (mask, softmax, GEMMs) is
-// the same as in the one-CTA-per-item kernel (forward_kernel.cuh).
+// other consumer warpgroup holds the tensor cores. Everything per tile (GEMMs, mask, softmax) and
+// the epilogue come from the headers the one-CTA-per-item kernel (forward_kernel.cuh) uses.
 #pragma once
 
 #include "kernels/hopper/forward_kernel.cuh"
+#include "kernels/hopper/forward_work_item.cuh"
 
 namespace gna::hopper {
 
@@ -47,21 +48,6 @@ struct PersistentStorage {
 template <int D>
 constexpr int persistent_shared_bytes() {
   return static_cast<int>(sizeof(PersistentStorage<D>)) + 1024;  // + alignment slack
-}
-
-// Q tile coordinates of a linear tile index (row-major over axes 0, 1, 2).
-__device__ __forceinline__ void tile_coords(const FwdParams& p, int tile, int (&qt)[kAxes]) {
-  qt[2] = tile % p.q_tiles[2];
-  qt[1] = (tile / p.q_tiles[2]) % p.q_tiles[1];
-  qt[0] = tile / (p.q_tiles[2] * p.q_tiles[1]);
-}
-
-// Work item k: tiles of an image run fastest (concurrent CTAs share K/V in L2); within an image
-// and head the host's order (longest first) when given.
-__device__ __forceinline__ void decode_item(const FwdParams& p, int k, int& tile, int& head_batch) {
-  const int r = k % p.q_tiles_per_image;
-  head_batch = k / p.q_tiles_per_image;
-  tile = p.tile_order != nullptr ? __ldg(p.tile_order + r) : r;
 }
 
 template <int D>
@@ -208,19 +194,10 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
   auto begin_item = [&](int tile) {
     int qt[kAxes];
     tile_coords(p, tile, qt);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      int local[kAxes];
-      tile_local(consumer * 64 + row_in_wg + 8 * i, p.q_tile, local);
-#pragma unroll
-      for (int a = 0; a < kAxes; ++a) {
-        const int n = p.axes[a].extent;
-        const int c = qt[a] * p.q_tile[a] + local[a];
-        const Range kw = key_window(p.axes[a], n, min_i(c, n - 1));
-        win.begin[i][a] = kw.begin;
-        win.width[i][a] = kw.size();
-      }
-    }
+    row_key_windows(p, qt, consumer, row_in_wg, [&](int i, int a, Range kw) {
+      win.begin[i][a] = kw.begin;
+      win.width[i][a] = kw.size();
+    });
   };
 
   float o[kO];
@@ -233,41 +210,22 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
   // wgmma descriptors of the first buffer of Q (this warpgroup's rows), K and V, built once;
   // a buffer, stage or k-step only moves the start address. Buffer and stage indices are warp
   // uniform, so the descriptors stay in uniform registers.
-  const uint64_t q_desc =
-      make_smem_desc(smem_addr(s.q[0]) + q_row_offset, 16, 8 * L::kRowBytes, L::kSwizzleMode);
-  const uint64_t k_desc = make_smem_desc(smem_addr(s.k[0]), 16, 8 * L::kRowBytes, L::kSwizzleMode);
-  const uint64_t v_desc =
-      make_smem_desc(smem_addr(s.v[0]), L::kBoxBytes, 8 * L::kRowBytes, L::kSwizzleMode);
-  auto issue_qk = [&](float (&sacc)[kS], int qb, int stage) {
-    const uint64_t qd = desc_advance(q_desc, qb * L::kTileBytes);
-    const uint64_t kd = desc_advance(k_desc, stage * L::kTileBytes);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const int step = kk * 16 / L::kBoxCols * L::kBoxBytes + (kk * 16 % L::kBoxCols) * 2;
-      WgmmaSS<kTileTokens, Tag>::run(sacc, desc_advance(qd, step), desc_advance(kd, step),
-                                     kk > 0);
-    }
-    wgmma_commit();
+  const uint64_t q_desc = q_rows_desc<D>(smem_addr(s.q[0]) + q_row_offset);
+  const uint64_t k_desc = k_tile_desc<D>(smem_addr(s.k[0]));
+  const uint64_t v_desc = v_tile_desc<D>(smem_addr(s.v[0]));
+  auto issue_s = [&](float (&sacc)[kS], int qb, int stage) {
+    issue_qk<D, Tag>(sacc, desc_advance(q_desc, qb * L::kTileBytes),
+                     desc_advance(k_desc, stage * L::kTileBytes));
   };
-  auto issue_pv = [&](const uint32_t (&pa)[kTileTokens / 4], int stage) {
-    const uint64_t vd = desc_advance(v_desc, stage * L::kTileBytes);
-#pragma unroll
-    for (int k = 0; k < kTileTokens / 16; ++k)
-      WgmmaRS<D, Tag>::run(o, &pa[k * 4], desc_advance(vd, k * 16 * L::kRowBytes));
-    wgmma_commit();
+  auto issue_o = [&](const uint32_t (&pa)[kTileTokens / 4], int stage) {
+    issue_pv<D, Tag>(o, pa, desc_advance(v_desc, stage * L::kTileBytes));
   };
   // Masks S: partial pairs get the per-axis rule, the additional-KV tail the key count.
   auto apply_mask = [&](float (&sacc)[kS], const StageTag& tag) {
-    if (tag.flags & kPartialTile) {
-      int lo[2][kAxes];
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int a = 0; a < kAxes; ++a) lo[i][a] = win.begin[i][a] - tag.kv_origin[a];
-      mask_outside_windows<kTileTokens>(sacc, p.kv_tile, lo, win.width, quad);
-    } else if (tag.key_limit < kTileTokens) {
-      mask_beyond<kTileTokens>(sacc, tag.key_limit, quad);
-    }
+    mask_tile<kTileTokens>(
+        sacc, (tag.flags & kPartialTile) != 0, tag.key_limit, p.kv_tile,
+        [&](int i, int a) { return win.begin[i][a] - tag.kv_origin[a]; },
+        [&](int i, int a) { return win.width[i][a]; }, quad);
   };
   auto softmax = [&](float (&sacc)[kS], float (&correction)[2]) {
     online_softmax<kTileTokens>(sacc, row_max, row_sum, scale_log2, correction);
@@ -275,42 +233,11 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
   // Epilogue of a finished item: normalise, stage this warpgroup's rows in its own rows of the
   // item's Q buffer (its last S = Q K^T is done), store to the heads-last output, then release
   // the Q buffer to the producer.
-  auto epilogue = [&](int tile, int hb, int qb, const float (&m)[2], const float (&l_part)[2]) {
+  auto epilogue = [&](int tile, int hb, int qb, const float (&m)[2], float (&l_part)[2]) {
     int qt[kAxes];
     tile_coords(p, tile, qt);
-    const int head = hb % p.heads_q, batch = hb / p.heads_q;
-    uint8_t* stage_rows = s.q[qb];
-    float inv[2], l_row[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float l = l_part[i];
-      l += __shfl_xor_sync(0xffffffff, l, 1);
-      l += __shfl_xor_sync(0xffffffff, l, 2);
-      l_row[i] = l;
-      inv[i] = l > 0.f ? 1.f / l : 0.f;
-    }
-    stage_o_rows<D, Tag>(o, inv, stage_rows, consumer * 64 + row_in_wg, quad);
-    if (p.lse != nullptr && quad == 0) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        // tile_row_offset written out: through the helper this loop compiles to other machine
-        // code than the measured kernel's.
-        int local[kAxes];
-        tile_local(consumer * 64 + row_in_wg + 8 * i, p.q_tile, local);
-        bool valid = true;
-        int64_t off = batch * p.lse_batch_stride + head * p.lse_head_stride;
-#pragma unroll
-        for (int a = 0; a < kAxes; ++a) {
-          const int c = qt[a] * p.q_tile[a] + local[a];
-          valid = valid && c < p.axes[a].extent;
-          off += static_cast<int64_t>(c) * p.lse_axis_stride[a];
-        }
-        if (valid)
-          p.lse[off] = l_row[i] > 0.f ? (m[i] + __log2f(l_row[i])) * 0.69314718056f : -INFINITY;
-      }
-    }
-    named_barrier_sync(1 + consumer, 128);
-    store_o_rows<D>(p, stage_rows, consumer, batch, head, qt);
+    write_output_rows<D, Tag>(p, o, m, l_part, s.q[qb], consumer, row_in_wg, quad, qt,
+                              hb % p.heads_q, hb / p.heads_q);
     // The producer's next TMA write to this buffer must follow these generic accesses.
     fence_proxy_async_smem();
     mbar_arrive(&s.q_empty[qb]);
@@ -335,7 +262,7 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
   float correction[2];
   named_barrier_sync(my_turn, 256);
   wgmma_fence();
-  issue_qk(sacc, 0, 0);
+  issue_s(sacc, 0, 0);
   named_barrier_arrive(other_turn, 256);
   wgmma_wait<0>();
   fence_regs(sacc);
@@ -371,8 +298,8 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
     mbar_wait(&s.v_full[prev_stage], prev_phase);
     named_barrier_sync(my_turn, 256);
     wgmma_fence();
-    issue_qk(sacc, j & 1, stage);
-    issue_pv(pa, prev_stage);
+    issue_s(sacc, j & 1, stage);
+    issue_o(pa, prev_stage);
     named_barrier_arrive(other_turn, 256);
     wgmma_wait<1>();
     fence_regs(sacc);
@@ -391,13 +318,7 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
       for (int i = 0; i < kO; ++i) o[i] = 0.f;
     } else if (__any_sync(0xffffffff, correction[0] != 1.f || correction[1] != 1.f)) {
       // Most iterations leave every row max of the warp unchanged: skip the multiplies.
-#pragma unroll
-      for (int c = 0; c < D / 8; ++c) {
-        o[c * 4 + 0] *= correction[0];
-        o[c * 4 + 1] *= correction[0];
-        o[c * 4 + 2] *= correction[1];
-        o[c * 4 + 3] *= correction[1];
-      }
+      rescale_o<D>(o, correction);
     }
     pack_p<kTileTokens, Tag>(sacc, pa);
   }
@@ -405,7 +326,7 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
   mbar_wait(&s.v_full[last], ((it - 1) / kStages) & 1);
   named_barrier_sync(my_turn, 256);
   wgmma_fence();
-  issue_pv(pa, last);
+  issue_o(pa, last);
   named_barrier_arrive(other_turn, 256);
   wgmma_wait<0>();
   fence_regs(o);

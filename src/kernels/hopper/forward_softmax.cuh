@@ -1,13 +1,35 @@
-// Masking, online softmax and P packing of the forward consumers, shared by the one-item and the
-// persistent kernels. They work on one warpgroup's m64nKeys S fragment: each thread holds rows
-// i = 0, 1 (lane / 4 and + 8) and, per 8-column group j, columns j * 8 + quad * 2 + e.
+// The rows' key windows, masking, online softmax and P packing of the forward consumers, shared
+// by the one-item and the persistent kernels. They work on one warpgroup's m64nKeys S fragment:
+// each thread holds rows i = 0, 1 (lane / 4 and + 8) and, per 8-column group j, columns
+// j * 8 + quad * 2 + e.
 #pragma once
 
 #include <cstdint>
 
+#include "gna/core/axis_rule.hpp"
 #include "kernels/hopper/device_util.cuh"
+#include "kernels/hopper/forward_params.hpp"
 
 namespace gna::hopper {
+
+// The key window per axis (group coordinates) of the thread's two rows of Q tile qt (row_in_wg
+// and + 8 of consumer warpgroup `consumer`), what mask_outside_windows compares against on
+// partial pairs: keep(i, a, window) for row i and axis a.
+template <typename Keep>
+__device__ __forceinline__ void row_key_windows(const FwdParams& p, const int (&qt)[kAxes],
+                                                int consumer, int row_in_wg, Keep&& keep) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    int local[kAxes];
+    tile_local(consumer * 64 + row_in_wg + 8 * i, p.q_tile, local);
+#pragma unroll
+    for (int a = 0; a < kAxes; ++a) {
+      const int n = p.axes[a].extent;
+      const int c = qt[a] * p.q_tile[a] + local[a];
+      keep(i, a, key_window(p.axes[a], n, min_i(c, n - 1)));
+    }
+  }
+}
 
 // Partial pair: keys outside row i's window (per axis, begin lo[i][a] relative to the KV tile,
 // width[i][a]) get -inf; one unsigned compare per axis.
@@ -45,6 +67,28 @@ __device__ __forceinline__ void mask_beyond(float (&sacc)[Keys / 2], int key_lim
         sacc[j * 4 + e] = -INFINITY;
         sacc[j * 4 + 2 + e] = -INFINITY;
       }
+}
+
+// Masks S of one KV tile: a partial pair by the rows' key windows (lo(i, a): row i's window
+// begin on axis a relative to the tile's first key, width(i, a): its width), the additional-KV
+// tail by its key count; a full pair is left alone.
+template <int Keys, typename Lo, typename Width>
+__device__ __forceinline__ void mask_tile(float (&sacc)[Keys / 2], bool partial, int key_limit,
+                                          const int (&kv_tile)[kAxes], Lo&& lo, Width&& width,
+                                          int quad) {
+  if (partial) {
+    int row_lo[2][kAxes], row_width[2][kAxes];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int a = 0; a < kAxes; ++a) {
+        row_lo[i][a] = lo(i, a);
+        row_width[i][a] = width(i, a);
+      }
+    mask_outside_windows<Keys>(sacc, kv_tile, row_lo, row_width, quad);
+  } else if (key_limit < Keys) {
+    mask_beyond<Keys>(sacc, key_limit, quad);
+  }
 }
 
 // Online softmax in the exp2 domain (scale folded in): S becomes P (fp32, unnormalised); the

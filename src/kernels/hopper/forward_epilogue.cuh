@@ -1,0 +1,93 @@
+// The epilogue of a forward work item in a consumer warpgroup, shared by the one-item and the
+// persistent kernels: O normalised by the row sums, staged in the input dtype (XOR-swizzled
+// 16-byte chunks, the tile layout of a Q tile) in the warpgroup's own rows of a Q buffer, then
+// stored to the heads-last output in 16-byte stores; LSE = (m + log2 l) ln 2. Rows beyond the
+// image are skipped.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/hopper/device_util.cuh"
+#include "kernels/hopper/forward_params.hpp"
+#include "kernels/hopper/ptx.cuh"
+
+namespace gna::hopper {
+
+// This thread's O accumulators times the rows' 1 / l, in the input dtype, into the staging rows
+// (tile layout and swizzle of a Q tile): rows r0 and r0 + 8, columns quad * 2 + 8 j.
+template <int D, typename Tag>
+__device__ __forceinline__ void stage_o_rows(const float (&o)[D / 2], const float (&inv)[2],
+                                             uint8_t* rows, int r0, int quad) {
+  using L = TileLayout<D>;
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = r0 + 8 * i;
+      const int col = j * 8 + quad * 2;
+      const int box = col / L::kBoxCols;
+      const int cc = col % L::kBoxCols;
+      const int chunk = (cc / 8) ^ (r % L::kChunksPerRow);
+      uint8_t* dst = rows + box * L::kBoxBytes + r * L::kRowBytes + chunk * 16 + (cc % 8) * 2;
+      *reinterpret_cast<uint32_t*>(dst) =
+          pack2<Tag>(o[j * 4 + i * 2] * inv[i], o[j * 4 + i * 2 + 1] * inv[i]);
+    }
+}
+
+// The consumer warpgroup's 64 rows of O, staged (normalised, in the input dtype) in `rows` with
+// the tile layout's swizzle, to the heads-last output in 16-byte stores; rows beyond the image
+// are skipped.
+template <int D>
+__device__ __forceinline__ void store_o_rows(const FwdParams& p, const uint8_t* rows, int consumer,
+                                             int batch, int head, const int (&qt)[kAxes]) {
+  using L = TileLayout<D>;
+  constexpr int kChunks = D * 2 / 16;  // 16-byte chunks per output row
+  const int tid = threadIdx.x % 128;
+  for (int idx = tid; idx < 64 * kChunks; idx += 128) {
+    const int r = consumer * 64 + idx / kChunks;
+    const int ch = idx % kChunks;
+    int64_t off = batch * p.o_batch_stride + head * p.o_head_stride + ch * 8;
+    if (!tile_row_offset(p.axes, qt, p.q_tile, r, p.o_axis_stride, off)) continue;
+    const int box = ch / L::kChunksPerRow;
+    const int chunk = (ch % L::kChunksPerRow) ^ (r % L::kChunksPerRow);
+    const uint4 val =
+        *reinterpret_cast<const uint4*>(rows + box * L::kBoxBytes + r * L::kRowBytes + chunk * 16);
+    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.o) + off) = val;
+  }
+}
+
+// The whole epilogue of the warpgroup's 64 rows of Q tile qt: m and l are the thread's running
+// row maxima (log2 domain, scaled) and partial row sums (summed over the row's threads here, in
+// place); `stage_rows` is the Q buffer whose rows the warpgroup no longer reads.
+template <int D, typename Tag>
+__device__ __forceinline__ void write_output_rows(const FwdParams& p, const float (&o)[D / 2],
+                                                  const float (&m)[2], float (&l)[2],
+                                                  uint8_t* stage_rows, int consumer, int row_in_wg,
+                                                  int quad, const int (&qt)[kAxes], int head,
+                                                  int batch) {
+  float inv[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float sum = l[i];
+    sum += __shfl_xor_sync(0xffffffff, sum, 1);
+    sum += __shfl_xor_sync(0xffffffff, sum, 2);
+    l[i] = sum;
+    inv[i] = sum > 0.f ? 1.f / sum : 0.f;
+  }
+  stage_o_rows<D, Tag>(o, inv, stage_rows, consumer * 64 + row_in_wg, quad);
+  if (p.lse != nullptr && quad == 0) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      int64_t off = batch * p.lse_batch_stride + head * p.lse_head_stride;
+      if (!tile_row_offset(p.axes, qt, p.q_tile, consumer * 64 + row_in_wg + 8 * i,
+                           p.lse_axis_stride, off))
+        continue;
+      const float lse = l[i] > 0.f ? (m[i] + __log2f(l[i])) * 0.69314718056f : -INFINITY;
+      p.lse[off] = lse;
+    }
+  }
+  named_barrier_sync(1 + consumer, 128);
+  store_o_rows<D>(p, stage_rows, consumer, batch, head, qt);
+}
+
+}  // namespace gna::hopper

@@ -1,0 +1,24 @@
+// Work items of the Hopper forward kernels: a (128-token Q tile, head, batch) triple, the Q tile
+// given by its linear index inside the image.
+#pragma once
+
+#include "kernels/hopper/forward_params.hpp"
+
+namespace gna::hopper {
+
+// Q tile coordinates of a linear tile index (row-major over axes 0, 1, 2).
+__device__ __forceinline__ void tile_coords(const FwdParams& p, int tile, int (&qt)[kAxes]) {
+  qt[2] = tile % p.q_tiles[2];
+  qt[1] = (tile / p.q_tiles[2]) % p.q_tiles[1];
+  qt[0] = tile / (p.q_tiles[2] * p.q_tiles[1]);
+}
+
+// Work item k: tiles of an image run fastest (concurrent CTAs share K/V in L2); within an image
+// and head the host's order (longest first) when given.
+__device__ __forceinline__ void decode_item(const FwdParams& p, int k, int& tile, int& head_batch) {
+  const int r = k % p.q_tiles_per_image;
+  head_batch = k / p.q_tiles_per_image;
+  tile = p.tile_order != nullptr ? __ldg(p.tile_order + r) : r;
+}
+
+}  // namespace gna::hopper
