@@ -15,6 +15,7 @@
 #include "gna/core/tiling.hpp"
 #include "kernels/hopper/device_util.cuh"
 #include "kernels/hopper/forward_epilogue.cuh"
+#include "kernels/hopper/forward_load.cuh"
 #include "kernels/hopper/forward_mainloop.cuh"
 #include "kernels/hopper/forward_params.hpp"
 #include "kernels/hopper/forward_softmax.cuh"
@@ -115,10 +116,8 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, SharedStorage<
   const int head_kv = head / p.heads_per_kv;
   const int x_base = batch * p.axes[0].extent;  // batches folded into the outermost axis
   mbar_expect_tx(&s.q_full, L::kTileBytes);
-#pragma unroll
-  for (int box = 0; box < L::kBoxes; ++box)
-    tma_load_5d(s.q + box * L::kBoxBytes, tm_q, &s.q_full, box * L::kBoxCols, head,
-                qt[2] * p.q_tile[2], qt[1] * p.q_tile[1], x_base + qt[0] * p.q_tile[0]);
+  load_tile<L>(s.q, tm_q, &s.q_full, head, qt[2] * p.q_tile[2], qt[1] * p.q_tile[1],
+               x_base + qt[0] * p.q_tile[0]);
 
   const KvWalk w = make_walk(p, qt, kKv);
   int it = 0;
@@ -144,16 +143,10 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, SharedStorage<
     const uint32_t phase = (it / kv_stages(D)) & 1;
     mbar_wait(&s.k_empty[stage], phase ^ 1);
     mbar_expect_tx(&s.k_full[stage], KL::kTileBytes);
-#pragma unroll
-    for (int box = 0; box < KL::kBoxes; ++box)
-      tma_load_5d(s.k[stage] + box * KL::kBoxBytes, mk, &s.k_full[stage], box * KL::kBoxCols,
-                  head_kv, c2, c3, c4);
+    load_tile<KL>(s.k[stage], mk, &s.k_full[stage], head_kv, c2, c3, c4);
     mbar_wait(&s.v_empty[stage], phase ^ 1);
     mbar_expect_tx(&s.v_full[stage], KL::kTileBytes);
-#pragma unroll
-    for (int box = 0; box < KL::kBoxes; ++box)
-      tma_load_5d(s.v[stage] + box * KL::kBoxBytes, mv, &s.v_full[stage], box * KL::kBoxCols,
-                  head_kv, c2, c3, c4);
+    load_tile<KL>(s.v[stage], mv, &s.v_full[stage], head_kv, c2, c3, c4);
     ++it;
   }
 }
@@ -264,35 +257,29 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
         [&](int i, int a) { return window_begin(i, a) - kt[a] * p.kv_tile[a]; }, window_width,
         quad);
   };
-  auto softmax = [&](float (&sacc)[kS], float (&correction)[2]) {
-    online_softmax<kKv>(sacc, row_max, row_sum, scale_log2, correction);
-  };
 
-  // Software pipeline inside the warpgroup: S(n) = Q K(n)^T is issued together with
-  // O += P(n-1) V(n-1); the softmax of S(n) runs while P(n-1) V(n-1) is on the tensor cores.
-  // Ping-pong: the two consumer warpgroups take turns issuing their GEMMs (named barriers
-  // 3 and 4), so one warpgroup's softmax runs while the other's GEMMs hold the tensor cores.
+  // The pipeline over the Q tile's KV tiles (forward_mainloop.cuh); ping-pong turns are the
+  // named barriers 3 and 4.
   const int my_turn = 3 + consumer, other_turn = 3 + (consumer ^ 1);
   KvCursor cur;
   cursor_begin(cur);
   uint32_t pa[kKv / 4];
   float sacc[kS];
-  float correction[2];
   if (total > 0) {
     if (consumer == 1) named_barrier_arrive(3, 256);  // the first consumer goes first
     mbar_wait(&s.k_full[0], 0);
-    named_barrier_sync(my_turn, 256);
-    wgmma_fence();
-    issue_s(sacc, 0);
-    named_barrier_arrive(other_turn, 256);
-    TileInfo ti = tile_info(cur);
-    cursor_step(w, cur);
-    wgmma_wait<0>();
-    fence_regs(sacc);
-    if (lane == 0) mbar_arrive(&s.k_empty[0]);
-    apply_mask(sacc, ti.kt, ti.partial, ti.key_limit);
-    softmax(sacc, correction);
-    pack_p<kKv, Tag>(sacc, pa);
+    TileInfo ti;
+    consumer_first_tile<D, Tag>(
+        sacc, pa, row_max, row_sum, scale_log2, my_turn, other_turn,
+        [&](float (&acc)[kS]) { issue_s(acc, 0); },
+        [&] {
+          ti = tile_info(cur);
+          cursor_step(w, cur);
+        },
+        [&](float (&acc)[kS]) {
+          if (lane == 0) mbar_arrive(&s.k_empty[0]);
+          apply_mask(acc, ti.kt, ti.partial, ti.key_limit);
+        });
     int it = 1;
     for (; cur.t < total; ++it) {
       const int stage = it % kv_stages(D);
@@ -301,35 +288,24 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
       const uint32_t prev_phase = ((it - 1) / kv_stages(D)) & 1;
       mbar_wait(&s.k_full[stage], phase);
       mbar_wait(&s.v_full[prev_stage], prev_phase);
-      named_barrier_sync(my_turn, 256);
-      wgmma_fence();
-      issue_s(sacc, stage);
-      issue_o(pa, prev_stage);
-      named_barrier_arrive(other_turn, 256);
-      ti = tile_info(cur);  // overlaps the GEMMs just issued
-      cursor_step(w, cur);
-      wgmma_wait<1>();
-      fence_regs(sacc);
-      if (lane == 0) mbar_arrive(&s.k_empty[stage]);
-      apply_mask(sacc, ti.kt, ti.partial, ti.key_limit);
-      softmax(sacc, correction);
-      wgmma_wait<0>();
-      fence_regs(o);
-      if (lane == 0) mbar_arrive(&s.v_empty[prev_stage]);
-      // Most iterations leave every row max of the warp unchanged: skip the 64 multiplies.
-      if (__any_sync(0xffffffff, correction[0] != 1.f || correction[1] != 1.f))
-        rescale_o<D>(o, correction);
-      pack_p<kKv, Tag>(sacc, pa);
+      consumer_next_tile<D, Tag>(
+          sacc, pa, o, row_max, row_sum, scale_log2, my_turn, other_turn, lane,
+          &s.v_empty[prev_stage], [&](float (&acc)[kS]) { issue_s(acc, stage); },
+          [&](const uint32_t (&a)[kKv / 4]) { issue_o(a, prev_stage); },
+          [&] {
+            ti = tile_info(cur);  // overlaps the GEMMs just issued
+            cursor_step(w, cur);
+          },
+          [&](float (&acc)[kS]) {
+            if (lane == 0) mbar_arrive(&s.k_empty[stage]);
+            apply_mask(acc, ti.kt, ti.partial, ti.key_limit);
+          },
+          [] { return false; });  // one item: O is only rescaled
     }
     const int last = (it - 1) % kv_stages(D);
-    mbar_wait(&s.v_full[last], ((it - 1) / kv_stages(D)) & 1);
-    named_barrier_sync(my_turn, 256);
-    wgmma_fence();
-    issue_o(pa, last);
-    named_barrier_arrive(other_turn, 256);
-    wgmma_wait<0>();
-    fence_regs(o);
-    if (lane == 0) mbar_arrive(&s.v_empty[last]);
+    consumer_last_pv<D>(o, pa, my_turn, other_turn, lane, &s.v_full[last],
+                        ((it - 1) / kv_stages(D)) & 1, &s.v_empty[last],
+                        [&](const uint32_t (&a)[kKv / 4]) { issue_o(a, last); });
     if (consumer == 0) named_barrier_sync(my_turn, 256);  // the second consumer's last pass
   }
 

@@ -1,12 +1,14 @@
-// The GEMMs of one KV tile in a forward consumer warpgroup, shared by the one-item and the
-// persistent kernels: S = Q K^T (wgmma SS, both operands K-major in shared memory), O += P V
-// (wgmma RS, P from registers, V N-major) and the online rescaling of O. The descriptors are
-// built once per CTA; a buffer, stage or k-step only moves their start address (desc_advance).
+// A forward consumer warpgroup's work per KV tile, shared by the one-item and the persistent
+// kernels: S = Q K^T (wgmma SS, both operands K-major in shared memory), O += P V (wgmma RS, P
+// from registers, V N-major), the online rescaling of O, and the software pipeline over a run of
+// KV tiles that orders them with the mask and softmax. The descriptors are built once per CTA; a
+// buffer, stage or k-step only moves their start address (desc_advance).
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/hopper/device_util.cuh"
+#include "kernels/hopper/forward_softmax.cuh"
 #include "kernels/hopper/forward_wgmma_d256.cuh"
 #include "kernels/hopper/ptx.cuh"
 
@@ -72,6 +74,87 @@ __device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&corre
     o[j * 4 + 2] *= correction[1];
     o[j * 4 + 3] *= correction[1];
   }
+}
+
+// The pipeline over a run of KV tiles. Ping-pong: the two consumer warpgroups take turns issuing
+// their GEMMs (named barriers my_turn and other_turn), so that one warpgroup's softmax runs while
+// the other's GEMMs hold the tensor cores. Inside a warpgroup, S(n) = Q K(n)^T is issued together
+// with O += P(n-1) V(n-1), and the softmax of S(n) runs while P(n-1) V(n-1) is on the tensor
+// cores. What differs between the kernels comes in as hooks: issue_s(sacc) and issue_o(pa) (their
+// buffers and stages), overlap() (work done while the GEMMs run), mask_s(sacc) (masks S and
+// releases its K stage).
+
+// The first KV tile of a run: S(0) alone, then P(0).
+template <int D, typename Tag, typename IssueS, typename Overlap, typename MaskS>
+__device__ __forceinline__ void consumer_first_tile(float (&sacc)[kv_tile_tokens(D) / 2],
+                                                    uint32_t (&pa)[kv_tile_tokens(D) / 4],
+                                                    float (&row_max)[2], float (&row_sum)[2],
+                                                    float scale_log2, int my_turn, int other_turn,
+                                                    IssueS&& issue_s, Overlap&& overlap,
+                                                    MaskS&& mask_s) {
+  constexpr int kKv = kv_tile_tokens(D);
+  named_barrier_sync(my_turn, 256);
+  wgmma_fence();
+  issue_s(sacc);
+  named_barrier_arrive(other_turn, 256);
+  overlap();
+  wgmma_wait<0>();
+  fence_regs(sacc);
+  mask_s(sacc);
+  float correction[2];  // O is still zero
+  online_softmax<kKv>(sacc, row_max, row_sum, scale_log2, correction);
+  pack_p<kKv, Tag>(sacc, pa);
+}
+
+// A later KV tile n: S(n) with P(n-1) V(n-1), whose V stage (v_empty) is released once done;
+// then O is rescaled, unless item_done() takes over (true: the persistent kernel's first tile of
+// a new item, where O holds the finished item and goes to its epilogue instead).
+template <int D, typename Tag, typename IssueS, typename IssueO, typename Overlap, typename MaskS,
+          typename ItemDone>
+__device__ __forceinline__ void consumer_next_tile(float (&sacc)[kv_tile_tokens(D) / 2],
+                                                   uint32_t (&pa)[kv_tile_tokens(D) / 4],
+                                                   float (&o)[D / 2], float (&row_max)[2],
+                                                   float (&row_sum)[2], float scale_log2,
+                                                   int my_turn, int other_turn, int lane,
+                                                   uint64_t* v_empty, IssueS&& issue_s,
+                                                   IssueO&& issue_o, Overlap&& overlap,
+                                                   MaskS&& mask_s, ItemDone&& item_done) {
+  constexpr int kKv = kv_tile_tokens(D);
+  named_barrier_sync(my_turn, 256);
+  wgmma_fence();
+  issue_s(sacc);
+  issue_o(pa);
+  named_barrier_arrive(other_turn, 256);
+  overlap();
+  wgmma_wait<1>();
+  fence_regs(sacc);
+  mask_s(sacc);
+  float correction[2];
+  online_softmax<kKv>(sacc, row_max, row_sum, scale_log2, correction);
+  wgmma_wait<0>();
+  fence_regs(o);
+  if (lane == 0) mbar_arrive(v_empty);
+  // Most tiles leave every row max of the warp unchanged: skip the multiplies.
+  if (!item_done() && __any_sync(0xffffffff, correction[0] != 1.f || correction[1] != 1.f))
+    rescale_o<D>(o, correction);
+  pack_p<kKv, Tag>(sacc, pa);
+}
+
+// The last P V of a run, once its V stage has landed (v_full, phase).
+template <int D, typename IssueO>
+__device__ __forceinline__ void consumer_last_pv(float (&o)[D / 2],
+                                                 const uint32_t (&pa)[kv_tile_tokens(D) / 4],
+                                                 int my_turn, int other_turn, int lane,
+                                                 uint64_t* v_full, uint32_t phase,
+                                                 uint64_t* v_empty, IssueO&& issue_o) {
+  mbar_wait(v_full, phase);
+  named_barrier_sync(my_turn, 256);
+  wgmma_fence();
+  issue_o(pa);
+  named_barrier_arrive(other_turn, 256);
+  wgmma_wait<0>();
+  fence_regs(o);
+  if (lane == 0) mbar_arrive(v_empty);
 }
 
 }  // namespace gna::hopper

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "kernels/hopper/forward_kernel.cuh"
+#include "kernels/hopper/forward_load.cuh"
 #include "kernels/hopper/forward_work_item.cuh"
 
 namespace gna::hopper {
@@ -66,6 +67,8 @@ __device__ __forceinline__ void persistent_producer(const FwdParams& p, Persiste
     tile_coords(p, tile, qt);
     const int qb = jq & 1;
     mbar_wait(&s.q_empty[qb], ((jq >> 1) & 1) ^ 1);
+    // The boxes' loop written out: through load_tile (coordinates computed once, not per box)
+    // this kernel compiles to other machine code at head dim 128 (the measured one is kept).
     mbar_expect_tx(&s.q_full[qb], L::kTileBytes);
 #pragma unroll
     for (int box = 0; box < L::kBoxes; ++box)
@@ -115,16 +118,10 @@ __device__ __forceinline__ void persistent_producer(const FwdParams& p, Persiste
       tag.kv_origin[1] = o1;
       tag.kv_origin[2] = o2;
       mbar_expect_tx(&s.k_full[stage], L::kTileBytes);
-#pragma unroll
-      for (int box = 0; box < L::kBoxes; ++box)
-        tma_load_5d(s.k[stage] + box * L::kBoxBytes, mk, &s.k_full[stage], box * L::kBoxCols,
-                    head_kv, c2, c3, c4);
+      load_tile<L>(s.k[stage], mk, &s.k_full[stage], head_kv, c2, c3, c4);
       mbar_wait(&s.v_empty[stage], phase ^ 1);
       mbar_expect_tx(&s.v_full[stage], L::kTileBytes);
-#pragma unroll
-      for (int box = 0; box < L::kBoxes; ++box)
-        tma_load_5d(s.v[stage] + box * L::kBoxBytes, mv, &s.v_full[stage], box * L::kBoxCols,
-                    head_kv, c2, c3, c4);
+      load_tile<L>(s.v[stage], mv, &s.v_full[stage], head_kv, c2, c3, c4);
       ++it;
       if (it - first_it == kQPrefetchTile) prefetch_next_q();
     };
@@ -227,9 +224,6 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
         [&](int i, int a) { return win.begin[i][a] - tag.kv_origin[a]; },
         [&](int i, int a) { return win.width[i][a]; }, quad);
   };
-  auto softmax = [&](float (&sacc)[kS], float (&correction)[2]) {
-    online_softmax<kTileTokens>(sacc, row_max, row_sum, scale_log2, correction);
-  };
   // Epilogue of a finished item: normalise, stage this warpgroup's rows in its own rows of the
   // item's Q buffer (its last S = Q K^T is done), store to the heads-last output, then release
   // the Q buffer to the producer.
@@ -243,9 +237,9 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
     mbar_arrive(&s.q_empty[qb]);
   };
 
-  // Ping-pong: the two consumer warpgroups take turns issuing their GEMMs (named barriers 3
-  // and 4), so one warpgroup's softmax or epilogue runs while the other's GEMMs hold the tensor
-  // cores; the first consumer goes first.
+  // The pipeline over the KV tiles of consecutive items (forward_mainloop.cuh); ping-pong turns
+  // are the named barriers 3 and 4, and an item's epilogue runs in the warpgroup's softmax slot,
+  // while the other warpgroup's GEMMs hold the tensor cores. The first consumer goes first.
   const int my_turn = 3 + consumer, other_turn = 3 + (consumer ^ 1);
   if (consumer == 1) named_barrier_arrive(3, 256);
   mbar_wait(&s.k_full[0], 0);
@@ -259,20 +253,16 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
   mbar_wait(&s.q_full[0], 0);
   uint32_t pa[kTileTokens / 4];
   float sacc[kS];
-  float correction[2];
-  named_barrier_sync(my_turn, 256);
-  wgmma_fence();
-  issue_s(sacc, 0, 0);
-  named_barrier_arrive(other_turn, 256);
-  wgmma_wait<0>();
-  fence_regs(sacc);
-  {
-    const StageTag tag = s.tag[0];
-    apply_mask(sacc, tag);
-  }
-  mbar_arrive(&s.k_empty[0]);
-  softmax(sacc, correction);
-  pack_p<kTileTokens, Tag>(sacc, pa);
+  consumer_first_tile<D, Tag>(
+      sacc, pa, row_max, row_sum, scale_log2, my_turn, other_turn,
+      [&](float (&acc)[kS]) { issue_s(acc, 0, 0); }, [] {},
+      [&](float (&acc)[kS]) {
+        {
+          const StageTag tag = s.tag[0];
+          apply_mask(acc, tag);
+        }
+        mbar_arrive(&s.k_empty[0]);
+      });
   int it = 1;
   for (;; ++it) {
     const int stage = it % kStages;
@@ -296,41 +286,29 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
       mbar_wait(&s.q_full[j & 1], (j >> 1) & 1);
     }
     mbar_wait(&s.v_full[prev_stage], prev_phase);
-    named_barrier_sync(my_turn, 256);
-    wgmma_fence();
-    issue_s(sacc, j & 1, stage);
-    issue_o(pa, prev_stage);
-    named_barrier_arrive(other_turn, 256);
-    wgmma_wait<1>();
-    fence_regs(sacc);
-    {
-      const StageTag tag = s.tag[stage];
-      apply_mask(sacc, tag);
-    }
-    mbar_arrive(&s.k_empty[stage]);
-    softmax(sacc, correction);
-    wgmma_wait<0>();
-    fence_regs(o);
-    if (lane == 0) mbar_arrive(&s.v_empty[prev_stage]);
-    if (first) {
-      epilogue(done_tile, done_hb, (j - 1) & 1, done_max, done_sum);
+    consumer_next_tile<D, Tag>(
+        sacc, pa, o, row_max, row_sum, scale_log2, my_turn, other_turn, lane,
+        &s.v_empty[prev_stage], [&](float (&acc)[kS]) { issue_s(acc, j & 1, stage); },
+        [&](const uint32_t (&a)[kTileTokens / 4]) { issue_o(a, prev_stage); }, [] {},
+        [&](float (&acc)[kS]) {
+          {
+            const StageTag tag = s.tag[stage];
+            apply_mask(acc, tag);
+          }
+          mbar_arrive(&s.k_empty[stage]);  // after reading the tag that lives with the stage
+        },
+        [&] {
+          if (!first) return false;
+          epilogue(done_tile, done_hb, (j - 1) & 1, done_max, done_sum);
 #pragma unroll
-      for (int i = 0; i < kO; ++i) o[i] = 0.f;
-    } else if (__any_sync(0xffffffff, correction[0] != 1.f || correction[1] != 1.f)) {
-      // Most iterations leave every row max of the warp unchanged: skip the multiplies.
-      rescale_o<D>(o, correction);
-    }
-    pack_p<kTileTokens, Tag>(sacc, pa);
+          for (int i = 0; i < kO; ++i) o[i] = 0.f;
+          return true;
+        });
   }
   const int last = (it - 1) % kStages;
-  mbar_wait(&s.v_full[last], ((it - 1) / kStages) & 1);
-  named_barrier_sync(my_turn, 256);
-  wgmma_fence();
-  issue_o(pa, last);
-  named_barrier_arrive(other_turn, 256);
-  wgmma_wait<0>();
-  fence_regs(o);
-  if (lane == 0) mbar_arrive(&s.v_empty[last]);
+  consumer_last_pv<D>(o, pa, my_turn, other_turn, lane, &s.v_full[last],
+                      ((it - 1) / kStages) & 1, &s.v_empty[last],
+                      [&](const uint32_t (&a)[kTileTokens / 4]) { issue_o(a, last); });
   epilogue(item_tile, item_hb, j & 1, row_max, row_sum);
   if (consumer == 0) named_barrier_sync(my_turn, 256);  // the second consumer's last turn
 }
