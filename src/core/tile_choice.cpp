@@ -1,0 +1,150 @@
+#include "gna/core/tile_choice.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <utility>
+
+#include "gna/core/error.hpp"
+
+namespace gna {
+namespace {
+
+// Per-axis statistics of one (Q side, KV side) pair: many candidates share them.
+using AxisMemo = std::map<std::pair<int, int>, AxisPairStats>;
+
+ScoredTiles score(const Problem& p, const TileKernel& k, const TileShape& q, const TileShape& kv,
+                  AxisMemo* memo) {
+  ScoredTiles c;
+  c.q = q;
+  c.kv = kv;
+  double visited = 1, full = 1, max_box = 1, q_tiles = 1, kv_tiles = 1;
+  for (int a = 0; a < p.rank; ++a) {
+    const std::pair<int, int> sides{q.size[a], kv.size[a]};
+    auto it = memo[a].find(sides);
+    if (it == memo[a].end()) {
+      const AxisRule& rule = p.axes[a];
+      it = memo[a]
+               .emplace(sides,
+                        axis_pair_stats(rule, group_length(rule, 0), q.size[a], kv.size[a], k.walk))
+               .first;
+    }
+    const AxisPairStats& st = it->second;
+    visited *= st.visited;
+    full *= st.full;
+    max_box *= st.max_box;
+    q_tiles *= st.q_tiles;
+    kv_tiles *= st.kv_tiles;
+  }
+  c.visited_pairs = visited;
+  c.full_pairs = full;
+  c.max_box = max_box;
+  c.q_tiles = q_tiles;
+  c.kv_tiles = kv_tiles;
+  c.cost = tile_cost(visited, full, k.weights);
+  return c;
+}
+
+// The forced shape with the axes past the rank at 1, like every candidate's.
+TileShape on_rank(const TileShape& t, int rank) {
+  TileShape s;
+  for (int a = 0; a < rank; ++a) s.size[a] = t.size[a];
+  return s;
+}
+
+void check_forced(const TileShape& t, int rank, const TileLimit& limit, const char* option,
+                  const char* kernel) {
+  if (!tile_forced(t, rank)) return;
+  bool ok = true;
+  int64_t volume = 1;
+  for (int a = 0; a < rank; ++a) {
+    ok = ok && t.size[a] >= 1;
+    volume *= t.size[a];
+  }
+  ok = ok && (limit.exact ? volume == limit.tokens : volume <= limit.tokens);
+  if (ok) return;
+  std::ostringstream value;
+  for (int a = 0; a < rank; ++a) value << (a ? "x" : "") << t.size[a];
+  fail_invalid("options: ", option, " ", value.str(), " (", volume,
+               volume == 1 ? " token" : " tokens", ") is not a tile of the ", kernel,
+               " (every side >= 1, ", limit.exact ? "exactly " : "at most ", limit.tokens,
+               " tokens; all zeros: the kernel chooses)");
+}
+
+int64_t bits_of(double x) {
+  int64_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+
+}  // namespace
+
+double tile_cost(double visited_pairs, double full_pairs, const TileCostWeights& w) {
+  return (visited_pairs + w.partial * (visited_pairs - full_pairs)) * w.rows / w.speedup;
+}
+
+bool tile_forced(const TileShape& t, int rank) {
+  for (int a = 0; a < rank; ++a)
+    if (t.size[a] != 0) return true;
+  return false;
+}
+
+void check_forced_tiles(const TileKernel& k, int rank, const TileShape& q, const TileShape& kv) {
+  check_forced(q, rank, k.forced_q, "q_tile", k.name);
+  check_forced(kv, rank, k.forced_kv, "kv_tile", k.name);
+}
+
+ScoredTiles score_tile_choice(const Problem& p, const TileKernel& k, const TileShape& q,
+                              const TileShape& kv) {
+  AxisMemo memo[kMaxRank];
+  return score(p, k, on_rank(q, p.rank), on_rank(kv, p.rank), memo);
+}
+
+std::vector<ScoredTiles> ranked_tile_choices(const Problem& p, const TileKernel& k,
+                                             const TileShape& forced_q,
+                                             const TileShape& forced_kv) {
+  check_forced_tiles(k, p.rank, forced_q, forced_kv);
+  const std::vector<TileShape> qs = tile_forced(forced_q, p.rank)
+                                        ? std::vector<TileShape>{on_rank(forced_q, p.rank)}
+                                        : power_of_two_tile_shapes(p.rank, k.q_rows);
+  const std::vector<TileShape> kvs = tile_forced(forced_kv, p.rank)
+                                         ? std::vector<TileShape>{on_rank(forced_kv, p.rank)}
+                                         : power_of_two_tile_shapes(p.rank, k.kv_rows);
+  AxisMemo memo[kMaxRank];
+  std::vector<ScoredTiles> ranked;
+  ranked.reserve(qs.size() * kvs.size());
+  for (const TileShape& q : qs)
+    for (const TileShape& kv : kvs) ranked.push_back(score(p, k, q, kv, memo));
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const ScoredTiles& a, const ScoredTiles& b) { return a.cost < b.cost; });
+  return ranked;
+}
+
+ScoredTiles tile_choice(const Problem& p, const TileKernel& k, const TileShape& forced_q,
+                        const TileShape& forced_kv) {
+  check_forced_tiles(k, p.rank, forced_q, forced_kv);
+  std::vector<int64_t> key;
+  for (int v : rule_signature(p)) key.push_back(v);
+  key.insert(key.end(),
+             {k.q_rows, k.kv_rows, static_cast<int64_t>(k.walk), bits_of(k.weights.partial),
+              bits_of(k.weights.rows), bits_of(k.weights.speedup)});
+  const bool fq = tile_forced(forced_q, p.rank), fkv = tile_forced(forced_kv, p.rank);
+  for (int a = 0; a < p.rank; ++a)
+    key.insert(key.end(), {fq ? forced_q.size[a] : 0, fkv ? forced_kv.size[a] : 0});
+  static std::mutex mu;
+  static std::map<std::vector<int64_t>, ScoredTiles> cache;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  const ScoredTiles best = ranked_tile_choices(p, k, forced_q, forced_kv).front();
+  std::lock_guard<std::mutex> lock(mu);
+  cache.emplace(std::move(key), best);
+  return best;
+}
+
+}  // namespace gna

@@ -1,0 +1,195 @@
+// The tile chooser (gna/core/tile_choice.hpp): ranking, cache, forced tiles and their errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gna/core/error.hpp"
+#include "gna/core/tile_choice.hpp"
+
+namespace gna {
+namespace {
+
+Problem make(std::initializer_list<AxisRule> axes) {
+  Problem p;
+  p.rank = static_cast<int>(axes.size());
+  int a = 0;
+  for (const AxisRule& r : axes) p.axes[a++] = r;
+  validate(p);
+  return p;
+}
+
+// A neighborhood layout with partial pairs, a strided and a causal axis.
+Problem layout() {
+  return make({{30, 18, 1, 1, false}, {48, 24, 1, 8, false}, {80, 24, 2, 1, true}});
+}
+
+TileKernel kernel(PairWalk walk = PairWalk::per_q_tile) {
+  TileKernel k;
+  k.name = "test kernel";
+  k.q_rows = 64;
+  k.kv_rows = 128;
+  k.walk = walk;
+  k.forced_q = {64, true};
+  k.forced_kv = {128, false};
+  return k;
+}
+
+TileShape shape(int a, int b, int c) { return TileShape{{a, b, c}}; }
+
+void expect_same(const ScoredTiles& a, const ScoredTiles& b) {
+  for (int i = 0; i < kMaxRank; ++i) {
+    EXPECT_EQ(a.q.size[i], b.q.size[i]);
+    EXPECT_EQ(a.kv.size[i], b.kv.size[i]);
+  }
+  EXPECT_EQ(a.visited_pairs, b.visited_pairs);
+  EXPECT_EQ(a.full_pairs, b.full_pairs);
+  EXPECT_EQ(a.max_box, b.max_box);
+  EXPECT_EQ(a.q_tiles, b.q_tiles);
+  EXPECT_EQ(a.kv_tiles, b.kv_tiles);
+  EXPECT_EQ(a.cost, b.cost);
+}
+
+TEST(TileChoice, CostWeightsAreExplicit) {
+  EXPECT_EQ(tile_cost(10, 6, TileCostWeights{}), 11);
+  EXPECT_EQ(tile_cost(10, 6, TileCostWeights{1, 1, 1}), 14);
+  EXPECT_EQ(tile_cost(10, 6, TileCostWeights{0.25, 2, 1.5}), 11 * 2 / 1.5);
+}
+
+// Every candidate once, cheapest first, ties in candidate order, the same on every call.
+TEST(TileChoice, RankingIsDeterministic) {
+  const Problem p = layout();
+  for (PairWalk walk : {PairWalk::per_q_tile, PairWalk::per_kv_tile}) {
+    const std::vector<ScoredTiles> a =
+        ranked_tile_choices(p, kernel(walk), kNoForcedTile, kNoForcedTile);
+    const std::vector<ScoredTiles> b =
+        ranked_tile_choices(p, kernel(walk), kNoForcedTile, kNoForcedTile);
+    const std::vector<TileShape> qs = power_of_two_tile_shapes(3, 64),
+                                 kvs = power_of_two_tile_shapes(3, 128);
+    ASSERT_EQ(a.size(), qs.size() * kvs.size());
+    ASSERT_EQ(b.size(), a.size());
+    auto index = [&](const ScoredTiles& s) {
+      size_t qi = 0, ki = 0;
+      while (qi < qs.size() && !std::equal(qs[qi].size, qs[qi].size + 3, s.q.size)) ++qi;
+      while (ki < kvs.size() && !std::equal(kvs[ki].size, kvs[ki].size + 3, s.kv.size)) ++ki;
+      return qi * kvs.size() + ki;
+    };
+    for (size_t i = 0; i < a.size(); ++i) {
+      expect_same(a[i], b[i]);
+      expect_same(a[i], score_tile_choice(p, kernel(walk), a[i].q, a[i].kv));
+      if (i + 1 < a.size()) {
+        EXPECT_LE(a[i].cost, a[i + 1].cost);
+        if (a[i].cost == a[i + 1].cost) EXPECT_LT(index(a[i]), index(a[i + 1]));
+      }
+    }
+  }
+}
+
+// A cached choice (second call) equals the first and a fresh ranking's best, per kernel
+// parameters: other weights or rows are other entries.
+TEST(TileChoice, CacheHitEqualsFreshChoice) {
+  const Problem p = layout();
+  TileKernel masked = kernel();
+  masked.weights.partial = 4;
+  TileKernel wide = kernel();
+  wide.q_rows = 128;
+  for (const TileKernel& k : {kernel(), kernel(PairWalk::per_kv_tile), masked, wide}) {
+    const ScoredTiles first = tile_choice(p, k, kNoForcedTile, kNoForcedTile);
+    const ScoredTiles hit = tile_choice(p, k, kNoForcedTile, kNoForcedTile);
+    const ScoredTiles fresh = ranked_tile_choices(p, k, kNoForcedTile, kNoForcedTile).front();
+    expect_same(first, fresh);
+    expect_same(hit, fresh);
+  }
+  EXPECT_EQ(tile_choice(p, wide, kNoForcedTile, kNoForcedTile).q.volume(3), 128);
+}
+
+// Threads asking at once (some filling the cache, some hitting it) get the fresh choice.
+TEST(TileChoice, ConcurrentChoicesAgree) {
+  std::vector<Problem> problems;
+  for (int w = 3; w <= 17; w += 2)
+    problems.push_back(make({{40, w, 1, 1, false}, {56, w, 1, 1, w % 4 == 1}}));
+  std::vector<ScoredTiles> fresh;
+  for (const Problem& p : problems)
+    fresh.push_back(ranked_tile_choices(p, kernel(), kNoForcedTile, kNoForcedTile).front());
+  std::vector<std::vector<ScoredTiles>> got(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round)
+        for (const Problem& p : problems)
+          got[t].push_back(tile_choice(p, kernel(), kNoForcedTile, kNoForcedTile));
+    });
+  for (std::thread& t : threads) t.join();
+  for (const std::vector<ScoredTiles>& g : got) {
+    ASSERT_EQ(g.size(), 3 * problems.size());
+    for (size_t i = 0; i < g.size(); ++i) expect_same(g[i], fresh[i % problems.size()]);
+  }
+}
+
+// A forced tile is the only candidate of its side; the other side is still chosen.
+TEST(TileChoice, ForcedTilesAreHonoured) {
+  const Problem p = layout();
+  const TileKernel k = kernel();
+  const TileShape q = shape(2, 8, 4), kv = shape(4, 4, 4);  // KV: at most 128 tokens
+  const std::vector<ScoredTiles> q_only = ranked_tile_choices(p, k, q, kNoForcedTile);
+  EXPECT_EQ(q_only.size(), power_of_two_tile_shapes(3, 128).size());
+  for (const ScoredTiles& s : q_only) EXPECT_TRUE(std::equal(q.size, q.size + 3, s.q.size));
+  expect_same(tile_choice(p, k, q, kNoForcedTile), q_only.front());
+  const std::vector<ScoredTiles> kv_only = ranked_tile_choices(p, k, kNoForcedTile, kv);
+  EXPECT_EQ(kv_only.size(), power_of_two_tile_shapes(3, 64).size());
+  expect_same(tile_choice(p, k, kNoForcedTile, kv), kv_only.front());
+  EXPECT_TRUE(std::equal(kv.size, kv.size + 3, kv_only.front().kv.size));
+  const ScoredTiles both = tile_choice(p, k, q, kv);
+  expect_same(both, score_tile_choice(p, k, q, kv));
+  // Axes past the problem's rank do not count (a 2-D problem's third side is ignored).
+  const Problem flat = make({{64, 9, 1, 1, false}, {64, 9, 1, 1, false}});
+  EXPECT_FALSE(tile_forced(shape(0, 0, 8), 2));
+  EXPECT_TRUE(tile_forced(shape(0, 8, 0), 2));
+  const ScoredTiles honoured = tile_choice(flat, k, shape(8, 8, 0), kNoForcedTile);
+  EXPECT_EQ(honoured.q.size[0], 8);
+  EXPECT_EQ(honoured.q.size[1], 8);
+  EXPECT_EQ(honoured.q.size[2], 1);
+}
+
+std::string error_of(const Problem& p, const TileShape& q, const TileShape& kv) {
+  try {
+    tile_choice(p, kernel(), q, kv);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::invalid_argument);
+    try {  // the ranking checks the same way
+      ranked_tile_choices(p, kernel(), q, kv);
+    } catch (const Error& again) {
+      EXPECT_STREQ(again.what(), e.what());
+      return e.what();
+    }
+    ADD_FAILURE() << "ranked_tile_choices accepted what tile_choice refused";
+    return e.what();
+  }
+  return "";
+}
+
+// A forced tile the kernel does not run is one error naming the option and the value; valid
+// forced tiles are still checked when the choice is cached.
+TEST(TileChoice, BadForcedTilesAreErrors) {
+  const Problem p = layout();
+  tile_choice(p, kernel(), kNoForcedTile, kNoForcedTile);
+  EXPECT_EQ(error_of(p, shape(8, 8, 2), kNoForcedTile),
+            "options: q_tile 8x8x2 (128 tokens) is not a tile of the test kernel (every side >= 1, "
+            "exactly 64 tokens; all zeros: the kernel chooses)");
+  EXPECT_EQ(error_of(p, kNoForcedTile, shape(16, 16, 1)),
+            "options: kv_tile 16x16x1 (256 tokens) is not a tile of the test kernel (every side "
+            ">= 1, at most 128 tokens; all zeros: the kernel chooses)");
+  EXPECT_EQ(error_of(p, shape(8, 0, 8), kNoForcedTile),
+            "options: q_tile 8x0x8 (0 tokens) is not a tile of the test kernel (every side >= 1, "
+            "exactly 64 tokens; all zeros: the kernel chooses)");
+  // Ones are a tile of one token, not "choose".
+  const Problem line = make({{4096, 7, 1, 1, false}});
+  EXPECT_NE(error_of(line, shape(1, 0, 0), kNoForcedTile).find("q_tile 1 (1 token)"),
+            std::string::npos);
+  EXPECT_EQ(error_of(line, shape(64, 0, 0), shape(100, 0, 0)), "");
+}
+
+}  // namespace
+}  // namespace gna
