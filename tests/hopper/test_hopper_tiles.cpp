@@ -1,6 +1,10 @@
-// The Hopper forward's tile choice, on the host (no GPU needed, label cpu).
+// The Hopper forward's and backward's tile choice, on the host (no GPU needed, label cpu).
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "gna/core/error.hpp"
+#include "kernels/hopper/backward_launch.hpp"
 #include "kernels/hopper/forward_launch.hpp"
 
 namespace gna {
@@ -15,6 +19,77 @@ TEST(HopperTiles, Flux4kStride16IsBlockSparse) {
   const hopper::TileChoice c = hopper::choose_tiles(p, KernelOptions{});
   EXPECT_EQ(c.visited_pairs, c.full_pairs);
   EXPECT_NEAR(c.dense_kv_tiles / c.max_kv_per_q, 10.24, 1e-9);
+}
+
+Problem flux() {
+  Problem p;
+  p.rank = 2;
+  for (int a = 0; a < 2; ++a) p.axes[a] = AxisRule{256, 80, 1, 1, false};
+  p.dim_qk = p.dim_v = 128;
+  return p;
+}
+
+template <typename Choose>
+std::string error_of(Choose choose) {
+  try {
+    choose();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::invalid_argument);
+    return e.what();
+  }
+  return "";
+}
+
+// The ranking's best is the choice (cached or not), with or without a forced side.
+TEST(HopperTiles, ChoiceIsTheRankingsBest) {
+  const Problem p = flux();
+  KernelOptions o;
+  for (int forced = 0; forced < 2; ++forced) {
+    if (forced) o.q_tile = TileShape{{4, 32, 0}};
+    const hopper::TileChoice a = hopper::choose_tiles(p, o), b = hopper::choose_tiles(p, o);
+    const hopper::TileChoice best = hopper::ranked_tiles(p, o).front();
+    for (const hopper::TileChoice& c : {a, b}) {
+      EXPECT_EQ(c.q.size[0], best.q.size[0]);
+      EXPECT_EQ(c.q.size[1], best.q.size[1]);
+      EXPECT_EQ(c.kv.size[0], best.kv.size[0]);
+      EXPECT_EQ(c.kv.size[1], best.kv.size[1]);
+      EXPECT_EQ(c.visited_pairs, best.visited_pairs);
+      EXPECT_EQ(c.full_pairs, best.full_pairs);
+    }
+  }
+  EXPECT_EQ(hopper::choose_tiles(p, o).q.size[0], 4);
+  EXPECT_EQ(hopper::choose_tiles(p, o).q.size[1], 32);
+}
+
+// Forced tiles are honoured when they are tiles of the kernel (forward: Q 128 tokens, KV 128, 64
+// at head dim 256; backward: Q 64, KV 128), else one error naming the option and the value.
+TEST(HopperTiles, ForcedTiles) {
+  Problem p = flux();
+  KernelOptions o;
+  o.kv_tile = TileShape{{8, 8, 0}};
+  EXPECT_EQ(
+      error_of([&] { hopper::choose_tiles(p, o); }),
+      "options: kv_tile 8x8 (64 tokens) is not a tile of the hopper forward (every side >= 1, "
+      "exactly 128 tokens; all zeros: the kernel chooses)");
+  const hopper::BwdTiles b = hopper::choose_backward_tiles(p, KernelOptions{});
+  EXPECT_EQ(b.kv.volume(2), hopper::kBwdKvRows);
+  EXPECT_NE(error_of([&] {
+              hopper::choose_backward_tiles(p, o);
+            }).find("kv_tile 8x8 (64 tokens) is not a tile of the hopper backward"),
+            std::string::npos);
+  p.dim_qk = p.dim_v = 256;
+  const hopper::TileChoice d256 = hopper::choose_tiles(p, o);
+  EXPECT_EQ(d256.kv.size[0], 8);
+  EXPECT_EQ(d256.kv.size[1], 8);
+  EXPECT_EQ(d256.q.volume(2), 128);
+  o = KernelOptions{};
+  o.q_tile = TileShape{{8, 8, 0}};
+  const hopper::BwdTiles bq = hopper::choose_backward_tiles(p, o);
+  EXPECT_EQ(bq.q.size[0], 8);
+  EXPECT_EQ(bq.kv.volume(2), hopper::kBwdKvRows);
+  o.q_tile = TileShape{{1, 1, 0}};  // ones are a forced tile of one token, not "choose"
+  EXPECT_NE(error_of([&] { hopper::choose_tiles(p, o); }).find("q_tile 1x1 (1 token)"),
+            std::string::npos);
 }
 
 }  // namespace

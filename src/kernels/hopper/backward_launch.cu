@@ -1,4 +1,4 @@
-// Host side of the Hopper backward: support check, tile choice with the core's tiling math,
+// Host side of the Hopper backward: support check, tile choice with the core's tile chooser,
 // scratch buffers, and the launches (row pass; one backward launch per dilation-group
 // combination and batch run, tensor maps over the heads-last tensors; one launch for the
 // additional keys; dQ conversion).
@@ -6,12 +6,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <vector>
 
 #include "gna/core/error.hpp"
-#include "gna/core/tile_candidates.hpp"
+#include "gna/core/tile_choice.hpp"
 #include "kernels/common/backward_postpass.hpp"
 #include "kernels/common/backward_prepass.hpp"
 #include "kernels/common/cuda_check.hpp"
@@ -22,64 +20,29 @@
 namespace gna::hopper {
 namespace {
 
-// Visited and full (KV tile, Q tile) pairs of one image and head (group 0 of each axis).
-BwdTiles evaluate(const Problem& p, const TileShape& q, const TileShape& kv) {
-  BwdTiles c;
-  c.q = q;
-  c.kv = kv;
-  double visited = 1, full = 1;
-  for (int a = 0; a < p.rank; ++a) {
-    const AxisRule& rule = p.axes[a];
-    const AxisPairStats st =
-        axis_pair_stats(rule, group_length(rule, 0), q.size[a], kv.size[a], PairWalk::per_kv_tile);
-    visited *= st.visited;
-    full *= st.full;
-  }
-  c.visited_pairs = visited;
-  c.full_pairs = full;
-  return c;
-}
-
-bool forced_shape(const TileShape& t, int rank, int tokens) {
-  bool any = false;
-  for (int a = 0; a < rank; ++a) any = any || t.size[a] > 1;
-  return any && t.volume(rank) == tokens;
+// The backward as the core's tile chooser sees it: Q tiles of kBwdQRows, KV tiles of kBwdKvRows,
+// each KV tile walking the box of Q tiles that attend to it.
+TileKernel tile_kernel() {
+  TileKernel k;
+  k.name = "hopper backward";
+  k.q_rows = kBwdQRows;
+  k.kv_rows = kBwdKvRows;
+  k.walk = PairWalk::per_kv_tile;
+  k.forced_q = {kBwdQRows, true};
+  k.forced_kv = {kBwdKvRows, true};
+  return k;
 }
 
 }  // namespace
 
 BwdTiles choose_backward_tiles(const Problem& p, const KernelOptions& options) {
-  // Forced tiles (options) are honoured when their volumes are the backward's.
-  const bool fq = forced_shape(options.q_tile, p.rank, kBwdQRows);
-  const bool fkv = forced_shape(options.kv_tile, p.rank, kBwdKvRows);
-  std::vector<int> key = rule_signature(p);
-  for (int a = 0; a < p.rank; ++a)
-    key.insert(key.end(), {fq ? options.q_tile.size[a] : 0, fkv ? options.kv_tile.size[a] : 0});
-  static std::mutex mu;
-  static std::map<std::vector<int>, BwdTiles> cache;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
-  }
-  constexpr double kPartialExtra = 0.25;  // mask cost of a partial pair, in dense pairs
-  BwdTiles best;
-  double best_cost = -1;
-  for (const TileShape& q : power_of_two_tile_shapes(p.rank, kBwdQRows)) {
-    if (fq && !std::equal(q.size, q.size + p.rank, options.q_tile.size)) continue;
-    for (const TileShape& kv : power_of_two_tile_shapes(p.rank, kBwdKvRows)) {
-      if (fkv && !std::equal(kv.size, kv.size + p.rank, options.kv_tile.size)) continue;
-      const BwdTiles c = evaluate(p, q, kv);
-      const double cost = c.visited_pairs + kPartialExtra * (c.visited_pairs - c.full_pairs);
-      if (best_cost < 0 || cost < best_cost) {
-        best_cost = cost;
-        best = c;
-      }
-    }
-  }
-  std::lock_guard<std::mutex> lock(mu);
-  cache.emplace(key, best);
-  return best;
+  const ScoredTiles s = tile_choice(p, tile_kernel(), options.q_tile, options.kv_tile);
+  BwdTiles t;
+  t.q = s.q;
+  t.kv = s.kv;
+  t.visited_pairs = s.visited_pairs;
+  t.full_pairs = s.full_pairs;
+  return t;
 }
 
 bool supports_backward(const BackwardCall& call, std::string* why) {

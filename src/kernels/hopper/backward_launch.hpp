@@ -11,8 +11,9 @@
 
 namespace gna::hopper {
 
-// Q tiles of kBwdQRows and KV tiles of kBwdKvRows tokens, chosen with the core's per-axis
-// tiling math (visited pairs, partial pairs weighted), cached per problem signature.
+// Q tiles of kBwdQRows and KV tiles of kBwdKvRows tokens, chosen by the core's tile chooser
+// (gna/core/tile_choice.hpp); a tile forced in options is honoured, or an error when it is not a
+// tile of the backward.
 struct BwdTiles {
   TileShape q, kv;
   double visited_pairs = 0;  // (Q tile, KV tile) pairs of one image and head

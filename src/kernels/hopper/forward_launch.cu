@@ -1,5 +1,5 @@
 // Host side of the Hopper forward kernel: support checks, tile choice
-// with the core's tiling math, tensor maps over the heads-last tensors (no token permutation),
+// with the core's tile chooser, tensor maps over the heads-last tensors (no token permutation),
 // and one launch per dilation-group combination (and per batch index where batches cannot be
 // folded into the outermost axis of a tensor map).
 #include <cuda.h>
@@ -9,11 +9,10 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <tuple>
 #include <vector>
 
 #include "gna/core/error.hpp"
-#include "gna/core/tile_candidates.hpp"
+#include "gna/core/tile_choice.hpp"
 #include "kernels/hopper/forward_kernel.cuh"
 #include "kernels/hopper/forward_launch.hpp"
 #include "kernels/hopper/forward_schedule.hpp"
@@ -22,103 +21,43 @@
 namespace gna::hopper {
 namespace {
 
-void check_tile(const TileShape& t, int rank, const char* name, int tokens) {
-  int64_t v = 1;
-  for (int a = 0; a < rank; ++a) {
-    if (t.size[a] < 1 || (t.size[a] & (t.size[a] - 1)) != 0)
-      fail_invalid("hopper: ", name, " tile size on axis ", a, " must be a power of two, got ",
-                   t.size[a]);
-    v *= t.size[a];
-  }
-  if (v != tokens)
-    fail_invalid("hopper: ", name, " tile must hold ", tokens, " tokens, got ", v);
+// The forward as the core's tile chooser sees it: Q tiles of kTileTokens, KV tiles of
+// kv_tile_tokens(head dim), each Q tile walking its box of KV tiles.
+TileKernel tile_kernel(int head_dim) {
+  TileKernel k;
+  k.name = "hopper forward";
+  k.q_rows = kTileTokens;
+  k.kv_rows = kv_tile_tokens(head_dim);
+  k.walk = PairWalk::per_q_tile;
+  k.forced_q = {k.q_rows, true};
+  k.forced_kv = {k.kv_rows, true};
+  return k;
 }
 
-TileChoice evaluate(const Problem& p, const TileShape& q, const TileShape& kv) {
+TileChoice from_scored(const ScoredTiles& s) {
   TileChoice c;
-  c.q = q;
-  c.kv = kv;
-  double visited = 1, full = 1, mx = 1, dense = 1, q_tiles = 1;
-  for (int a = 0; a < p.rank; ++a) {
-    const AxisRule& rule = p.axes[a];
-    const AxisPairStats st =
-        axis_pair_stats(rule, group_length(rule, 0), q.size[a], kv.size[a], PairWalk::per_q_tile);
-    visited *= st.visited;
-    full *= st.full;
-    mx *= st.max_box;
-    dense *= st.kv_tiles;
-    q_tiles *= st.q_tiles;
-  }
-  c.visited_pairs = visited;
-  c.full_pairs = full;
-  c.max_kv_per_q = mx;
-  c.dense_kv_tiles = dense;
-  c.q_tiles = q_tiles;
+  c.q = s.q;
+  c.kv = s.kv;
+  c.visited_pairs = s.visited_pairs;
+  c.full_pairs = s.full_pairs;
+  c.max_kv_per_q = s.max_box;
+  c.dense_kv_tiles = s.kv_tiles;
+  c.q_tiles = s.q_tiles;
   return c;
 }
-
-// Cost of a choice in units of one dense (Q tile, KV tile) pair: partial pairs pay for the mask.
-double choice_cost(const TileChoice& c) {
-  constexpr double kPartialExtra = 0.25;
-  return c.visited_pairs + kPartialExtra * (c.visited_pairs - c.full_pairs);
-}
-
-using Signature = std::vector<int>;
 
 }  // namespace
 
 std::vector<TileChoice> ranked_tiles(const Problem& p, const KernelOptions& options) {
-  // A tile is forced when any of the problem's axes asks for more than one token (zeros or
-  // ones everywhere mean "choose").
-  bool forced_q = false, forced_kv = false;
-  for (int a = 0; a < p.rank; ++a) {
-    forced_q = forced_q || options.q_tile.size[a] > 1;
-    forced_kv = forced_kv || options.kv_tile.size[a] > 1;
-  }
-  const int kv_tokens = kv_tile_tokens(p.dim_qk);
-  if (forced_q) check_tile(options.q_tile, p.rank, "Q", kTileTokens);
-  if (forced_kv) check_tile(options.kv_tile, p.rank, "KV", kv_tokens);
-  auto same = [&](const TileShape& a, const TileShape& b) {
-    for (int i = 0; i < p.rank; ++i)
-      if (a.size[i] != b.size[i]) return false;
-    return true;
-  };
-
-  static std::mutex mu;
-  static std::map<std::tuple<Signature, std::vector<int>>, std::vector<TileChoice>> cache;
-  std::vector<int> forced{forced_q ? 1 : 0, forced_kv ? 1 : 0, kv_tokens};
-  for (int a = 0; a < p.rank; ++a) {
-    forced.push_back(forced_q ? options.q_tile.size[a] : 0);
-    forced.push_back(forced_kv ? options.kv_tile.size[a] : 0);
-  }
-  const auto key = std::make_tuple(rule_signature(p), forced);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
-  }
-  const std::vector<TileShape> q_shapes = power_of_two_tile_shapes(p.rank, kTileTokens);
-  const std::vector<TileShape> kv_shapes = power_of_two_tile_shapes(p.rank, kv_tokens);
-  std::vector<std::pair<double, TileChoice>> scored;
-  for (const TileShape& q : q_shapes) {
-    if (forced_q && !same(q, options.q_tile)) continue;
-    for (const TileShape& kv : kv_shapes) {
-      if (forced_kv && !same(kv, options.kv_tile)) continue;
-      const TileChoice c = evaluate(p, q, kv);
-      scored.emplace_back(choice_cost(c), c);
-    }
-  }
-  std::stable_sort(scored.begin(), scored.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<TileChoice> ranked;
-  for (const auto& sc : scored) ranked.push_back(sc.second);
-  std::lock_guard<std::mutex> lock(mu);
-  cache.emplace(key, ranked);
+  for (const ScoredTiles& s :
+       ranked_tile_choices(p, tile_kernel(p.dim_qk), options.q_tile, options.kv_tile))
+    ranked.push_back(from_scored(s));
   return ranked;
 }
 
 TileChoice choose_tiles(const Problem& p, const KernelOptions& options) {
-  return ranked_tiles(p, options).front();
+  return from_scored(tile_choice(p, tile_kernel(p.dim_qk), options.q_tile, options.kv_tile));
 }
 
 bool supports(const ForwardCall& call, std::string* why) {

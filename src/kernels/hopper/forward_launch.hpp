@@ -10,7 +10,8 @@
 namespace gna::hopper {
 
 // Per-axis Q and KV tiles for the problem's axes (index = problem axis), chosen by the core's
-// tiling math; honours call.options when set.
+// tile chooser (gna/core/tile_choice.hpp); a tile forced in options is honoured, or an error
+// when it is not a tile of the forward.
 struct TileChoice {
   TileShape q, kv;
   double visited_pairs = 0;   // (Q tile, KV tile) pairs visited over one image and head
