@@ -2,8 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
 
 #include "gna/attention_params.hpp"
+#include "gna/core/error.hpp"
 #include "kernels/portable/portable.hpp"
 #include "kernels/portable/tile_plan.hpp"
 
@@ -79,30 +81,79 @@ TEST(TilePlan, CachedChoiceFollowsTheRule) {
 }
 
 // The forward picks between its 64-row and 128-row Q tiles: dense layouts take the wide one
-// (half the pairs at the same mask-free cost), and the pick is always one of the two best shapes.
+// (half the pairs at the same mask-free cost), and the pick is always one of the two best shapes,
+// the wide one where its pairs scaled by 2 rows over its 1.5x speed cost less.
 TEST(TilePlan, ForwardPicksOneOfItsTwoVariants) {
   const Problem dense = make(2, {128, 128}, {128, 128}, {1, 1});
   const TilePlan d = choose_forward_tiles(dense);
   EXPECT_EQ(d.q.volume(2), 128);
   EXPECT_EQ(d.kv.volume(2), 64);
   EXPECT_EQ(d.partial_pairs, 0);
-  const Problem na = make(1, {4096}, {7}, {1});
-  const TilePlan t = choose_forward_tiles(na);
-  const TilePlan narrow = choose_tiles(na, 64, 64), wide = choose_tiles(na, 128, 64);
-  EXPECT_TRUE(t.cost == narrow.cost || t.cost == wide.cost);
-  EXPECT_EQ(t.q.volume(1), t.cost == wide.cost ? 128 : 64);
+  for (int window : {7, 33, 129, 1025}) {
+    const Problem na = make(1, {4096}, {window}, {1});
+    const TilePlan t = choose_forward_tiles(na);
+    const TilePlan narrow = choose_tiles(na, 64, 64), wide = choose_tiles(na, 128, 64);
+    const bool picked_wide = wide.cost * 2 / 1.5 < narrow.cost;
+    const TilePlan& expected = picked_wide ? wide : narrow;
+    EXPECT_EQ(t.q.size[0], expected.q.size[0]) << window;
+    EXPECT_EQ(t.kv.size[0], expected.kv.size[0]) << window;
+    EXPECT_EQ(t.visited_pairs, expected.visited_pairs) << window;
+    EXPECT_EQ(t.cost, picked_wide ? wide.cost * 2 / 1.5 : narrow.cost) << window;
+  }
 }
 
-TEST(TilePlan, ForcedTileValidation) {
-  std::string why;
-  TileShape t{{8, 8, 1}};
-  EXPECT_TRUE(valid_tile(t, 2, 64, true, "query", &why));
-  t.size[1] = 16;
-  EXPECT_FALSE(valid_tile(t, 2, 64, true, "query", &why));
-  EXPECT_NE(why.find("query tile volume 128"), std::string::npos) << why;
-  t.size[0] = 0;
-  EXPECT_FALSE(valid_tile(t, 2, 64, false, "key/value", &why));
-  EXPECT_NE(why.find("axis 0: size 0"), std::string::npos) << why;
+// A forced tile is honoured whatever the other side: that side is still chosen.
+TEST(TilePlan, ForcedTilesAreHonoured) {
+  const Problem p = make(2, {100, 37}, {13, 9}, {3, 1});
+  KernelOptions q_only;
+  q_only.q_tile = TileShape{{12, 5, 0}};  // any sides, at most 128 tokens
+  const TilePlan f = forward_tiles(p, q_only);
+  EXPECT_EQ(f.q.size[0], 12);
+  EXPECT_EQ(f.q.size[1], 5);
+  EXPECT_EQ(f.kv.volume(2), 64);
+  KernelOptions kv_only;
+  kv_only.kv_tile = TileShape{{4, 16, 0}};
+  const TilePlan b = backward_tiles(p, kv_only, 232448);
+  EXPECT_EQ(b.q.volume(2), kBackwardRowsQ);
+  EXPECT_EQ(b.kv.size[0], 4);
+  EXPECT_EQ(b.kv.size[1], 16);
+  KernelOptions both;
+  both.q_tile = TileShape{{8, 8, 0}};
+  both.kv_tile = TileShape{{8, 8, 0}};
+  const TilePlan s = score_tiles(p, both.q_tile, both.kv_tile);
+  for (const TilePlan& t : {forward_tiles(p, both), backward_tiles(p, both)}) {
+    EXPECT_EQ(t.visited_pairs, s.visited_pairs);
+    EXPECT_EQ(t.partial_pairs, s.partial_pairs);
+  }
+}
+
+std::string error_of(TilePlan (*tiles)(const Problem&, const KernelOptions&, int),
+                     const Problem& p, const KernelOptions& o) {
+  try {
+    tiles(p, o, 0);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::invalid_argument);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TilePlan, BadForcedTilesAreErrors) {
+  const Problem p = make(2, {100, 37}, {13, 9}, {3, 1});
+  KernelOptions o;
+  o.q_tile = TileShape{{16, 16, 0}};
+  EXPECT_EQ(error_of(forward_tiles, p, o),
+            "options: q_tile 16x16 (256 tokens) is not a tile of the portable forward (every side "
+            ">= 1, at most 128 tokens; all zeros: the kernel chooses)");
+  o.q_tile = TileShape{{8, 16, 0}};
+  EXPECT_EQ(error_of(forward_tiles, p, o), "");
+  EXPECT_NE(error_of(backward_tiles, p, o).find("q_tile 8x16 (128 tokens) is not a tile of the "
+                                                "portable backward (every side >= 1, at most 64"),
+            std::string::npos);
+  o = KernelOptions{};
+  o.kv_tile = TileShape{{8, 4, 0}};
+  EXPECT_NE(error_of(forward_tiles, p, o).find("kv_tile 8x4 (32 tokens)"), std::string::npos);
+  EXPECT_EQ(error_of(backward_tiles, p, o), "");
 }
 
 // The kernels' shared memory against the per-block limits (less 1 KB for the kernels' static

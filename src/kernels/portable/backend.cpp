@@ -11,8 +11,6 @@
 namespace gna::portable {
 namespace {
 
-constexpr int kForwardRowsQ = 128, kForwardRowsKV = 64;  // forced Q tiles: up to 128 rows
-
 bool refuse(std::string* why, const std::string& reason) {
   if (why) *why = "portable: " + reason;
   return false;
@@ -94,25 +92,20 @@ bool supports_problem(const Problem& p, const AttentionTensors& in, const Kernel
   if (p.additional_kv > 0 && (!aligned_rows(*in.additional_k, "additional keys", why) ||
                               !aligned_rows(*in.additional_v, "additional values", why)))
     return false;
-  const bool forced = opt.q_tile.size[0] != 0 || opt.kv_tile.size[0] != 0;
-  if (forced) {
-    const int rows_q = forward ? kForwardRowsQ : kBackwardRowsQ;
-    const int rows_kv = forward ? kForwardRowsKV : kBackwardRowsKV;
-    std::string reason;
-    if (!valid_tile(opt.q_tile, p.rank, rows_q, false, "query", &reason) ||
-        !valid_tile(opt.kv_tile, p.rank, rows_kv, forward, "key/value", &reason))
-      return refuse(why, reason);
-    const int wide = forward_shared_bytes(p.dim_qk, p.dim_v, 128);
-    if (forward && opt.q_tile.volume(p.rank) > 64 && limit > 0 && wide > limit)
-      return refuse(why, str("query tile volume ", opt.q_tile.volume(p.rank), " needs ", wide,
-                             " bytes of shared memory per block, the device allows ", limit,
-                             " (at most 64 tokens here)"));
-    const int wide_backward = backward_shared_bytes(p.dim_qk, p.dim_v, kBackwardRowsKV);
-    if (!forward && !backward_runs_small(p, opt.kv_tile) && limit > 0 && wide_backward > limit)
-      return refuse(why, str("key/value tile volume ", opt.kv_tile.volume(p.rank), " needs ",
-                             wide_backward, " bytes of shared memory per block, the device allows ",
-                             limit, " (at most ", kBackwardRowsKVSmall, " tokens here)"));
-  }
+  // Forced tiles whose kernel variant does not fit the device (a forced tile that no variant
+  // runs is the tile choice's error).
+  const int wide = forward_shared_bytes(p.dim_qk, p.dim_v, 128);
+  if (forward && tile_forced(opt.q_tile, p.rank) && opt.q_tile.volume(p.rank) > 64 && limit > 0 &&
+      wide > limit)
+    return refuse(why, str("query tile volume ", opt.q_tile.volume(p.rank), " needs ", wide,
+                           " bytes of shared memory per block, the device allows ", limit,
+                           " (at most 64 tokens here)"));
+  const int wide_backward = backward_shared_bytes(p.dim_qk, p.dim_v, kBackwardRowsKV);
+  if (!forward && tile_forced(opt.kv_tile, p.rank) && !backward_runs_small(p, opt.kv_tile) &&
+      limit > 0 && wide_backward > limit)
+    return refuse(why, str("key/value tile volume ", opt.kv_tile.volume(p.rank), " needs ",
+                           wide_backward, " bytes of shared memory per block, the device allows ",
+                           limit, " (at most ", kBackwardRowsKVSmall, " tokens here)"));
   return true;
 }
 
@@ -128,8 +121,6 @@ Backend make_backend() {
   b.release_memory = cuda::scratch_release;  // the backward's scratch
   return b;
 }
-
-bool opt_forced(const KernelOptions& opt) { return opt.q_tile.size[0] != 0 || opt.kv_tile.size[0] != 0; }
 
 }  // namespace
 
@@ -159,10 +150,9 @@ bool supports_backward(const BackwardCall& call, std::string* why) {
 }
 
 TilePlan forward_tiles(const Problem& p, const KernelOptions& options, int shared_limit) {
-  if (opt_forced(options)) return score_tiles(p, options.q_tile, options.kv_tile);
-  if (shared_limit > 0 && forward_shared_bytes(p.dim_qk, p.dim_v, 128) > shared_limit)
-    return choose_tiles(p, 64, kForwardRowsKV);
-  return choose_forward_tiles(p);
+  const bool wide_fits =
+      shared_limit <= 0 || forward_shared_bytes(p.dim_qk, p.dim_v, 128) <= shared_limit;
+  return choose_forward_tiles(p, options.q_tile, options.kv_tile, wide_fits);
 }
 
 bool backward_runs_small(const Problem& p, const TileShape& kv) {
@@ -170,16 +160,18 @@ bool backward_runs_small(const Problem& p, const TileShape& kv) {
 }
 
 TilePlan backward_tiles(const Problem& p, const KernelOptions& options, int shared_limit) {
-  if (opt_forced(options)) return score_tiles(p, options.q_tile, options.kv_tile);
-  const TilePlan wide = choose_tiles(p, kBackwardRowsQ, kBackwardRowsKV);
-  if (!backward_small_variant(p.dim_qk, p.dim_v)) return wide;
+  const TilePlan wide =
+      choose_backward_tiles(p, kBackwardRowsKV, options.q_tile, options.kv_tile);
+  // A forced KV tile's volume picks the variant (backward_runs_small).
+  if (tile_forced(options.kv_tile, p.rank) || !backward_small_variant(p.dim_qk, p.dim_v))
+    return wide;
   const bool fits = shared_limit <= 0 ||
                     backward_shared_bytes(p.dim_qk, p.dim_v, kBackwardRowsKV) <= shared_limit;
   // At least a tenth of the pairs partial: the smallest share measured (1-D window 2048, 10%)
   // still ran faster on 64 keys; below it (causal dense attention: 1.5%) the problem is close to
   // dense, where 128 keys measured faster.
   if (fits && wide.partial_pairs < 0.1 * wide.visited_pairs) return wide;
-  return choose_tiles(p, kBackwardRowsQ, kBackwardRowsKVSmall);
+  return choose_backward_tiles(p, kBackwardRowsKVSmall, options.q_tile, options.kv_tile);
 }
 
 void forward(const ForwardCall& call) {

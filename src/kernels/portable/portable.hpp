@@ -17,9 +17,9 @@ const char* supported_head_dims();
 bool supports_forward(const ForwardCall& call, std::string* why);
 bool supports_backward(const BackwardCall& call, std::string* why);
 
-// Tile shapes used for a call: the caller's (options) or choose_tiles'. The forward's
-// shared_limit (bytes per block the device allows, 0: no limit) rules out 128-row Q tiles
-// whose kernel does not fit.
+// Tile shapes used for a call: a tile forced in options, else the tile choice's
+// (choose_forward_tiles, choose_backward_tiles). shared_limit (bytes per block the device
+// allows, 0: no limit) rules out the variants whose kernel does not fit.
 TilePlan forward_tiles(const Problem& p, const KernelOptions& options, int shared_limit = 0);
 TilePlan backward_tiles(const Problem& p, const KernelOptions& options, int shared_limit = 0);
 

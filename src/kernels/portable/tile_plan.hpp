@@ -1,12 +1,11 @@
 // Choice of the multi-dimensional Q and KV tile shapes of the portable fused kernels (host only,
-// no CUDA): every shape of power-of-two sides with the kernel's row count is scored by the KV
-// tiles its Q tiles visit (partial pairs weighted for their mask cost), computed per axis with the
-// core's tiling math, and the cheapest wins.
+// no CUDA), by the core's tile chooser (gna/core/tile_choice.hpp): every shape of power-of-two
+// sides with the kernel's row count is scored by the KV tiles its Q tiles visit (partial pairs
+// weighted for their mask cost), and the cheapest wins.
 #pragma once
 
-#include <string>
-
 #include "gna/core/problem.hpp"
+#include "gna/core/tile_choice.hpp"
 #include "gna/core/tiling.hpp"
 
 namespace gna::portable {
@@ -20,7 +19,7 @@ struct TilePlan {
   TileShape kv;
   double visited_pairs = 0;  // (Q tile, KV tile) pairs visited in one dilation group
   double partial_pairs = 0;
-  double cost = 0;           // visited pairs, partial ones weighted for their mask cost
+  double cost = 0;  // the tile chooser's cost (gna::tile_cost)
 };
 
 // Visited and partial pair counts of one tile choice (dilation group 0).
@@ -29,13 +28,17 @@ TilePlan score_tiles(const Problem& p, const TileShape& q, const TileShape& kv);
 // Best shapes with exactly rows_q and rows_kv tokens (powers of two).
 TilePlan choose_tiles(const Problem& p, int rows_q, int rows_kv);
 
-// Forward tiles: the best 64-row and the best 128-row Q shape (64-token KV tiles), the cheaper
-// once each pair's cost is scaled by its Q rows and the 128-row kernel's measured speed-up.
-TilePlan choose_forward_tiles(const Problem& p);
+// Forward tiles: the best 64-row and, where its kernel fits (wide_fits), the best 128-row Q shape
+// (64-token KV tiles), the cheaper once each pair's cost is scaled by its Q rows and the 128-row
+// kernel's measured speed-up. Forced tiles (q_tile, kv_tile; all zeros: chosen) are honoured:
+// Q tiles of at most 128 tokens, KV tiles of exactly 64; others are an error naming the option.
+TilePlan choose_forward_tiles(const Problem& p, const TileShape& q_tile = kNoForcedTile,
+                              const TileShape& kv_tile = kNoForcedTile, bool wide_fits = true);
 
-// Checks a caller-forced shape: every side >= 1 and <= 1023, the volume at most `rows` (exactly
-// `rows` when exact); writes why not.
-bool valid_tile(const TileShape& t, int rank, int rows, bool exact, const char* what,
-                std::string* why);
+// Backward tiles with KV tiles of kv_rows keys (kBackwardRowsKV or kBackwardRowsKVSmall). Forced
+// tiles are honoured: Q tiles of at most 64 tokens, KV tiles of at most 128; others are an error
+// naming the option.
+TilePlan choose_backward_tiles(const Problem& p, int kv_rows, const TileShape& q_tile,
+                               const TileShape& kv_tile);
 
 }  // namespace gna::portable
