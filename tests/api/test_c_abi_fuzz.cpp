@@ -257,16 +257,18 @@ bool memory_safe(const Case& c, std::initializer_list<int> slots) {
     if (t.rank < 0 || t.rank > GNA_MAX_TENSOR_RANK) continue;  // refused before any access
     if (t.dtype < GNA_DTYPE_F32 || t.dtype > GNA_DTYPE_BF16) continue;
     int64_t count = 1, last = 0;
-    bool overflow = false;
-    for (int i = 0; i < t.rank; ++i) {
-      if (t.shape[i] < 0 || t.strides[i] < 0) return true;  // refused
+    bool overflow = false, negative = false;
+    for (int i = 0; i < t.rank && !negative; ++i) {
+      // Refused if the entry reads this tensor; the other tensors must still be checked (an
+      // entry that does not take this slot goes on with them).
+      if (t.shape[i] < 0 || t.strides[i] < 0) negative = true;
       overflow |= __builtin_mul_overflow(count, t.shape[i], &count);
       int64_t step = 0;
       if (t.shape[i] > 0)
         overflow |= __builtin_mul_overflow(t.shape[i] - 1, t.strides[i], &step) ||
                     __builtin_add_overflow(last, step, &last);
     }
-    if (overflow || count == 0) continue;
+    if (negative || overflow || count == 0) continue;
     if (c.buffer_of[s] < 0 || t.data == nullptr) continue;
     const Buffer& b = c.buffers[c.buffer_of[s]];
     const size_t element = t.dtype == GNA_DTYPE_F64 ? 8 : t.dtype == GNA_DTYPE_F32 ? 4 : 2;
