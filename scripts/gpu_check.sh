@@ -8,7 +8,8 @@
 #   sanitize  compute-sanitizer memcheck and racecheck on small sweeps of the GPU tests: portable,
 #             GPU reference, Hopper forward and backward, halo, unfused
 #   sass      the Hopper forward and backward kernels of libgna: HGMMA in each, no local memory
-#             (LDL / STL), no ptxas spill or wgmma-serialization warning in the build log; the
+#             (LDL / STL), no ptxas spill or wgmma-serialization warning in the build log (a
+#             kernel spilling at most SPILL_BYTES_MAX bytes, default 8, is let through); the
 #             KV loops' HGMMA blocks summarised by scripts/sass_gemm_blocks.py
 #   profile   Nsight Compute on the first launches of one gna-kernel-bench case
 #   bench     gna-kernel-bench (every device backend, forward and backward, JSON)
@@ -23,6 +24,7 @@
 #   TESTS        ctest -R regex instead of the label; TEST_LABEL (default gpu; empty: every test)
 #   GNA_TEST_SEED, GNA_TEST_CONFIGS, GNA_HOPPER_SWEEP, GNA_HOPPER_BWD_SWEEP: read by the tests
 #   SANITIZE_CONFIGS  configurations per rank under compute-sanitizer (default 3)
+#   SPILL_BYTES_MAX   spilled bytes a Hopper kernel may have in the sass step (default 8)
 #   SANITIZE_BINS     only these test binaries under compute-sanitizer (default: all six)
 #   PROFILE_CASE (default "flux4k 80x80 s16x16"), PROFILE_BACKEND (hopper), PROFILE_KERNEL
 #                (kernel-name regex, default forward_kernel), PROFILE_COUNT (launches, 1),
@@ -139,6 +141,13 @@ step_sass() {
     record sass cuobjdump FAIL "not found" 0
     return
   fi
+  # Kernels ptxas reported spilling at most SPILL_BYTES_MAX bytes (the accepted 8-byte spill of
+  # the Hopper backward at head dim 128) may hold local memory; any larger spill fails.
+  local budget=${SPILL_BYTES_MAX:-8} allowed="$OUT/spill_allowed.txt"
+  grep -hoE "spilled to local memory in function '[^']+', [0-9]+ bytes spill stores" \
+    "$OUT/build.log" 2>/dev/null |
+    sed -E "s/.*function '([^']+)', ([0-9]+) bytes.*/\1 \2/" |
+    awk -v m="$budget" '$2 <= m {print $1}' | sort -u >"$allowed"
   cuobjdump --dump-sass "$lib" >"$all" 2>"$OUT/cuobjdump.err"
   # Only the Hopper kernels are kept (the whole library's SASS is too large to keep).
   for pass in forward backward; do
@@ -148,8 +157,9 @@ step_sass() {
          END {for (k in n) printf "%s HGMMA %d LDL/STL %d\n", k, h[k], l[k]}' \
       "$OUT/sass_$pass.txt" | sort >"$OUT/sass_${pass}_counts.txt"
     kernels=$(wc -l <"$OUT/sass_${pass}_counts.txt")
-    bad=$(awk '$3 == 0 || $5 != 0' "$OUT/sass_${pass}_counts.txt" | wc -l)
-    awk '$3 == 0 || $5 != 0' "$OUT/sass_${pass}_counts.txt" | head -5
+    local failing='FILENAME == ARGV[1] {ok[$1] = 1; next} $3 == 0 || ($5 != 0 && !($1 in ok))'
+    bad=$(awk "$failing" "$allowed" "$OUT/sass_${pass}_counts.txt" | wc -l)
+    awk "$failing" "$allowed" "$OUT/sass_${pass}_counts.txt" | head -5
     python3 scripts/sass_gemm_blocks.py "hopper.*${pass}_kernel" <"$OUT/sass_$pass.txt" \
       >"$OUT/sass_${pass}_gemm_blocks.txt" 2>&1
     if [ "$kernels" = 0 ]; then
@@ -163,11 +173,13 @@ step_sass() {
   # ptxas messages are in the build log only for what this run compiled: spills, and wgmmas
   # serialized (C75xx "... are serialized"); other C75xx notes (an injected warpgroup.arrive)
   # are not failures.
-  warnings=$(grep -iE "spilled|serialized" "$OUT/build.log" 2>/dev/null | grep -ci hopper)
+  warnings=$(( $(grep -i "spilled" "$OUT/build.log" 2>/dev/null | grep -i hopper |
+                   grep -vFf "$allowed" | wc -l) +
+               $(grep -i "serialized" "$OUT/build.log" 2>/dev/null | grep -ci hopper) ))
   grep -iE "spilled|serialized" "$OUT/build.log" 2>/dev/null | grep -i hopper | sort -u |
     head -5 | cut -c1-200
   record sass "ptxas spills / wgmma serialization" "$([ "$warnings" = 0 ] && echo ok || echo FAIL)" \
-    "$warnings hopper warnings in build.log" 0
+    "$warnings hopper warnings in build.log beyond $budget spilled bytes ($(wc -l <"$allowed") kernels within)" 0
 }
 
 step_profile() {
