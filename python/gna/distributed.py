@@ -6,13 +6,20 @@ layout, all heads. One all-to-all regroups the shards into all tokens of H / P h
 runs gna's attention over the whole layout for its heads, and a second all-to-all returns the
 output to sequence shards. Exact (every rank sees the full layout of its heads), differentiable
 (the backward runs the same two exchanges on the gradients).
+
+Halo (sequence-parallel along one axis): each rank holds a slab of consecutive coordinates of one
+axis of the layout, all heads. The ranks exchange the key/value rows next to their slabs that
+their queries' windows reach (the halo), each rank runs the global rule on its slab extended by
+the halo, and keeps its own queries' outputs. Exact and differentiable (the backward returns the
+halo rows' key/value gradients to their owners).
 """
 import torch
 import torch.distributed as dist
 
-from . import functional
+from . import functional, ops
 
-__all__ = ["ulysses_attention", "shard_sequence", "gather_sequence"]
+__all__ = ["ulysses_attention", "halo_attention", "choose_parallelism", "shard_sequence",
+           "gather_sequence"]
 
 
 def _world(group):
@@ -107,6 +114,247 @@ def ulysses_attention(query, key, value, layout, kernel_size, stride=1, dilation
              is_causal=is_causal, scale=scale, backend=backend, **extra)
     return _to_sequence(out.reshape(q.shape[0], tokens, out.shape[-2], out.shape[-1]), ranks,
                         group)
+
+
+def _ceil_to(x, unit):
+    return -(-x // unit) * unit
+
+
+def _extended_ranges(extent, ranks, window, stride, dilation, causal):
+    """[start, end) of every rank's extended slab along the sharded axis (global coordinates).
+
+    The halo, dilation * (window - 1 + stride) rows, bounds how far a window reaches from its
+    query (docs/rule.md 2.3: a window starts from its stride run's leader, within a run of the
+    query, and the clamp at the layout's edges moves it towards the query), on the left, and on
+    the right unless causal (a causal window ends at its query). Both ends of a slab sit on
+    multiples of dilation * stride or on the layout's edges, so its dilation groups and stride
+    runs are the global ones: every own query gets the global leader and, its window lying
+    inside the slab or clamped at the same edge, the global window. A slab spans at least
+    window * dilation rows, so that the rule is valid on it."""
+    slab = extent // ranks
+    unit = dilation * stride
+    halo = _ceil_to(dilation * (window - 1 + stride), unit)
+    ranges = []
+    for r in range(ranks):
+        start = max(0, (r * slab) // unit * unit - halo)
+        end = _ceil_to((r + 1) * slab, unit) + (0 if causal else halo)
+        end = max(end, _ceil_to(start + window * dilation, unit))
+        ranges.append((start, min(extent, end)))
+    return ranges
+
+
+def _overlap(a0, a1, b0, b1):
+    return max(a0, b0), min(a1, b1)
+
+
+def _halo_plan(extent, ranks, rank, window, stride, dilation, causal):
+    """What this rank exchanges: (rows it sends, as (begin, end) of its slab per destination;
+    rows it receives per source; its left halo's length; rows all ranks receive, the same on
+    every rank). A destination's halo rows lie on one
+    side of it, so each source sends it one run of rows; sources arrive in rank order, which is
+    row order (left halo, then right halo)."""
+    slab = extent // ranks
+    ranges = _extended_ranges(extent, ranks, window, stride, dilation, causal)
+
+    def halo_rows(dest, src):
+        (start, end), lo, hi = ranges[dest], dest * slab, (dest + 1) * slab
+        if src == dest:
+            return 0, 0
+        b0, b1 = _overlap(start, lo, src * slab, (src + 1) * slab) if src < dest else \
+            _overlap(hi, end, src * slab, (src + 1) * slab)
+        return (b0 - src * slab, b1 - src * slab) if b1 > b0 else (0, 0)
+
+    sends = [halo_rows(dest, rank) for dest in range(ranks)]
+    receives = [b - a for a, b in (halo_rows(rank, src) for src in range(ranks))]
+    total = sum(b - a for dest in range(ranks) for a, b in
+                (halo_rows(dest, src) for src in range(ranks)))
+    return sends, receives, rank * slab - ranges[rank][0], total
+
+
+def _runs(sizes):
+    """Consecutive (begin, end) row runs of the given sizes."""
+    runs, at = [], 0
+    for n in sizes:
+        runs.append((at, at + n))
+        at += n
+    return runs
+
+
+def _exchange_rows(x, sends, receives, group):
+    """x [rows, C] -> the rows the other ranks send this one, [sum(receives), C]; rows
+    x[a:b] go to rank r for sends[r] = (a, b)."""
+    out = x.new_empty((sum(receives),) + tuple(x.shape[1:]))
+    data = torch.cat([x[a:b] for a, b in sends]).contiguous()
+    dist.all_to_all_single(out, data, output_split_sizes=list(receives),
+                           input_split_sizes=[b - a for a, b in sends], group=group)
+    return out
+
+
+class _Halo(torch.autograd.Function):
+    """The halo exchange; its adjoint sends each received row's gradient back to its owner,
+    which adds it to that row's gradient (a row may go to several ranks)."""
+
+    @staticmethod
+    def forward(ctx, x, sends, receives, group):
+        ctx.plan = (x.shape[0], sends, receives, group)
+        return _exchange_rows(x, sends, receives, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        rows, sends, receives, group = ctx.plan
+        back = _exchange_rows(grad.contiguous(), _runs(receives), [b - a for a, b in sends],
+                              group)
+        index = torch.cat([torch.arange(a, b, device=grad.device) for a, b in sends])
+        dx = grad.new_zeros((rows,) + tuple(grad.shape[1:]))
+        return dx.index_add_(0, index, back), None, None, None
+
+
+def _halo_error(message):
+    return ValueError(f"halo_attention: {message}")
+
+
+def _axis_rule(fn, layout, kernel_size, stride, dilation, is_causal, axis):
+    """The rule's per-axis lists and the sharded axis, checked."""
+    if isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < len(layout):
+        raise ValueError(f"{fn}: axis must be an int in [0, {len(layout)}) for layout {layout}, "
+                         f"got {axis!r}")
+    window, stride, dilation, causal, _ = functional._rule(fn, len(layout), kernel_size, stride,
+                                                           dilation, is_causal, None)
+    return window, stride, dilation, causal
+
+
+def _layout(fn, layout):
+    layout = tuple(int(e) for e in layout)
+    if not 1 <= len(layout) <= 3:
+        raise ValueError(f"{fn}: layout must have 1 to 3 axes, got {layout}")
+    return layout
+
+
+def halo_attention(query, key, value, layout, kernel_size, stride=1, dilation=1, is_causal=False,
+                   axis=0, scale=None, group=None, backend="auto"):
+    """Neighborhood attention over a layout split into slabs along one axis across `group`
+    (default: the world).
+
+    query [B, *local, Hq, D], key [B, *local, Hkv, D], value [B, *local, Hkv, Dv]: this rank's
+    slab, `local` being `layout` with layout[axis] / P on `axis` (rank r holds coordinates
+    [r L / P, (r + 1) L / P) of that axis, L = layout[axis] divisible by the group's size P).
+    The rule's arguments are those of gna.na1d/2d/3d over the whole layout. Returns this rank's
+    slab of the output, [B, *local, Hq, Dv], equal to the same slab of the single-process call;
+    gradients flow to query, key and value.
+
+    Each rank receives from its neighbours (several, when slabs are thinner than the halo) the
+    key/value rows within dilation * (window - 1 + stride) of its slab on that axis, rounded out
+    to multiples of dilation * stride (none on the right of a causal axis), runs the rule on
+    the extended slab with zero queries in the halo, and keeps its own rows.
+    """
+    fn = "halo_attention"
+    ranks, rank = _world(group)
+    layout = _layout(fn, layout)
+    window, strides, dilations, causal = _axis_rule(fn, layout, kernel_size, stride, dilation,
+                                                    is_causal, axis)
+    extent = layout[axis]
+    if extent % ranks:
+        raise _halo_error(f"layout[{axis}] ({extent}) must be divisible by the process group's "
+                          f"size ({ranks})")
+    slab = extent // ranks
+    local = layout[:axis] + (slab,) + layout[axis + 1:]
+    dims = len(layout)
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, torch.Tensor):
+            raise _halo_error(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != dims + 3 or tuple(t.shape[1:1 + dims]) != local:
+            raise _halo_error(f"{name} must be this rank's slab [B, {', '.join(map(str, local))}"
+                              f", H, D] (layout {layout} over {ranks} ranks on axis {axis}), "
+                              f"got shape {tuple(t.shape)}")
+    # The whole problem's validation (rule against the global layout, heads, dims), with the
+    # core's messages: the local call alone sees only the extended slab.
+    whole = lambda t: torch.empty((t.shape[0],) + layout + tuple(t.shape[-2:]),  # noqa: E731
+                                  dtype=t.dtype, device="meta")
+    scale_value = functional._scale(fn, scale)
+    params = ops._params(window, strides, dilations, causal, scale_value)
+    ops._validate_metadata(params, whole(query), whole(key), whole(value), None, None)
+
+    dim = 1 + axis
+    if ranks > 1:
+        sends, receives, left, total = _halo_plan(extent, ranks, rank, window[axis],
+                                                  strides[axis], dilations[axis], causal[axis])
+    else:
+        sends, receives, left, total = [(0, 0)], [0], 0, 0
+    k, v, q = key, value, query
+    if total:  # every rank computes the same plan, so all of them skip together
+        rows = lambda t: t.movedim(dim, 0).reshape(slab, -1)  # noqa: E731
+        key_rows = rows(key)
+        kv = torch.cat([key_rows, rows(value)], dim=1)
+        halo = _Halo.apply(kv, sends, receives, group)
+        count = halo.shape[0]
+
+        def unrows(h, like):
+            shape = (count,) + tuple(like.movedim(dim, 0).shape[1:])
+            return h.reshape(shape).movedim(0, dim)
+
+        split = key_rows.shape[1]
+        hk, hv = unrows(halo[:, :split], key), unrows(halo[:, split:], value)
+        k = torch.cat([hk.narrow(dim, 0, left), key, hk.narrow(dim, left, count - left)], dim)
+        v = torch.cat([hv.narrow(dim, 0, left), value, hv.narrow(dim, left, count - left)], dim)
+        zeros = lambda n: query.new_zeros(  # noqa: E731
+            query.shape[:dim] + (n,) + query.shape[dim + 1:])
+        q = torch.cat([zeros(left), query, zeros(count - left)], dim)
+    na = (functional.na1d, functional.na2d, functional.na3d)[dims - 1]
+    out = na(q, k, v, window, stride=strides, dilation=dilations, is_causal=causal, scale=scale,
+             backend=backend)
+    return out.narrow(dim, left, slab)
+
+
+def choose_parallelism(layout, kernel_size, stride, dilation, is_causal, heads, world_size,
+                       axis=0):
+    """The context parallelism, "ulysses" or "halo", that moves less data per rank for this rule
+    on `world_size` ranks (halo mode sharding `axis`).
+
+    Volumes are per rank and per pass, in units of one local slab of one tensor of all heads
+    (S / P tokens; Q, K, V and O taken of one size):
+
+        ulysses = 4 * (P - 1) / P        two all-to-alls: Q, K, V in, O out; each keeps 1/P
+        halo    = 2 * max_r(h_r) / l     the K and V halo rows h_r of rank r, slab l = L / P
+
+    with h_r the rows rank r receives (halo_attention's halo, clipped at the layout's edges).
+    The backward moves the same again in either mode. Ulysses needs `heads` and the token count
+    divisible by P, halo mode layout[axis] divisible by P (slabs thinner than the halo are
+    allowed: the halo then comes from several ranks, at its cost above). Halo mode is chosen
+    when it applies and moves strictly less, or Ulysses does not apply; it also computes its
+    halo rows' (zero) queries, (l + h_r) / l of the slab's attention. ValueError when neither
+    applies.
+    """
+    fn = "choose_parallelism"
+    layout = _layout(fn, layout)
+    window, strides, dilations, causal = _axis_rule(fn, layout, kernel_size, stride, dilation,
+                                                    is_causal, axis)
+    for name, n in (("heads", heads), ("world_size", world_size)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"{fn}: {name} must be a positive int, got {n!r}")
+    probe = torch.empty((1,) + layout + (heads, 1), device="meta")
+    ops._validate_metadata(ops._params(window, strides, dilations, causal, 0.0), probe, probe,
+                           probe, None, None)
+    ranks = world_size
+    tokens = 1
+    for e in layout:
+        tokens *= e
+    ulysses_ok = heads % ranks == 0 and tokens % ranks == 0
+    extent = layout[axis]
+    halo_ok = extent % ranks == 0
+    if not ulysses_ok and not halo_ok:
+        raise ValueError(f"{fn}: neither mode applies on {ranks} ranks: heads ({heads}) or tokens "
+                         f"({tokens}) not divisible for Ulysses, layout[{axis}] ({extent}) not "
+                         f"divisible for halo")
+    if not halo_ok:
+        return "ulysses"
+    if not ulysses_ok:
+        return "halo"
+    slab = extent // ranks
+    ranges = _extended_ranges(extent, ranks, window[axis], strides[axis], dilations[axis],
+                              causal[axis])
+    halo_rows = max(end - start - slab for start, end in ranges)
+    # Compared in integers: halo < ulysses  <=>  2 h P < 4 (P - 1) l.
+    return "halo" if 2 * halo_rows * ranks < 4 * (ranks - 1) * slab else "ulysses"
 
 
 def shard_sequence(x, group=None):

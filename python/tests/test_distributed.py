@@ -1,6 +1,7 @@
-"""Context parallelism on the CPU: gloo process groups of 2 and 4 ranks running Ulysses attention
-on the CPU reference; forward and every gradient equal to the single-process call."""
+"""Context parallelism on the CPU: gloo process groups of 2 and 4 ranks running Ulysses and halo
+attention on the CPU reference; forward and every gradient equal to the single-process call."""
 import os
+import random
 import socket
 import sys
 from pathlib import Path
@@ -124,6 +125,163 @@ def test_ulysses_bad_input_names_the_value(tmp_path):
     assert "query heads (3)" in messages[0]
     assert "5 tokens per rank" in messages[1]
     assert "1 to 3 axes" in messages[2]
+
+
+# Halo mode: randomized rules over slabs of one axis; every rank checks its own slab of the
+# output and of the three gradients against the single-process call, for all the configurations
+# in one process group per world size (spawning dominates the run time).
+
+def _halo_configs(world, count, seed):
+    """(layout, axis, heads, heads_kv, window, stride, dilation, causal, batch) tuples: random
+    rules, plus slabs of one row (halos from several ranks), blocked and causal strided axes."""
+    rng = random.Random(seed)
+    configs = [
+        ((world, 5), 0, 2, 1, (min(world, 3), 3), (2, 1), (1, 1), (False, False), 1),
+        ((world * 4, 4), 0, 2, 2, (4, 2), (4, 2), (2, 1), (True, False), 1),
+        ((3, world * 3), 1, 4, 2, (2, 3), (1, 3), (1, 2), (False, True), 2),
+        ((world * 4,), 0, 1, 1, (4,), (4,), (1,), (False,), 1),
+    ]
+    while len(configs) < count:
+        rank = rng.choice((1, 2, 2, 3))
+        axis = rng.randrange(min(rank, 2))
+        window, stride, dilation, causal, layout = [], [], [], [], []
+        for i in range(rank):
+            k = rng.randint(2, 5 if rank < 3 else 3)
+            d = rng.choice((1, 1, 2, 3)) if rank < 3 else rng.choice((1, 2))
+            s = rng.randint(1, k)
+            if i == axis:  # slabs from the thinnest the rule allows
+                thinnest = -(-k * d // world)
+                extent = world * rng.randint(thinnest, max(thinnest, 6 if rank < 3 else 3))
+            else:
+                extent = k * d + rng.randint(0, 3 if rank < 3 else 1)
+            for values, value in ((window, k), (stride, s), (dilation, d),
+                                  (causal, rng.random() < 0.35), (layout, extent)):
+                values.append(value)
+        heads_kv = rng.choice((1, 2))
+        heads = heads_kv * rng.choice((1, 2))
+        configs.append((tuple(layout), axis, heads, heads_kv, tuple(window), tuple(stride),
+                        tuple(dilation), tuple(causal), rng.choice((1, 2))))
+    return configs
+
+
+def _halo_check(config, seed, rank, world):
+    """Largest difference between this rank's halo slab (output, dq, dk, dv) and the same slab
+    of the single-process call."""
+    layout, axis, heads, heads_kv, window, stride, dilation, causal, batch = config
+    g = torch.Generator().manual_seed(seed)
+    make = lambda h, d: torch.randn(batch, *layout, h, d, generator=g,  # noqa: E731
+                                    dtype=torch.float64)
+    q, k, v, w = make(heads, 4), make(heads_kv, 4), make(heads_kv, 3), make(heads, 3)
+    na = (gna.na1d, gna.na2d, gna.na3d)[len(layout) - 1]
+    rule = dict(stride=stride, dilation=dilation, is_causal=causal)
+    inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = na(*inputs, window, **rule)
+    expected = [out.detach()] + list(torch.autograd.grad((out * w).sum(), inputs))
+    slab = layout[axis] // world
+    mine = lambda t: t.narrow(1 + axis, rank * slab, slab)  # noqa: E731
+    shards = [mine(t).detach().clone().requires_grad_() for t in (q, k, v)]
+    out = gd.halo_attention(*shards, layout, window, axis=axis, **rule)
+    got = [out.detach()] + list(torch.autograd.grad((out * mine(w)).sum(), shards))
+    worst = 0.0
+    for a, b in zip(got, expected):
+        b = mine(b)
+        assert a.shape == b.shape, (a.shape, b.shape)
+        assert torch.allclose(a, b, atol=1e-10, rtol=1e-9), (a - b).abs().max()
+        worst = max(worst, (a - b).abs().max().item())
+    return worst
+
+
+def _halo_errors():
+    q = torch.randn(1, 4, 5, 2, 4, dtype=torch.float64)  # a slab of layout (8, 5) over 2 ranks
+    calls = (lambda: gd.halo_attention(q, q, q, (8, 5), 3, axis=2),
+             lambda: gd.halo_attention(q, q, q, (8, 10), 3, axis=1),
+             lambda: gd.halo_attention(q, q, q, (7, 5), 3),
+             lambda: gd.halo_attention(q, q, q[:, :3], (8, 5), 3),
+             lambda: gd.halo_attention(q, q, q, (8, 5), (3, 6)),
+             lambda: gd.halo_attention(q, q, q, (8, 5, 1, 1), 3))
+    messages = []
+    for call in calls:
+        try:
+            call()
+            messages.append("no error")
+        except ValueError as e:
+            messages.append(str(e))
+    return messages
+
+
+def _halo_rank_main(rank, world, port, count, seed, result_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        lines = []
+        for i, config in enumerate(_halo_configs(world, count, seed)):
+            try:
+                lines.append(f"ok {_halo_check(config, seed + i, rank, world):.3g}")
+            except AssertionError as e:
+                lines.append(f"FAIL {config}: {e}")
+        if world == 2:
+            lines += _halo_errors()
+        Path(result_dir, f"halo{rank}.txt").write_text("\n".join(lines))
+    finally:
+        dist.destroy_process_group()
+
+
+HALO_CONFIGS = 48
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_halo_equals_single_process(tmp_path, world):
+    torch.multiprocessing.spawn(_halo_rank_main, args=(world, _free_port(), HALO_CONFIGS,
+                                                       1000 * world, str(tmp_path)), nprocs=world)
+    for rank in range(world):
+        lines = (tmp_path / f"halo{rank}.txt").read_text().splitlines()
+        checks = lines[:HALO_CONFIGS]
+        failed = [line for line in checks if not line.startswith("ok")]
+        assert not failed and len(checks) == HALO_CONFIGS, failed
+        if world == 2:
+            messages = lines[HALO_CONFIGS:]
+            assert "axis must be an int in [0, 2)" in messages[0] and "got 2" in messages[0]
+            assert "query must be this rank's slab [B, 8, 5, H, D]" in messages[1]
+            assert "layout[0] (7) must be divisible" in messages[2] and "(2)" in messages[2]
+            assert "value must be this rank's slab" in messages[3] and "(1, 3, 5, 2, 4)" in \
+                messages[3]
+            assert "axis 1" in messages[4] and "window=6" in messages[4]
+            assert "1 to 3 axes" in messages[5]
+
+
+def test_halo_configurations_cover_the_cases():
+    for world in (2, 4):
+        configs = _halo_configs(world, HALO_CONFIGS, 1000 * world)
+        assert {len(c[0]) for c in configs} == {1, 2, 3}
+        assert {c[1] for c in configs} == {0, 1}
+        assert any(c[2] != c[3] for c in configs)  # GQA
+        # The sharded axis's rule: (window, stride, dilation, causal, slab).
+        axis = [(c[4][c[1]], c[5][c[1]], c[6][c[1]], c[7][c[1]], c[0][c[1]] // world)
+                for c in configs]
+        assert any(s > 1 for k, s, d, c, n in axis)
+        assert any(s == k for k, s, d, c, n in axis)  # blocked
+        assert any(d > 1 for k, s, d, c, n in axis)
+        assert any(c and s > 1 for k, s, d, c, n in axis)
+        assert any(c and d > 1 for k, s, d, c, n in axis)
+        assert any(d * (k - 1 + s) > n for k, s, d, c, n in axis)  # halo from several ranks
+
+
+def test_choose_parallelism():
+    # Frames of a video over 4 ranks, a 5-frame window: 2 halos of K and V are less than 4 * 3/4.
+    assert gd.choose_parallelism((32, 48, 80), (5, 9, 9), 1, 1, False, 24, 4) == "halo"
+    # Thin slabs (2 frames) under the same window: the halo outweighs the all-to-alls.
+    assert gd.choose_parallelism((8, 48, 80), (5, 9, 9), 1, 1, False, 24, 4) == "ulysses"
+    # Heads that do not split: halo whatever it costs; frames that do not split: Ulysses.
+    assert gd.choose_parallelism((8, 48, 80), (5, 9, 9), 1, 1, False, 6, 4) == "halo"
+    assert gd.choose_parallelism((30, 48, 80), (5, 9, 9), 1, 1, False, 24, 4) == "ulysses"
+    # Causal along frames needs no right halo: halo mode where the non-causal window is not.
+    assert gd.choose_parallelism((16, 48, 80), (5, 9, 9), 1, 1, (True, False, False), 8,
+                                 4) == "halo"
+    assert gd.choose_parallelism((16, 48, 80), (5, 9, 9), 1, 1, False, 8, 4) == "ulysses"
+    with pytest.raises(ValueError, match=r"heads \(6\)"):
+        gd.choose_parallelism((30, 48, 80), 5, 1, 1, False, 6, 4)
+    with pytest.raises(ValueError, match="axis must be"):
+        gd.choose_parallelism((30, 48), 5, 1, 1, False, 8, 4, axis=2)
 
 
 if __name__ == "__main__":
