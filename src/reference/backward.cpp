@@ -45,11 +45,10 @@ struct BackwardPass {
     delta.assign(int64_t{p.batch} * tokens * p.heads_q, Acc(0));
     parallel_for(static_cast<int64_t>(delta.size()), opt.threads, [&](int64_t begin, int64_t end) {
       for (int64_t idx = begin; idx < end; ++idx) {
-        const Row row = split_row(idx, tokens, p.heads_q);
-        const int64_t b = row.b, token = row.token;
+        const Row row = split_row(p, idx, tokens, p.heads_q);
+        const int64_t b = row.b;
         const int h = row.h;
-        int x[kMaxRank];
-        token_coordinates(p, token, x);
+        const int* x = row.x;
         delta[idx] = dot(typed<T>(d_out) + token_offset(d_out, r, b, x, h),
                          typed<T>(out) + token_offset(out, r, b, x, h), p.dim_v);
       }
@@ -71,12 +70,10 @@ struct BackwardPass {
       std::vector<int> keys[kMaxRank];
       std::vector<Acc> acc(p.dim_qk);
       for (int64_t idx = begin; idx < end; ++idx) {
-        const Row row = split_row(idx, tokens, p.heads_q);
-        const int64_t b = row.b, token = row.token;
-        const int h = row.h;
-        const int hk = h / group;
-        int x[kMaxRank];
-        token_coordinates(p, token, x);
+        const Row row = split_row(p, idx, tokens, p.heads_q);
+        const int64_t b = row.b;
+        const int h = row.h, hk = h / group;
+        const int* x = row.x;
         const T* q_row = typed<T>(in.q) + token_offset(in.q, r, b, x, h);
         const T* do_row = typed<T>(d_out) + token_offset(d_out, r, b, x, h);
         const Acc lse_q = load_scalar(lse, lse_offset(lse, r, b, x, h));
@@ -120,11 +117,10 @@ struct BackwardPass {
     parallel_for(total, opt.threads, [&](int64_t begin, int64_t end) {
       std::vector<int> queries[kMaxRank];
       for (int64_t idx = begin; idx < end; ++idx) {
-        const Row row = split_row(idx, tokens, p.heads_kv);
-        const int64_t b = row.b, token = row.token;
+        const Row row = split_row(p, idx, tokens, p.heads_kv);
+        const int64_t b = row.b;
         const int hk = row.h;
-        int y[kMaxRank];
-        token_coordinates(p, token, y);
+        const int* y = row.x;
         attending_queries_per_axis(p, y, queries);
         key_gradients(
             b, hk, typed<T>(in.k) + token_offset(in.k, r, b, y, hk),
@@ -163,10 +159,8 @@ struct BackwardPass {
 
 void check_backward_tensors(const Problem& p, const AttentionTensors& in, const TensorRef& out,
                             const TensorRef& lse, const TensorRef& d_out, const Gradients& g) {
+  check_host_dtype(p, "query", in.q);
   const DType dt = p.dtype;
-  if (dt != DType::f32 && dt != DType::f64)
-    fail_invalid("reference: dtype must be float32 or float64, got ", dtype_name(dt));
-  check_host_float("query", in.q, dt);
   int64_t shape[kMaxTensorRank];
   int n = output_shape(p, shape);
   check_tensor("out", out, shape, n, dt, -1);

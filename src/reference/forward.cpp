@@ -25,12 +25,10 @@ void forward_impl(const Problem& p, const AttentionTensors& in, TensorRef& out, 
     std::vector<const T*> k_rows, v_rows;
     std::vector<Acc> scores, acc(p.dim_v);
     for (int64_t idx = begin; idx < end; ++idx) {
-      const Row row = split_row(idx, tokens, p.heads_q);
-      const int64_t b = row.b, token = row.token;
-      const int h = row.h;
-      const int hk = h / group;
-      int x[kMaxRank];
-      token_coordinates(p, token, x);
+      const Row row = split_row(p, idx, tokens, p.heads_q);
+      const int64_t b = row.b;
+      const int h = row.h, hk = h / group;
+      const int* x = row.x;
       const T* q_row = q + token_offset(in.q, r, b, x, h);
 
       k_rows.clear();
@@ -73,10 +71,8 @@ void forward_impl(const Problem& p, const AttentionTensors& in, TensorRef& out, 
 
 void check_forward_tensors(const Problem& p, const AttentionTensors& in, const TensorRef& out,
                            const TensorRef* lse) {
+  check_host_dtype(p, "query", in.q);
   const DType dt = p.dtype;
-  if (dt != DType::f32 && dt != DType::f64)
-    fail_invalid("reference: dtype must be float32 or float64, got ", dtype_name(dt));
-  check_host_float("query", in.q, dt);
   int64_t shape[kMaxTensorRank];
   int n = output_shape(p, shape);
   check_tensor("out", out, shape, n, dt, -1);

@@ -9,22 +9,27 @@
 
 namespace gna::reference {
 
-// A flat row index over [batch, tokens, heads] (heads fastest), as the passes enumerate rows.
-struct Row {
-  int64_t b;
-  int64_t token;
-  int h;
-};
-inline Row split_row(int64_t idx, int64_t tokens, int heads) {
-  return Row{idx / (int64_t{heads} * tokens), (idx / heads) % tokens, static_cast<int>(idx % heads)};
-}
-
 // Coordinates of a flat token index (row-major over the problem's axes).
 inline void token_coordinates(const Problem& p, int64_t token, int* x) {
   for (int a = p.rank - 1; a >= 0; --a) {
     x[a] = static_cast<int>(token % p.axes[a].extent);
     token /= p.axes[a].extent;
   }
+}
+
+// A flat row index over [batch, tokens, heads] (heads fastest), as the passes enumerate rows,
+// with the coordinates of its token.
+struct Row {
+  int64_t b;
+  int64_t token;
+  int h;
+  int x[kMaxRank];
+};
+inline Row split_row(const Problem& p, int64_t idx, int64_t tokens, int heads) {
+  Row row{idx / (int64_t{heads} * tokens), (idx / heads) % tokens, static_cast<int>(idx % heads),
+          {}};
+  token_coordinates(p, row.token, row.x);
+  return row;
 }
 
 // Element offset of (b, x, h, 0) in a heads-last tensor of the problem's rank.
@@ -124,6 +129,13 @@ inline void check_host_float(const char* name, const TensorRef& t, DType dtype) 
   if (!t.on_host()) fail_invalid("reference: ", name, " must be in host memory, got device ", t.device);
   if (t.dtype != dtype)
     fail_invalid("reference: ", name, " must be ", dtype_name(dtype), ", got ", dtype_name(t.dtype));
+}
+
+// A float32/float64 problem, and `t` (its first input) a host tensor of that dtype.
+inline void check_host_dtype(const Problem& p, const char* name, const TensorRef& t) {
+  if (p.dtype != DType::f32 && p.dtype != DType::f64)
+    fail_invalid("reference: dtype must be float32 or float64, got ", dtype_name(p.dtype));
+  check_host_float(name, t, p.dtype);
 }
 
 }  // namespace gna::reference

@@ -190,12 +190,6 @@ void rpb_grad(const Problem& p, const TensorRef& d_attn, const TensorRef& d_rpb,
   });
 }
 
-void check_host_dtype(const Problem& p, const char* name, const TensorRef& t) {
-  if (p.dtype != DType::f32 && p.dtype != DType::f64)
-    fail_invalid("reference: dtype must be float32 or float64, got ", dtype_name(p.dtype));
-  check_host_float(name, t, p.dtype);
-}
-
 // Calls f(T{}) with the element type of the problem.
 template <typename F>
 void with_element_type(const Problem& p, F f) {

@@ -1,4 +1,5 @@
 // The CPU reference of the unfused operators as their host backend: float32/float64 host tensors.
+#include "backend/registration.hpp"
 #include "backend/unfused_backend.hpp"
 #include "gna/reference/unfused.hpp"
 
@@ -6,14 +7,7 @@ namespace gna {
 namespace {
 
 UnfusedBackend make_unfused_reference_backend() {
-  UnfusedBackend b;
-  b.name = "reference";
-  b.device = false;
-  b.supports = [](DType t, std::string* why) {
-    if (t == DType::f32 || t == DType::f64) return true;
-    *why = std::string("dtype must be float32 or float64, got ") + dtype_name(t);
-    return false;
-  };
+  UnfusedBackend b = unfused_backend_from("reference", false, {DType::f32, DType::f64});
   b.na_qk = [](const Problem& p, const TensorRef& q, const TensorRef& k, const TensorRef* rpb,
                const TensorRef& attn, void*) { reference::na_qk(p, q, k, rpb, attn); };
   b.na_av = [](const Problem& p, const TensorRef& attn, const TensorRef& v, const TensorRef& out,

@@ -3,6 +3,8 @@
 
 #include <sstream>
 
+#include "backend/registration.hpp"
+
 namespace gna::gpu_reference {
 
 bool supports(const Problem& p, const TensorRef& q, std::string* why) {
@@ -25,21 +27,16 @@ bool supports(const Problem& p, const TensorRef& q, std::string* why) {
 namespace {
 
 Backend make_backend() {
-  Backend b;
-  b.name = "gpu_reference";
-  b.priority = 10;
-  b.device = true;
-  b.supports_forward = [](const ForwardCall& c, std::string* why) {
-    return supports(c.problem, c.in.q, why);
-  };
-  b.forward = forward;
-  b.supports_backward = [](const BackwardCall& c, std::string* why) {
-    // Gradient buffers are checked by dispatch before any backend runs; support must not
-    // depend on them, so that backend selection (which has none) answers like the real call.
-    return supports(c.problem, c.in.q, why);
-  };
-  b.backward = backward;
-  return b;
+  return backend_from(
+      "gpu_reference", 10, true,
+      [](const ForwardCall& c, std::string* why) { return supports(c.problem, c.in.q, why); },
+      forward,
+      [](const BackwardCall& c, std::string* why) {
+        // Gradient buffers are checked by dispatch before any backend runs; support must not
+        // depend on them, so that backend selection (which has none) answers like the real call.
+        return supports(c.problem, c.in.q, why);
+      },
+      backward);
 }
 
 }  // namespace

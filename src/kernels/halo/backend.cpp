@@ -5,36 +5,23 @@
 
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <utility>
 #include <vector>
 
+#include "backend/registration.hpp"
 #include "gna/core/error.hpp"
 #include "kernels/common/scratch.hpp"
+#include "kernels/common/support_checks.hpp"
 #include "kernels/halo/halo.hpp"
 
 namespace gna::halo {
 namespace {
 
+using cuda::device_attribute;
+using cuda::str;
+
 bool refuse(std::string* why, const std::string& reason) {
-  if (why) *why = "halo: " + reason;
-  return false;
-}
-
-template <typename... Parts>
-std::string str(const Parts&... parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return os.str();
-}
-
-int device_attribute(cudaDeviceAttr attr, int device) {
-  int v = 0;
-  if (cudaDeviceGetAttribute(&v, attr, device) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return v;
+  return cuda::refuse(why, "halo", reason);
 }
 
 // Plans are kept per rule and side: dispatch asks for every call.
@@ -69,15 +56,8 @@ bool cached_preferred(const Problem& p, std::string* why) {
   return yes;
 }
 
-// 16-byte rows: the base address and every stride but the last are multiples of 8 elements.
 bool aligned_rows(const TensorRef& t, const char* name, std::string* why) {
-  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
-    return refuse(why, str(name, ": data pointer must be 16-byte aligned"));
-  for (int i = 0; i + 1 < t.rank; ++i)
-    if (t.strides[i] % 8 != 0 && t.shape[i] > 1)
-      return refuse(why, str(name, ": stride of dim ", i, " is ", t.strides[i],
-                             " (must be a multiple of 8 elements)"));
-  return true;
+  return cuda::aligned_rows(t, name, "halo", why);
 }
 
 // The kernels keep element offsets inside a (batch item, head) slice in int32.
@@ -107,21 +87,14 @@ bool plan_fits(const Problem& p, const Plan& plan, int bytes, const char* pass, 
 
 bool supports_problem(const Problem& p, const AttentionTensors& in, const KernelOptions& opt,
                       std::string* why) {
-  if (in.q.on_host()) return refuse(why, "tensors are in host memory (needs CUDA device tensors)");
-  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
-    return refuse(why, str("dtype ", dtype_name(p.dtype), " not supported (f16, bf16)"));
+  if (!cuda::half_tensors_supported(p, in.q, "halo", why)) return false;
   if (p.dim_qk != p.dim_v || (p.dim_qk != 32 && p.dim_qk != 64))
     return refuse(why, str("head dims ", p.dim_qk, "/", p.dim_v, " (qk/v) not supported (32/32, 64/64)"));
   if (p.additional_kv > 0)
     return refuse(why, str("additional_kv ", p.additional_kv, " not supported (0)"));
   if (opt.q_tile.size[0] != 0 || opt.kv_tile.size[0] != 0)
     return refuse(why, "forced tile shapes are for the tile kernels");
-  const int device = in.q.device;
-  const int cc = 10 * device_attribute(cudaDevAttrComputeCapabilityMajor, device) +
-                 device_attribute(cudaDevAttrComputeCapabilityMinor, device);
-  if (cc < 80)
-    return refuse(why, str("device compute capability ", cc / 10, ".", cc % 10,
-                           " not supported (needs 8.0 or newer)"));
+  if (!cuda::sm80_supported(in.q.device, "halo", why)) return false;
   if (p.batch > 65535) return refuse(why, str("batch ", p.batch, " exceeds 65535"));
   if (p.heads_q > 65535) return refuse(why, str("heads ", p.heads_q, " exceed 65535"));
   int64_t blocks = 1;
@@ -178,14 +151,8 @@ void backward(const BackwardCall& call) {
 }
 
 Backend make_backend() {
-  Backend b;
-  b.name = "halo";
-  b.priority = 150;
-  b.device = true;
-  b.supports_forward = supports_forward;
-  b.forward = forward;
-  b.supports_backward = supports_backward;
-  b.backward = backward;
+  Backend b =
+      backend_from("halo", 150, true, supports_forward, forward, supports_backward, backward);
   b.preferred = cached_preferred;
   b.release_memory = cuda::scratch_release;  // the backward's scratch
   return b;

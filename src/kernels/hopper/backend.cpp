@@ -2,6 +2,7 @@
 // supports the call, the backward kernel.
 #include <string>
 
+#include "backend/registration.hpp"
 #include "kernels/common/scratch.hpp"
 #include "kernels/hopper/backward_launch.hpp"
 #include "kernels/hopper/forward_launch.hpp"
@@ -10,16 +11,12 @@ namespace gna::hopper {
 namespace {
 
 Backend make_hopper_backend() {
-  Backend b;
-  b.name = "hopper";
-  b.priority = 100;
-  b.device = true;
-  b.supports_forward = [](const ForwardCall& c, std::string* why) { return supports(c, why); };
-  b.forward = [](const ForwardCall& c) { forward(c); };
-  b.supports_backward = [](const BackwardCall& c, std::string* why) {
-    return supports_backward(c, why);
-  };
-  b.backward = [](const BackwardCall& c) { backward(c); };
+  Backend b = backend_from(
+      "hopper", 100, true,
+      [](const ForwardCall& c, std::string* why) { return supports(c, why); },
+      [](const ForwardCall& c) { forward(c); },
+      [](const BackwardCall& c, std::string* why) { return supports_backward(c, why); },
+      [](const BackwardCall& c) { backward(c); });
   b.release_memory = cuda::scratch_release;  // the backward's scratch
   return b;
 }

@@ -46,27 +46,13 @@ BwdTiles choose_backward_tiles(const Problem& p, const KernelOptions& options) {
 }
 
 bool supports_backward(const BackwardCall& call, std::string* why) {
-  auto no = [&](const std::string& m) {
-    if (why) *why = "hopper: " + m;
-    return false;
-  };
-  const Problem& p = call.problem;
   std::string m;
-  if (!device_and_dtype_supported(p, call.in.q, &m)) return no(m);
-  if (p.dim_qk != 32 && p.dim_qk != 64 && p.dim_qk != 128)
-    return no("head dim " + std::to_string(p.dim_qk) + " not supported (supported: 32, 64, 128)");
-  if (p.dim_v != p.dim_qk)
-    return no("value head dim " + std::to_string(p.dim_v) + " must equal the query/key head dim " +
-              std::to_string(p.dim_qk));
-  if (!tma_readable(call.in.q, "query", &m) || !tma_readable(call.in.k, "key", &m) ||
-      !tma_readable(call.in.v, "value", &m))
-    return no(m);
+  if (!device_dtype_and_dims_supported(call.problem, call.in.q, {32, 64, 128}, &m))
+    return refuse(why, m);
+  if (!qkv_readable(call.in, &m)) return refuse(why, m);
   // d_out is absent when dispatch only selects a backend; the call itself always has it.
-  if (call.d_out.data != nullptr && !tma_readable(call.d_out, "d_out", &m)) return no(m);
-  if (p.additional_kv > 0 &&
-      (!tma_readable(*call.in.additional_k, "additional keys", &m) ||
-       !tma_readable(*call.in.additional_v, "additional values", &m)))
-    return no(m);
+  if (call.d_out.data != nullptr && !tma_readable(call.d_out, "d_out", &m)) return refuse(why, m);
+  if (call.problem.additional_kv > 0 && !additional_readable(call.in, &m)) return refuse(why, m);
   return true;
 }
 
@@ -103,21 +89,10 @@ void launch_kernel(int D, bool bf16, const CUtensorMap* maps, const BwdParams& b
 BwdParams base_params(const Problem& p, const LaunchPlan& plan, const LaunchSlice& s,
                       const BwdTiles& tiles) {
   BwdParams bp{};
-  for (int ka = 0; ka < kAxes; ++ka) {
-    const int a = ka - plan.off;
-    bp.axes[ka] = s.axes[ka];
-    bp.q_tile[ka] = a < 0 ? 1 : tiles.q.size[a];
-    bp.kv_tile[ka] = a < 0 ? 1 : tiles.kv.size[a];
-    bp.q_tiles[ka] = tiles_along(bp.axes[ka].extent, bp.q_tile[ka]);
+  set_slice_fields(bp, p, plan, s, tiles.q, tiles.kv);
+  for (int ka = 0; ka < kAxes; ++ka)
     bp.kv_tiles[ka] = tiles_along(bp.axes[ka].extent, bp.kv_tile[ka]);
-  }
-  bp.q_tiles_per_image = bp.q_tiles[0] * bp.q_tiles[1] * bp.q_tiles[2];
-  bp.batches = plan.per_run;
-  bp.batch_offset = s.run;
-  bp.heads_q = p.heads_q;
   bp.heads_kv = p.heads_kv;
-  bp.heads_per_kv = p.heads_q / p.heads_kv;
-  bp.additional_kv = p.additional_kv;
   bp.scale = static_cast<float>(effective_scale(p));
   bp.scale_log2 = static_cast<float>(effective_scale(p) * 1.4426950408889634);
   return bp;

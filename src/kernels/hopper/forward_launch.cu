@@ -61,27 +61,12 @@ TileChoice choose_tiles(const Problem& p, const KernelOptions& options) {
 }
 
 bool supports(const ForwardCall& call, std::string* why) {
-  auto no = [&](const std::string& m) {
-    if (why) *why = "hopper: " + m;
-    return false;
-  };
-  const Problem& p = call.problem;
   std::string m;
-  if (!device_and_dtype_supported(p, call.in.q, &m)) return no(m);
-  if (p.dim_qk != 32 && p.dim_qk != 64 && p.dim_qk != 128 && p.dim_qk != 256)
-    return no("head dim " + std::to_string(p.dim_qk) +
-              " not supported (supported: 32, 64, 128, 256)");
-  if (p.dim_v != p.dim_qk)
-    return no("value head dim " + std::to_string(p.dim_v) + " must equal the query/key head dim " +
-              std::to_string(p.dim_qk));
-  if (call.lse && call.lse->dtype != DType::f32) return no("LSE must be float32");
-  if (!tma_readable(call.in.q, "query", &m) || !tma_readable(call.in.k, "key", &m) ||
-      !tma_readable(call.in.v, "value", &m) || !tma_readable(call.out, "output", &m))
-    return no(m);
-  if (call.in.additional_k &&
-      (!tma_readable(*call.in.additional_k, "additional keys", &m) ||
-       !tma_readable(*call.in.additional_v, "additional values", &m)))
-    return no(m);
+  if (!device_dtype_and_dims_supported(call.problem, call.in.q, {32, 64, 128, 256}, &m))
+    return refuse(why, m);
+  if (call.lse && call.lse->dtype != DType::f32) return refuse(why, "LSE must be float32");
+  if (!qkv_readable(call.in, &m) || !tma_readable(call.out, "output", &m)) return refuse(why, m);
+  if (call.in.additional_k && !additional_readable(call.in, &m)) return refuse(why, m);
   return true;
 }
 
@@ -129,19 +114,7 @@ void run_with_tiles(const ForwardCall& call, const TileChoice& tiles) {
   CUtensorMap maps[5];
   for (const LaunchSlice& s : plan.slices) {
     FwdParams fp{};
-    for (int ka = 0; ka < kAxes; ++ka) {
-      const int a = ka - plan.off;
-      fp.axes[ka] = s.axes[ka];
-      fp.q_tile[ka] = a < 0 ? 1 : tiles.q.size[a];
-      fp.kv_tile[ka] = a < 0 ? 1 : tiles.kv.size[a];
-      fp.q_tiles[ka] = tiles_along(fp.axes[ka].extent, fp.q_tile[ka]);
-    }
-    fp.q_tiles_per_image = fp.q_tiles[0] * fp.q_tiles[1] * fp.q_tiles[2];
-    fp.batches = plan.per_run;
-    fp.batch_offset = s.run;
-    fp.heads_q = p.heads_q;
-    fp.heads_per_kv = p.heads_q / p.heads_kv;
-    fp.additional_kv = p.additional_kv;
+    set_slice_fields(fp, p, plan, s, tiles.q, tiles.kv);
     fp.scale_log2 = effective_scale(p) * 1.4426950408889634f;
 
     fp.o = static_cast<char*>(o.data) + plan.origin(s, o) * es;

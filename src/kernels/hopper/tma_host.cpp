@@ -51,6 +51,27 @@ bool device_and_dtype_supported(const Problem& p, const TensorRef& q, std::strin
   return false;
 }
 
+bool device_dtype_and_dims_supported(const Problem& p, const TensorRef& q,
+                                     std::initializer_list<int> head_dims, std::string* why) {
+  if (!device_and_dtype_supported(p, q, why)) return false;
+  std::string list;
+  bool listed = false;
+  for (int d : head_dims) {
+    list += (list.empty() ? "" : ", ") + std::to_string(d);
+    listed = listed || d == p.dim_qk;
+  }
+  if (!listed) {
+    *why = "head dim " + std::to_string(p.dim_qk) + " not supported (supported: " + list + ")";
+    return false;
+  }
+  if (p.dim_v != p.dim_qk) {
+    *why = "value head dim " + std::to_string(p.dim_v) + " must equal the query/key head dim " +
+           std::to_string(p.dim_qk);
+    return false;
+  }
+  return true;
+}
+
 bool tma_readable(const TensorRef& t, const char* name, std::string* why) {
   if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
     *why = std::string(name) + ": data pointer must be 16-byte aligned";
@@ -63,6 +84,21 @@ bool tma_readable(const TensorRef& t, const char* name, std::string* why) {
       return false;
     }
   return true;
+}
+
+bool qkv_readable(const AttentionTensors& in, std::string* why) {
+  return tma_readable(in.q, "query", why) && tma_readable(in.k, "key", why) &&
+         tma_readable(in.v, "value", why);
+}
+
+bool additional_readable(const AttentionTensors& in, std::string* why) {
+  return tma_readable(*in.additional_k, "additional keys", why) &&
+         tma_readable(*in.additional_v, "additional values", why);
+}
+
+bool refuse(std::string* why, const std::string& reason) {
+  if (why) *why = "hopper: " + reason;
+  return false;
 }
 
 void encode_map(CUtensorMap* map, const MapDims& d, void* base, DType dtype) {

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "gna/attention_params.hpp"
 #include "gna/core/problem.hpp"
+#include "gna/core/tiling.hpp"
 #include "gna/tensor.hpp"
 #include "kernels/hopper/tile_sizes.hpp"
 
@@ -23,10 +25,19 @@ bool have_tensor_map_encoder();
 // What every Hopper kernel needs: CUDA tensors on an sm_90 device, a driver that encodes tensor
 // maps, fp16/bf16 inputs. Otherwise writes the reason to `why`.
 bool device_and_dtype_supported(const Problem& p, const TensorRef& q, std::string* why);
+// The above, and equal query/key and value head dims, one of `head_dims`.
+bool device_dtype_and_dims_supported(const Problem& p, const TensorRef& q,
+                                     std::initializer_list<int> head_dims, std::string* why);
 
 // Whether TMA can read the 16-bit tensor `name` as the kernels map it: a 16-byte aligned base
 // and every stride but the last a multiple of 8 elements. Otherwise writes the reason to `why`.
 bool tma_readable(const TensorRef& t, const char* name, std::string* why);
+// tma_readable for the query, key and value tensors; for the additional keys and values.
+bool qkv_readable(const AttentionTensors& in, std::string* why);
+bool additional_readable(const AttentionTensors& in, std::string* why);
+
+// A refusal: "hopper: <reason>" in `why` (when given), false.
+bool refuse(std::string* why, const std::string& reason);
 
 // A 5-D tiled tensor map: dims (D, H, axis2, axis1, axis0').
 struct MapDims {
@@ -75,5 +86,26 @@ LaunchPlan plan_launches(const Problem& p, std::initializer_list<const TensorRef
 // that a tile is one box per 64 (16-bit) or 32 (fp32) columns.
 void encode_token_map(CUtensorMap* map, const Problem& p, const LaunchPlan& plan,
                       const LaunchSlice& s, const TensorRef& t, const int* tile, int head_dim);
+
+// The fields of a slice's kernel parameters (FwdParams, BwdParams) that the forward and the
+// backward fill alike: per kernel axis the rule, the Q and KV tile (1 on placeholder axes) and
+// the Q tiles; the batches and the heads.
+template <typename Params>
+void set_slice_fields(Params& kp, const Problem& p, const LaunchPlan& plan, const LaunchSlice& s,
+                      const TileShape& q_tile, const TileShape& kv_tile) {
+  for (int ka = 0; ka < kAxes; ++ka) {
+    const int a = ka - plan.off;
+    kp.axes[ka] = s.axes[ka];
+    kp.q_tile[ka] = a < 0 ? 1 : q_tile.size[a];
+    kp.kv_tile[ka] = a < 0 ? 1 : kv_tile.size[a];
+    kp.q_tiles[ka] = tiles_along(kp.axes[ka].extent, kp.q_tile[ka]);
+  }
+  kp.q_tiles_per_image = kp.q_tiles[0] * kp.q_tiles[1] * kp.q_tiles[2];
+  kp.batches = plan.per_run;
+  kp.batch_offset = s.run;
+  kp.heads_q = p.heads_q;
+  kp.heads_per_kv = p.heads_q / p.heads_kv;
+  kp.additional_kv = p.additional_kv;
+}
 
 }  // namespace gna::hopper

@@ -2,69 +2,37 @@
 // what they support, with the refusal naming the parameter and the limit, and the tile choice.
 #include <cuda_runtime.h>
 
-#include <sstream>
-
+#include "backend/registration.hpp"
 #include "gna/core/error.hpp"
 #include "kernels/common/scratch.hpp"
+#include "kernels/common/support_checks.hpp"
 #include "kernels/portable/portable.hpp"
 
 namespace gna::portable {
 namespace {
 
+using cuda::str;
+
 bool refuse(std::string* why, const std::string& reason) {
-  if (why) *why = "portable: " + reason;
-  return false;
+  return cuda::refuse(why, "portable", reason);
 }
 
-template <typename... Parts>
-std::string str(const Parts&... parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return os.str();
-}
-
-int compute_capability(int device) {
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return major * 10 + minor;
-}
-
-// 16-byte rows: the base address and every stride but the last are multiples of 8 elements.
 bool aligned_rows(const TensorRef& t, const char* name, std::string* why) {
-  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
-    return refuse(why, str(name, ": data pointer must be 16-byte aligned"));
-  for (int i = 0; i + 1 < t.rank; ++i)
-    if (t.strides[i] % 8 != 0 && t.shape[i] > 1)
-      return refuse(why, str(name, ": stride of dim ", i, " is ", t.strides[i],
-                             " (must be a multiple of 8 elements)"));
-  return true;
+  return cuda::aligned_rows(t, name, "portable", why);
 }
 
 // Shared memory per block the device allows (opt-in), 0 if it cannot be asked.
 int shared_limit(int device) {
-  int bytes = 0;
-  if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return bytes;
+  return cuda::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
 }
 
 bool supports_problem(const Problem& p, const AttentionTensors& in, const KernelOptions& opt,
                       bool forward, std::string* why) {
-  if (in.q.on_host()) return refuse(why, "tensors are in host memory (needs CUDA device tensors)");
-  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
-    return refuse(why, str("dtype ", dtype_name(p.dtype), " not supported (f16, bf16)"));
+  if (!cuda::half_tensors_supported(p, in.q, "portable", why)) return false;
   if (!head_dims_supported(p.dim_qk, p.dim_v))
     return refuse(why, str("head dims ", p.dim_qk, "/", p.dim_v, " (qk/v) not supported (",
                            supported_head_dims(), ")"));
-  const int cc = compute_capability(in.q.device);
-  if (cc < 80) return refuse(why, str("device compute capability ", cc / 10, ".", cc % 10,
-                                      " not supported (needs 8.0 or newer)"));
+  if (!cuda::sm80_supported(in.q.device, "portable", why)) return false;
   // The smallest kernel variant must fit (the forward falls back to 64-row Q tiles, the backward
   // to 64-key KV tiles where that variant exists).
   const int limit = shared_limit(in.q.device);
@@ -110,14 +78,8 @@ bool supports_problem(const Problem& p, const AttentionTensors& in, const Kernel
 }
 
 Backend make_backend() {
-  Backend b;
-  b.name = "portable";
-  b.priority = 50;
-  b.device = true;
-  b.supports_forward = supports_forward;
-  b.forward = forward;
-  b.supports_backward = supports_backward;
-  b.backward = backward;
+  Backend b =
+      backend_from("portable", 50, true, supports_forward, forward, supports_backward, backward);
   b.release_memory = cuda::scratch_release;  // the backward's scratch
   return b;
 }

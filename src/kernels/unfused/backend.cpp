@@ -1,5 +1,6 @@
 // The unfused operators' CUDA kernels as their device backend: float32/float16/bfloat16 CUDA
 // tensors.
+#include "backend/registration.hpp"
 #include "backend/unfused_backend.hpp"
 #include "kernels/common/scratch.hpp"
 #include "kernels/unfused/unfused.hpp"
@@ -8,14 +9,7 @@ namespace gna::unfused {
 namespace {
 
 UnfusedBackend make_backend() {
-  UnfusedBackend b;
-  b.name = "cuda";
-  b.device = true;
-  b.supports = [](DType t, std::string* why) {
-    if (t == DType::f32 || t == DType::f16 || t == DType::bf16) return true;
-    *why = std::string("dtype must be float32, float16 or bfloat16, got ") + dtype_name(t);
-    return false;
-  };
+  UnfusedBackend b = unfused_backend_from("cuda", true, {DType::f32, DType::f16, DType::bf16});
   b.na_qk = na_qk;
   b.na_av = na_av;
   b.na_qk_backward = na_qk_backward;
