@@ -13,6 +13,8 @@ their queries' windows reach (the halo), each rank runs the global rule on its s
 the halo, and keeps its own queries' outputs. Exact and differentiable (the backward returns the
 halo rows' key/value gradients to their owners).
 """
+import math
+
 import torch
 import torch.distributed as dist
 
@@ -65,6 +67,9 @@ def _to_sequence(x, ranks, group):
     return got.permute(1, 2, 0, 3, 4).reshape(b, s // ranks, ranks * h, d)
 
 
+_NA = {1: functional.na1d, 2: functional.na2d, 3: functional.na3d}
+
+
 def _check_divisible(name, value, ranks):
     if value % ranks:
         raise ValueError(f"ulysses_attention: {name} ({value}) must be divisible by the process "
@@ -84,12 +89,8 @@ def ulysses_attention(query, key, value, layout, kernel_size, stride=1, dilation
     Returns this rank's shard of the output, [B, S/P, Hq, Dv]; gradients flow to every input.
     """
     ranks, rank = _world(group)
-    layout = tuple(int(e) for e in layout)
-    if not 1 <= len(layout) <= 3:
-        raise ValueError(f"ulysses_attention: layout must have 1 to 3 axes, got {layout}")
-    tokens = 1
-    for e in layout:
-        tokens *= e
+    layout = _layout("ulysses_attention", layout)
+    tokens = math.prod(layout)
     for name, t in (("query", query), ("key", key), ("value", value)):
         if t.dim() != 4:
             raise ValueError(f"ulysses_attention: {name} must be [B, S/P, H, D], got shape "
@@ -108,7 +109,7 @@ def ulysses_attention(query, key, value, layout, kernel_size, stride=1, dilation
         heads = key.shape[2] // ranks
         extra = dict(additional_keys=additional_keys[:, :, rank * heads:(rank + 1) * heads],
                      additional_values=additional_values[:, :, rank * heads:(rank + 1) * heads])
-    na = (functional.na1d, functional.na2d, functional.na3d)[len(layout) - 1]
+    na = _NA[len(layout)]
     spatial = lambda t: t.reshape(t.shape[0], *layout, t.shape[2], t.shape[3])  # noqa: E731
     out = na(spatial(q), spatial(k), spatial(v), kernel_size, stride=stride, dilation=dilation,
              is_causal=is_causal, scale=scale, backend=backend, **extra)
@@ -299,7 +300,7 @@ def halo_attention(query, key, value, layout, kernel_size, stride=1, dilation=1,
         zeros = lambda n: query.new_zeros(  # noqa: E731
             query.shape[:dim] + (n,) + query.shape[dim + 1:])
         q = torch.cat([zeros(left), query, zeros(count - left)], dim)
-    na = (functional.na1d, functional.na2d, functional.na3d)[dims - 1]
+    na = _NA[dims]
     out = na(q, k, v, window, stride=strides, dilation=dilations, is_causal=causal, scale=scale,
              backend=backend)
     return out.narrow(dim, left, slab)
@@ -335,9 +336,7 @@ def choose_parallelism(layout, kernel_size, stride, dilation, is_causal, heads, 
     ops._validate_metadata(ops._params(window, strides, dilations, causal, 0.0), probe, probe,
                            probe, None, None)
     ranks = world_size
-    tokens = 1
-    for e in layout:
-        tokens *= e
+    tokens = math.prod(layout)
     ulysses_ok = heads % ranks == 0 and tokens % ranks == 0
     extent = layout[axis]
     halo_ok = extent % ranks == 0
