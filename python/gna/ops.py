@@ -21,7 +21,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _lib
+from . import _calls, _lib
 from ._tensors import kernel_ready, options, ref, view
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -101,14 +101,8 @@ def _na_forward(query: Tensor, key: Tensor, value: Tensor, additional_keys: Opti
         inputs = _cast(inputs, host_dtype)
     q, k, v, ak, av = [kernel_ready(t) for t in inputs]
     out, lse = _empty_outputs(q, v)
-    names = ("query", "key", "value", "additional_keys", "additional_values")
-    g = [view(t, n) for t, n in zip((q, k, v, ak, av), names)]
-    g_out, g_lse = view(out, "out"), view(lse, "lse")
-    opts = options(q.device, backend)
     with _device_guard(q.device):
-        status = _lib.lib.gna_forward(ctypes.byref(params), *[ref(x) for x in g], ref(g_out),
-                                      ref(g_lse), ctypes.byref(opts))
-    _lib.check(status)
+        _calls.forward(params, (q, k, v, ak, av, out, lse), backend)
     if out.dtype != out_dtype:
         out = out.to(out_dtype)
     return out, lse
@@ -121,12 +115,10 @@ def _na_forward_fake(query, key, value, additional_keys, additional_values, wind
     return _empty_outputs(query, value)
 
 
-def _na_backward(query: Tensor, key: Tensor, value: Tensor, additional_keys: Optional[Tensor],
-                 additional_values: Optional[Tensor], out: Tensor, lse: Tensor, d_out: Tensor,
-                 window: List[int], stride: List[int], dilation: List[int], causal: List[bool],
-                 scale: float, backend: str) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def _na_backward_eager(query, key, value, additional_keys, additional_values, out, lse, d_out,
+                       window, stride, dilation, causal, scale, backend):
     """The backward through the C ABI: (dq, dk, dv, d_additional_keys, d_additional_values), the
-    last two empty without additional tokens."""
+    last two None without additional tokens."""
     params = _params(window, stride, dilation, causal, scale)
     inputs = [query, key, value, additional_keys, additional_values, out, d_out]
     grad_dtype = query.dtype
@@ -138,19 +130,21 @@ def _na_backward(query: Tensor, key: Tensor, value: Tensor, additional_keys: Opt
     grads = [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v)]
     extra = [None if t is None else torch.empty(t.shape, dtype=t.dtype, device=t.device)
              for t in (ak, av)]
-    names = ("query", "key", "value", "additional_keys", "additional_values")
-    g_in = [view(t, n) for t, n in zip((q, k, v, ak, av), names)]
-    g_grads = [view(t, n) for t, n in zip(grads + extra, ("dq", "dk", "dv", "d_additional_keys",
-                                                          "d_additional_values"))]
-    opts = options(q.device, backend)
     with _device_guard(q.device):
-        status = _lib.lib.gna_backward(
-            ctypes.byref(params), *[ref(x) for x in g_in], ref(view(o, "out")),
-            ref(view(lse, "lse")), ref(view(do, "d_out")), *[ref(x) for x in g_grads],
-            ctypes.byref(opts))
-    _lib.check(status)
-    results = grads + [query.new_empty(0) if t is None else t for t in extra]
-    return tuple(t.to(grad_dtype) if t.dtype != grad_dtype else t for t in results)
+        _calls.backward(params, (q, k, v, ak, av, o, lse, do, *grads, *extra), backend)
+    return tuple(None if t is None else t.to(grad_dtype) if t.dtype != grad_dtype else t
+                 for t in grads + extra)
+
+
+def _na_backward(query: Tensor, key: Tensor, value: Tensor, additional_keys: Optional[Tensor],
+                 additional_values: Optional[Tensor], out: Tensor, lse: Tensor, d_out: Tensor,
+                 window: List[int], stride: List[int], dilation: List[int], causal: List[bool],
+                 scale: float, backend: str) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The backward op: (dq, dk, dv, d_additional_keys, d_additional_values), the last two empty
+    without additional tokens (an op returns tensors)."""
+    grads = _na_backward_eager(query, key, value, additional_keys, additional_values, out, lse,
+                               d_out, window, stride, dilation, causal, scale, backend)
+    return tuple(query.new_empty(0) if t is None else t for t in grads)
 
 
 def _na_backward_fake(query, key, value, additional_keys, additional_values, out, lse, d_out,
@@ -264,7 +258,7 @@ def _forward_op_for(query):
 
 
 def _backward_op_for(query):
-    return _na_backward if _runs_eagerly(query) else na_backward
+    return _na_backward_eager if _runs_eagerly(query) else na_backward
 
 
 def attention(query, key, value, additional_keys, additional_values, window, stride, dilation,
