@@ -4,6 +4,7 @@ once; a call then only sets the data pointers, the stream and the deterministic 
 them on every call was most of the Python layer's host time in an eager training step, which on
 small image problems is longer than the kernels."""
 import ctypes
+import threading
 
 import torch
 
@@ -58,15 +59,24 @@ def _call(cache, entry, names, params, tensors, backend):
     call(tensors)
 
 
-_forward_calls = {}
-_backward_calls = {}
+# Per thread: a call's structs are written before the C call, which runs without the GIL, so two
+# threads must not share them (autograd runs backward passes on its own threads).
+_local = threading.local()
+
+
+def _caches():
+    try:
+        return _local.forward, _local.backward
+    except AttributeError:
+        _local.forward, _local.backward = {}, {}
+        return _local.forward, _local.backward
 
 
 def forward(params, tensors, backend):
     """gna_forward on (q, k, v, ak, av, out, lse); None for absent additional tokens / lse."""
-    _call(_forward_calls, _lib.lib.gna_forward, _FORWARD_NAMES, params, tensors, backend)
+    _call(_caches()[0], _lib.lib.gna_forward, _FORWARD_NAMES, params, tensors, backend)
 
 
 def backward(params, tensors, backend):
     """gna_backward on (q, k, v, ak, av, out, lse, d_out, dq, dk, dv, dak, dav)."""
-    _call(_backward_calls, _lib.lib.gna_backward, _BACKWARD_NAMES, params, tensors, backend)
+    _call(_caches()[1], _lib.lib.gna_backward, _BACKWARD_NAMES, params, tensors, backend)

@@ -49,3 +49,47 @@ def test_tensor_descriptions_follow_each_tensor():
     assert ga.rank == 3 and ga.device == -1
     with pytest.raises(ValueError, match="dtype"):
         view(torch.zeros(2, dtype=torch.int32), "x")
+
+
+def test_prebuilt_calls_follow_the_data_and_the_strides():
+    """A call of a cached signature reads the new tensors' data; other strides are another
+    signature."""
+    q, k, v = (torch.randn(2, 7, 8, 2, 4, dtype=torch.float64) for _ in range(3))
+    a = gna.na2d(q, k, v, 3)
+    q2, k2, v2 = (torch.randn_like(q) for _ in range(3))
+    b = gna.na2d(q2, k2, v2, 3)
+    assert not torch.equal(a, b)
+    assert torch.equal(gna.na2d(q, k, v, 3), a)
+    qt = q.transpose(1, 2).contiguous().transpose(1, 2)  # same values, other strides
+    assert qt.stride() != q.stride()
+    assert torch.allclose(gna.na2d(qt, k, v, 3), a)
+
+
+def test_prebuilt_calls_from_several_threads():
+    """The C call runs without the GIL: threads with one signature must not see each other's
+    tensors."""
+    import threading
+    inputs = [[torch.randn(1, 40, 2, 8, dtype=torch.float64, requires_grad=True)
+               for _ in range(3)] for _ in range(4)]
+    expected = []
+    for q, k, v in inputs:
+        out = gna.na1d(q, k, v, 5)
+        expected.append((out.detach(), torch.autograd.grad(out.sum(), (q, k, v))))
+    errors = []
+
+    def work(i):
+        q, k, v = inputs[i]
+        for _ in range(100):
+            out = gna.na1d(q, k, v, 5)
+            grads = torch.autograd.grad(out.sum(), (q, k, v))
+            if not torch.equal(out.detach(), expected[i][0]) or not all(
+                    torch.equal(a, b) for a, b in zip(grads, expected[i][1])):
+                errors.append(i)
+                return
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
