@@ -149,23 +149,24 @@ def joint_attention(query, key, value, layout, kernel_size=None, stride=1, dilat
 
 def _visual_by_length(qv, kv, vv, kt, vt, lengths, grid, groups, kw):
     """Visual queries with per-sample text lengths (ints): one fused call per distinct length,
-    the sample's valid text tokens as additional keys."""
+    the sample's valid text tokens as additional keys. Samples are gathered and put back with
+    slices and cat, whose gradients torch.compile's inductor handles exactly (index_select's
+    accumulating backward beside the per-head calls' head gathers lost gradients there)."""
     batch, visual = qv.shape[0], qv.shape[1]
-    outs, order = [], []
+    per_sample = [None] * batch
     for n in sorted(set(lengths)):
         samples = [b for b in range(batch) if lengths[b] == n]
         pick = (lambda t: t) if len(samples) == batch else \
-            (lambda t: t.index_select(0, torch.tensor(samples, device=t.device)))
+            (lambda t: torch.cat([t[b:b + 1] for b in samples]))
         extra = (pick(kt[:, :n]), pick(vt[:, :n])) if n else (None, None)
         out = grouped_attention(grid(pick(qv)), grid(pick(kv)), grid(pick(vv)), groups,
                                 additional_keys=extra[0], additional_values=extra[1], **kw)
-        outs.append(out.reshape(len(samples), visual, *out.shape[-2:]))
-        order += samples
-    out = torch.cat(outs, dim=0) if len(outs) > 1 else outs[0]
-    if order == list(range(batch)):
-        return out
-    inverse = [order.index(b) for b in range(batch)]
-    return out.index_select(0, torch.tensor(inverse, device=out.device))
+        out = out.reshape(len(samples), visual, *out.shape[-2:])
+        if len(samples) == batch:
+            return out
+        for i, b in enumerate(samples):
+            per_sample[b] = out[i:i + 1]
+    return torch.cat(per_sample)
 
 
 def dense_joint_attention(query, key, value, text_len=0, text_lengths=None,
