@@ -150,8 +150,8 @@ def joint_attention(query, key, value, layout, kernel_size=None, stride=1, dilat
 def _visual_by_length(qv, kv, vv, kt, vt, lengths, grid, groups, kw):
     """Visual queries with per-sample text lengths (ints): one fused call per distinct length,
     the sample's valid text tokens as additional keys. Samples are gathered and put back with
-    slices and cat, whose gradients torch.compile's inductor handles exactly (index_select's
-    accumulating backward beside the per-head calls' head gathers lost gradients there)."""
+    slices and cat: with index_select there, torch.compile's inductor (torch 2.11) gave wrong key
+    and value gradients for per-head windows whose samples came back reordered."""
     batch, visual = qv.shape[0], qv.shape[1]
     per_sample = [None] * batch
     for n in sorted(set(lengths)):

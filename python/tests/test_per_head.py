@@ -118,9 +118,6 @@ def test_window_values_and_json_dicts():
 
 @pytest.mark.skipif(not (hasattr(torch, "compile") and hasattr(torch.library, "custom_op")),
                     reason="torch.compile of gna's ops needs torch >= 2.4")
-@pytest.mark.xfail(reason="open: on torch 2.11 (CPU, inductor) the compiled forward matches but "
-                          "one input's gradient differs from eager (relative error 0.35)",
-                   strict=False)
 def test_compile_fullgraph_per_head_processor():
     torch._dynamo.reset()
     p = gna.GnaAttentionProcessor(LAYOUT, WINDOWS, text_len=3)
