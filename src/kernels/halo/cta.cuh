@@ -242,9 +242,23 @@ __device__ __forceinline__ uint32_t pack_fields(const int* v, int rank) {
   return packed;
 }
 
-// The warp's walk table: coordinates and halo row of each walked token, whole chunks.
+// Byte offset in a D-column tile (Rows<D>) of halo row `row` with the swizzle of its column
+// chunk 0. The swizzle XORs the chunk index with bits below the row's stride, so the row's column
+// chunk c lies at walk_offset ^ (16 c): walks address rows by table lookups and XORs.
+template <int D>
+__device__ __forceinline__ uint32_t walk_offset(int row) {
+  static_assert((Rows<D>::kChunks & (Rows<D>::kChunks - 1)) == 0, "the swizzle must stay below the row stride");
+  return Rows<D>::offset(row, 0);
+}
+// The halo row of a walk offset.
+template <int D>
+__device__ __forceinline__ int walk_row(uint32_t offset) { return static_cast<int>(offset / (D * 2)); }
+
+// The warp's walk table: coordinates (for the mask) and walk_offset of each walked token, whole
+// chunks; padding entries point at halo row 0 (loaded, so finite, and masked).
+template <int D>
 __device__ __forceinline__ int build_walk_table(const WarpBox& w, const Slice& s, int rank,
-                                                uint32_t* coords, uint16_t* rows) {
+                                                uint32_t* coords, uint32_t* offsets) {
   const int lane = threadIdx.x % 32;
   const int chunks = ceil_div(w.walk_count, kChunk);
   for (int e = lane; e < chunks * kChunk; e += 32) {
@@ -260,7 +274,7 @@ __device__ __forceinline__ int build_walk_table(const WarpBox& w, const Slice& s
       packed = pack_fields(c, rank);
     }
     coords[e] = packed;
-    rows[e] = static_cast<uint16_t>(row);
+    offsets[e] = walk_offset<D>(row);
   }
   __syncwarp();
   return chunks;
@@ -323,13 +337,20 @@ __device__ __forceinline__ void build_chunk_masks(const uint32_t* coords, int ch
                                                   uint8_t* masks);
 __device__ __forceinline__ bool mask_bit(uint32_t m, int nb, int r, int j) { return (m >> (nb * 4 + r * 2 + j)) & 1u; }
 
-// ldmatrix row of this lane for a chunk's 16 walked tokens used as the B operand of S = A B^T
-// (non-transposed; pairs with column chunk 2 ks + kcol_b()) or of O += P B (transposed; pairs
-// with column chunk 2 dp + ncol_b()).
-__device__ __forceinline__ int row_lane_nt() { const int l = threadIdx.x % 32; return (l % 8) + (l / 16) * 8; }
-__device__ __forceinline__ int kcol_nt() { return (threadIdx.x % 32 / 8) % 2; }
-__device__ __forceinline__ int row_lane_t() { const int l = threadIdx.x % 32; return (l % 8) + ((l / 8) % 2) * 8; }
-__device__ __forceinline__ int ncol_t() { return threadIdx.x % 32 / 16; }
+// ldmatrix rows of a chunk's 16 walked tokens, as the portable kernels take them: for the
+// non-transposed operand (B of S = A B^T) lane l reads walk entry l % 8 + (l / 16) * 8 at column
+// chunk 2 j + (l / 8) % 2, for the transposed one (B of O += P B) entry l % 16 at column chunk
+// 2 j + l / 16 (the orders in which an x4 ldmatrix yields the MMA's B register pairs). lane_nt /
+// lane_t are the lane's table reads with its column chunk parity applied: column chunk 2 j is then
+// at lane_nt ^ (32 j) (see walk_offset).
+__device__ __forceinline__ uint32_t lane_nt(const uint32_t* offsets, int c) {
+  const int l = threadIdx.x % 32;
+  return offsets[c * kChunk + l % 8 + (l / 16) * 8] ^ static_cast<uint32_t>(((l / 8) % 2) * 16);
+}
+__device__ __forceinline__ uint32_t lane_t(const uint32_t* offsets, int c) {
+  const int l = threadIdx.x % 32;
+  return offsets[c * kChunk + l % 16] ^ static_cast<uint32_t>((l / 16) * 16);
+}
 
 // A fragments of the warp's 16 rows (rows r0.. of a tile), D columns.
 template <int D>
@@ -340,29 +361,29 @@ __device__ __forceinline__ void load_a(uint32_t (&f)[D / 16][4], uint32_t tile, 
     ldmatrix_x4(f[ks], tile + Rows<D>::offset(r0 + lane % 16, 2 * ks + lane / 16));
 }
 
-// s[2][4] += A (16 x D, fragments) * B^T where B's 16 rows are halo rows `row` (this lane's, see
-// row_lane_nt) of the tile at b_tile.
+// s[2][4] += A (16 x D, fragments) * B^T where B's 16 rows are a chunk's walked tokens in the tile
+// at b_tile (lane_off: this lane's lane_nt of the chunk).
 template <typename T, int D>
-__device__ __forceinline__ void mma_abt(float (&s)[2][4], const uint32_t (&a)[D / 16][4], uint32_t b_tile, int row) {
-  const int cb = kcol_nt();
+__device__ __forceinline__ void mma_abt(float (&s)[2][4], const uint32_t (&a)[D / 16][4], uint32_t b_tile,
+                                        uint32_t lane_off) {
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
     uint32_t b[4];
-    ldmatrix_x4(b, b_tile + Rows<D>::offset(row, 2 * ks + cb));
+    ldmatrix_x4(b, b_tile + (lane_off ^ static_cast<uint32_t>(32 * ks)));
     Mma<T>::run(s[0], a[ks], b[0], b[1]);
     Mma<T>::run(s[1], a[ks], b[2], b[3]);
   }
 }
 
-// acc[D/8][4] += P (16 x 16: the chunk's scores as an A fragment) * B, B's 16 rows halo rows `row`
-// (this lane's, see row_lane_t) of the tile at b_tile.
+// acc[D/8][4] += P (16 x 16: the chunk's scores as an A fragment) * B, B's 16 rows a chunk's walked
+// tokens in the tile at b_tile (lane_off: this lane's lane_t of the chunk).
 template <typename T, int D>
-__device__ __forceinline__ void mma_pb(float (&acc)[D / 8][4], const uint32_t (&pa)[4], uint32_t b_tile, int row) {
-  const int cb = ncol_t();
+__device__ __forceinline__ void mma_pb(float (&acc)[D / 8][4], const uint32_t (&pa)[4], uint32_t b_tile,
+                                       uint32_t lane_off) {
 #pragma unroll
   for (int dp = 0; dp < D / 16; ++dp) {
     uint32_t b[4];
-    ldmatrix_x4_trans(b, b_tile + Rows<D>::offset(row, 2 * dp + cb));
+    ldmatrix_x4_trans(b, b_tile + (lane_off ^ static_cast<uint32_t>(32 * dp)));
     Mma<T>::run(acc[2 * dp], pa, b[0], b[1]);
     Mma<T>::run(acc[2 * dp + 1], pa, b[2], b[3]);
   }

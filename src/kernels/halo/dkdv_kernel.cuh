@@ -16,7 +16,7 @@ namespace gna::halo {
 template <int D>
 struct DkdvLayout {
   static constexpr int kTile = kBoxTokens * D * 2;
-  int v, q, d_o, lse2, delta, coords, rows, tables, masks, bytes;
+  int v, q, d_o, lse2, delta, coords, offsets, tables, masks, bytes;
   __device__ __host__ explicit DkdvLayout(const Geometry& g) {
     v = kTile;
     q = 2 * kTile;
@@ -24,8 +24,8 @@ struct DkdvLayout {
     lse2 = d_o + g.halo_rows * D * 2;
     delta = lse2 + g.halo_rows * 4;
     coords = delta + g.halo_rows * 4;
-    rows = coords + kWarps * g.walk_rows * 4;
-    tables = rows + kWarps * g.walk_rows * 2;  // K, V (box); Q, dO, LSE, token (halo)
+    offsets = coords + kWarps * g.walk_rows * 4;
+    tables = offsets + kWarps * g.walk_rows * 4;  // K, V (box); Q, dO, LSE, token (halo)
     masks = tables + 2 * kBoxTokens * 4 + 4 * g.halo_rows * 4;
     bytes = masks + kWarps * g.walk_rows * 2;
   }
@@ -59,8 +59,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const WarpBox w = warp_box(P.geo, p, s, warp, Side::queries_of_keys);
   uint32_t* coords = reinterpret_cast<uint32_t*>(smem + L.coords) + warp * P.geo.walk_rows;
-  uint16_t* rows = reinterpret_cast<uint16_t*>(smem + L.rows) + warp * P.geo.walk_rows;
-  const int chunks = w.empty ? 0 : build_walk_table(w, s, p.rank, coords, rows);
+  uint32_t* offsets = reinterpret_cast<uint32_t*>(smem + L.offsets) + warp * P.geo.walk_rows;
+  const int chunks = w.empty ? 0 : build_walk_table<D>(w, s, p.rank, coords, offsets);
   uint8_t* masks = reinterpret_cast<uint8_t*>(smem + L.masks) + warp * P.geo.walk_rows * 2;
   build_chunk_masks(coords, chunks, row_windows(P.geo, p, s, w, Side::queries_of_keys), masks);
   int dk_off[2], dv_off[2];
@@ -104,16 +104,16 @@ __global__ void __launch_bounds__(kWarps * 32)
         load_a<D>(vf, v_tile, warp * kWarpTokens);
         for (int c = 0; c < chunks; ++c) {
           float st[2][4] = {}, dpt[2][4] = {};
-          const int row_nt = rows[c * kChunk + row_lane_nt()];
-          mma_abt<T, D>(st, kf, q_tile, row_nt);
-          mma_abt<T, D>(dpt, vf, do_tile, row_nt);
+          const uint32_t off_nt = lane_nt(offsets, c);
+          mma_abt<T, D>(st, kf, q_tile, off_nt);
+          mma_abt<T, D>(dpt, vf, do_tile, off_nt);
           const uint32_t mk = masks[c * 32 + lane];
           float pt[2][4];
 #pragma unroll
           for (int nb = 0; nb < 2; ++nb)
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
-              const int q_row = rows[c * kChunk + nb * 8 + 2 * t + j];
+              const int q_row = walk_row<D>(offsets[c * kChunk + nb * 8 + 2 * t + j]);
               const float l2 = lse2[q_row], dl = delta[q_row];
 #pragma unroll
               for (int r = 0; r < 2; ++r) {
@@ -124,12 +124,12 @@ __global__ void __launch_bounds__(kWarps * 32)
                 st[nb][2 * r + j] = pr * (dpt[nb][2 * r + j] - dl);
               }
             }
-          const int row_t = rows[c * kChunk + row_lane_t()];
+          const uint32_t off_t = lane_t(offsets, c);
           uint32_t a[4];
           pack_a<T>(a, pt);
-          mma_pb<T, D>(dv, a, do_tile, row_t);
+          mma_pb<T, D>(dv, a, do_tile, off_t);
           pack_a<T>(a, st);
-          mma_pb<T, D>(dk, a, q_tile, row_t);
+          mma_pb<T, D>(dk, a, q_tile, off_t);
         }
       }
       __syncthreads();  // the next loads overwrite the tiles

@@ -14,7 +14,7 @@ namespace gna::halo {
 template <int D>
 struct DqLayout {
   static constexpr int kTile = kBoxTokens * D * 2;
-  int d_o, o, k, v, lse2, delta, coords, rows, tables, masks, bytes;
+  int d_o, o, k, v, lse2, delta, coords, offsets, tables, masks, bytes;
   __device__ __host__ explicit DqLayout(const Geometry& g) {
     d_o = kTile;
     o = 2 * kTile;
@@ -23,8 +23,8 @@ struct DqLayout {
     lse2 = v + g.halo_rows * D * 2;
     delta = lse2 + kBoxTokens * 4;
     coords = delta + kBoxTokens * 4;
-    rows = coords + kWarps * g.walk_rows * 4;
-    tables = rows + kWarps * g.walk_rows * 2;  // Q, dO, O, LSE, token (box); K, V (halo)
+    offsets = coords + kWarps * g.walk_rows * 4;
+    tables = offsets + kWarps * g.walk_rows * 4;  // Q, dO, O, LSE, token (box); K, V (halo)
     masks = tables + 5 * kBoxTokens * 4 + 2 * g.halo_rows * 4;
     bytes = masks + kWarps * g.walk_rows * 2;
   }
@@ -67,8 +67,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const WarpBox w = warp_box(P.geo, p, s, warp, Side::keys_of_queries);
   uint32_t* coords = reinterpret_cast<uint32_t*>(smem + L.coords) + warp * P.geo.walk_rows;
-  uint16_t* rows = reinterpret_cast<uint16_t*>(smem + L.rows) + warp * P.geo.walk_rows;
-  const int chunks = w.empty ? 0 : build_walk_table(w, s, p.rank, coords, rows);
+  uint32_t* offsets = reinterpret_cast<uint32_t*>(smem + L.offsets) + warp * P.geo.walk_rows;
+  const int chunks = w.empty ? 0 : build_walk_table<D>(w, s, p.rank, coords, offsets);
   uint8_t* masks = reinterpret_cast<uint8_t*>(smem + L.masks) + warp * P.geo.walk_rows * 2;
   build_chunk_masks(coords, chunks, row_windows(P.geo, p, s, w, Side::keys_of_queries), masks);
   int dq_off[2];
@@ -130,9 +130,9 @@ __global__ void __launch_bounds__(kWarps * 32)
       const float scale_log2 = P.scale_log2;
       for (int c = 0; c < chunks; ++c) {
         float sc[2][4] = {}, dp[2][4] = {};
-        const int row_nt = rows[c * kChunk + row_lane_nt()];
-        mma_abt<T, D>(sc, qf, k_tile, row_nt);
-        mma_abt<T, D>(dp, dof, v_tile, row_nt);
+        const uint32_t off_nt = lane_nt(offsets, c);
+        mma_abt<T, D>(sc, qf, k_tile, off_nt);
+        mma_abt<T, D>(dp, dof, v_tile, off_nt);
         const uint32_t mk = masks[c * 32 + lane];
 #pragma unroll
         for (int nb = 0; nb < 2; ++nb)
@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(kWarps * 32)
             }
         uint32_t da[4];
         pack_a<T>(da, sc);
-        mma_pb<T, D>(dq, da, k_tile, rows[c * kChunk + row_lane_t()]);
+        mma_pb<T, D>(dq, da, k_tile, lane_t(offsets, c));
       }
       T* out[2];
 #pragma unroll

@@ -22,13 +22,13 @@ constexpr int forward_blocks_per_sm(int d) { return d == 32 ? 5 : 3; }
 // Layout of the forward's shared memory (bytes; forward_shared_bytes in plan.cpp agrees).
 template <int D>
 struct ForwardLayout {
-  int k, v, coords, rows, q_table, k_table, v_table, masks, bytes;
+  int k, v, coords, offsets, q_table, k_table, v_table, masks, bytes;
   __device__ __host__ explicit ForwardLayout(const Geometry& g) {
     k = kBoxTokens * D * 2;
     v = k + g.halo_rows * D * 2;
     coords = v + g.halo_rows * D * 2;
-    rows = coords + kWarps * g.walk_rows * 4;
-    q_table = rows + kWarps * g.walk_rows * 2;
+    offsets = coords + kWarps * g.walk_rows * 4;
+    q_table = offsets + kWarps * g.walk_rows * 4;
     k_table = q_table + kBoxTokens * 4;
     v_table = k_table + g.halo_rows * 4;
     masks = v_table + g.halo_rows * 4;
@@ -39,7 +39,7 @@ struct ForwardLayout {
 // One warp's 16 queries over its walk: O (unnormalized, acc) and the softmax statistics m, l.
 template <typename T, int D>
 __device__ __forceinline__ void forward_walk(const uint32_t (&qf)[D / 16][4], uint32_t k_tile, uint32_t v_tile,
-                                             const uint8_t* masks, const uint16_t* rows, int chunks,
+                                             const uint8_t* masks, const uint32_t* offsets, int chunks,
                                              float scale_log2, float (&acc)[D / 8][4],
                                              float (&m)[2], float (&l)[2]) {
 #pragma unroll
@@ -52,7 +52,7 @@ __device__ __forceinline__ void forward_walk(const uint32_t (&qf)[D / 16][4], ui
     for (int c = 0; c < kStepChunks; ++c) {
 #pragma unroll
       for (int nb = 0; nb < 2; ++nb) sc[c][nb][0] = sc[c][nb][1] = sc[c][nb][2] = sc[c][nb][3] = 0.f;
-      if (c0 + c < chunks) mma_abt<T, D>(sc[c], qf, k_tile, rows[(c0 + c) * kChunk + row_lane_nt()]);
+      if (c0 + c < chunks) mma_abt<T, D>(sc[c], qf, k_tile, lane_nt(offsets, c0 + c));
     }
     // The rule's mask (chunks past the walk attend nothing).
 #pragma unroll
@@ -105,7 +105,7 @@ __device__ __forceinline__ void forward_walk(const uint32_t (&qf)[D / 16][4], ui
       if (c0 + c >= chunks) continue;
       uint32_t pa[4];
       pack_a<T>(pa, sc[c]);
-      mma_pb<T, D>(acc, pa, v_tile, rows[(c0 + c) * kChunk + row_lane_t()]);
+      mma_pb<T, D>(acc, pa, v_tile, lane_t(offsets, c0 + c));
     }
   }
 }
@@ -130,8 +130,8 @@ __global__ void __launch_bounds__(kWarps * 32, forward_blocks_per_sm(D))
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const WarpBox w = warp_box(P.geo, p, s, warp, Side::keys_of_queries);
   uint32_t* coords = reinterpret_cast<uint32_t*>(smem + L.coords) + warp * P.geo.walk_rows;
-  uint16_t* rows = reinterpret_cast<uint16_t*>(smem + L.rows) + warp * P.geo.walk_rows;
-  const int chunks = w.empty ? 0 : build_walk_table(w, s, p.rank, coords, rows);
+  uint32_t* offsets = reinterpret_cast<uint32_t*>(smem + L.offsets) + warp * P.geo.walk_rows;
+  const int chunks = w.empty ? 0 : build_walk_table<D>(w, s, p.rank, coords, offsets);
   uint8_t* masks = reinterpret_cast<uint8_t*>(smem + L.masks) + warp * P.geo.walk_rows * 2;
   build_chunk_masks(coords, chunks, row_windows(P.geo, p, s, w, Side::keys_of_queries), masks);
   // Where the lane's rows go in a slice of O and of LSE (-1: outside the group).
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kWarps * 32, forward_blocks_per_sm(D))
       uint32_t qf[D / 16][4];
       load_a<D>(qf, q_tile, warp * kWarpTokens);
       float acc[D / 8][4], m[2], l[2];
-      forward_walk<T, D>(qf, k_tile, v_tile, masks, rows, chunks, P.scale_log2, acc, m, l);
+      forward_walk<T, D>(qf, k_tile, v_tile, masks, offsets, chunks, P.scale_log2, acc, m, l);
       // O = acc / l, LSE = (m + log2 l) * ln 2 (natural log, as every backend writes it).
       T* out[2];
       float inv[2];
