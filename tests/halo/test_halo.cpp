@@ -2,10 +2,12 @@
 // configurations biased to the image regime (extents 5-64, windows 3-13, dilation up to
 // extent / window, causal and strided axes, batch up to 256, GQA, head dims 32 / 64), fp16 and
 // bf16, forward (O, LSE) and backward (dQ, dK, dV) into poisoned outputs; every instantiation
-// must be reached. Then bitwise determinism of forward and backward.
+// must be reached, and walks of every length modulo the 4-chunk step (the walks' partial first
+// step) with more than one step. Then bitwise determinism of forward and backward.
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "backend/backend.hpp"
 #include "gpu_harness.hpp"
@@ -65,13 +67,14 @@ void build_pair(const Config& c, DType dtype, std::mt19937_64& rng, Case& ref, C
   }
 }
 
-bool halo_supports(Case& got, std::string* why) {
+bool halo_supports(Case& got, std::string* why, Problem* problem = nullptr) {
   TensorRef storage[5];
   const AttentionTensors in = got.device_inputs(storage);
   for (const Backend& b : registered_backends())
     if (b.name == "halo") {
       ForwardCall f;
       f.problem = make_problem(got.cfg.params, in);
+      if (problem) *problem = f.problem;
       f.in = in;
       f.out = got.o.device_ref();
       BackwardCall bw;
@@ -87,11 +90,11 @@ bool halo_supports(Case& got, std::string* why) {
 }
 
 // Forward and backward of one configuration in one dtype; "" when within tolerance.
-std::string check(const Config& c, DType dtype, std::mt19937_64& rng, bool* ran) {
+std::string check(const Config& c, DType dtype, std::mt19937_64& rng, bool* ran, Problem* problem) {
   Case ref, got;
   build_pair(c, dtype, rng, ref, got);
   std::string why;
-  *ran = halo_supports(got, &why);
+  *ran = halo_supports(got, &why, problem);
   if (!*ran) return "";
   if (ref.check_forward("gpu_reference").find("CUDA") != std::string::npos) return "reference failed";
   got.ref_o = ref.o.download();
@@ -120,16 +123,26 @@ void sweep(int rank, int configs) {
   std::mt19937_64 rng(seed + 31 * rank);
   int failures = 0, ran = 0, refused = 0, dilated = 0, causal = 0, strided = 0, gqa = 0, big_batch = 0;
   std::map<std::string, int> instances;
+  // Chunks of the longest warp walk (forward and dQ; dK / dV) modulo the 4-chunk step, and
+  // whether a walk took more than one step.
+  std::set<int> walk_residues;
+  int multi_step = 0;
   for (int i = 0; i < configs && failures < 5; ++i) {
     const Config c = image_config(rng, rank);
     for (DType t : {DType::f16, DType::bf16}) {
       bool did = false;
-      const std::string err = check(c, t, rng, &did);
+      Problem problem;
+      const std::string err = check(c, t, rng, &did, &problem);
       if (!did) {
         ++refused;
         continue;
       }
       ++ran;
+      for (halo::Side side : {halo::Side::keys_of_queries, halo::Side::queries_of_keys}) {
+        const int chunks = halo::make_plan(problem, side).walk_rows / halo::kChunk;
+        walk_residues.insert(chunks % 4);
+        multi_step += chunks > 4;
+      }
       ++instances[std::string(dtype_name(t)) + " d" + std::to_string(c.dim_qk)];
       for (int a = 0; a < rank; ++a) {
         dilated += c.params.dilation[a] > 1;
@@ -146,8 +159,9 @@ void sweep(int rank, int configs) {
     }
   }
   std::printf("rank %d: %d runs (%d refused), dilated axes %d, causal %d, strided %d, GQA %d, "
-              "batch >= 64 %d, seed %llu;", rank, ran, refused, dilated, causal, strided, gqa,
-              big_batch, static_cast<unsigned long long>(seed));
+              "batch >= 64 %d, walk residues %zu, multi-step %d, seed %llu;", rank, ran, refused,
+              dilated, causal, strided, gqa, big_batch, walk_residues.size(), multi_step,
+              static_cast<unsigned long long>(seed));
   for (const auto& [name, n] : instances) std::printf(" %s: %d", name.c_str(), n);
   std::printf("\n");
   // Refusals: 3-D halos of 7-token windows at head dim 64 exceed shared memory.
@@ -160,6 +174,8 @@ void sweep(int rank, int configs) {
     EXPECT_GT(strided, 0);
     EXPECT_GT(gqa, 0);
     EXPECT_GT(big_batch, 0);
+    EXPECT_EQ(walk_residues.size(), 4u) << "walk lengths of every residue modulo 4 chunks must be reached";
+    EXPECT_GT(multi_step, 0);
   }
 }
 

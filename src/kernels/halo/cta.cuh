@@ -331,11 +331,51 @@ __device__ __forceinline__ bool attends(const RowWindows& rw, int r, uint32_t eg
 }
 
 // The rule's mask of each chunk of the warp's walk, for this lane: bit nb * 4 + r * 2 + j says
-// whether row r (g, g + 8) attends column nb * 8 + 2t + j. Built once per CTA (one byte per lane
-// and chunk, chunk-major so that a warp reads 32 consecutive bytes); the walks then test bits.
+// whether row r (g, g + 8) attends column nb * 8 + 2t + j. Built once per CTA, a byte per lane and
+// chunk, four chunks to a 32-bit word per lane (word-major, so that a warp reads 32 consecutive
+// words); the walks then test bits. The words follow the walk's steps of kMaskChunks chunks with
+// the partial step first (mask_lead): chunk c is byte (c + lead) % 4 of word (c + lead) / 4.
+constexpr int kMaskChunks = 4;
+static_assert(kMaskChunks == 4, "four mask bytes to a 32-bit word");
+__device__ __forceinline__ int mask_lead(int chunks) { return (kMaskChunks - chunks % kMaskChunks) % kMaskChunks; }
 __device__ __forceinline__ void build_chunk_masks(const uint32_t* coords, int chunks, const RowWindows& rw,
-                                                  uint8_t* masks);
+                                                  uint32_t* masks);
 __device__ __forceinline__ bool mask_bit(uint32_t m, int nb, int r, int j) { return (m >> (nb * 4 + r * 2 + j)) & 1u; }
+
+// Runs step(n, first, c0, mask) over a walk of chunks >= 1 in steps of kMaskChunks chunks, the
+// partial one first: n (std::integral_constant) is the step's chunk count, first
+// (std::bool_constant) whether it is the walk's first step, mask the lane's mask bytes of chunks
+// c0 .. c0 + n - 1 (chunk c0 + c in byte c). Every step's chunks exist: no step tests them.
+template <typename Step>
+__device__ __forceinline__ void walk_steps(const uint32_t* masks, int chunks, Step&& step) {
+  using std::integral_constant;
+  const uint32_t* words = masks + threadIdx.x % 32;  // mask word k at words[32 k]
+  const int lead = mask_lead(chunks);
+  const uint32_t mask0 = words[0] >> (8 * lead);
+  switch (kMaskChunks - lead) {
+    case 1: step(integral_constant<int, 1>{}, std::true_type{}, 0, mask0); break;
+    case 2: step(integral_constant<int, 2>{}, std::true_type{}, 0, mask0); break;
+    case 3: step(integral_constant<int, 3>{}, std::true_type{}, 0, mask0); break;
+    default: step(integral_constant<int, kMaskChunks>{}, std::true_type{}, 0, mask0);
+  }
+  for (int c0 = kMaskChunks - lead, k = 1; c0 < chunks; c0 += kMaskChunks, ++k)
+    step(integral_constant<int, kMaskChunks>{}, std::false_type{}, c0, words[32 * k]);
+}
+
+// Runs chunk(c, mask) over a walk's chunks one at a time (mask: the lane's mask byte of chunk c in
+// its low byte), a mask word read every kMaskChunks chunks: for walks whose registers do not
+// take a whole step unrolled.
+template <typename Chunk>
+__device__ __forceinline__ void walk_chunks(const uint32_t* masks, int chunks, Chunk&& chunk) {
+  const uint32_t* words = masks + threadIdx.x % 32;  // mask word k at words[32 k]
+  const int lead = mask_lead(chunks);
+  uint32_t word = words[0] >> (8 * lead);
+  for (int c = 0, v = lead; c < chunks; ++c, ++v) {
+    if (c > 0 && v % kMaskChunks == 0) word = words[32 * (v / kMaskChunks)];
+    chunk(c, word);
+    word >>= 8;
+  }
+}
 
 // ldmatrix rows of a chunk's 16 walked tokens, as the portable kernels take them: for the
 // non-transposed operand (B of S = A B^T) lane l reads walk entry l % 8 + (l / 16) * 8 at column
@@ -411,20 +451,25 @@ __device__ __forceinline__ void chunk_columns(const uint32_t* coords, int c, uin
 }
 
 __device__ __forceinline__ void build_chunk_masks(const uint32_t* coords, int chunks, const RowWindows& rw,
-                                                  uint8_t* masks) {
+                                                  uint32_t* masks) {
   const int lane = threadIdx.x % 32;
-  for (int c = 0; c < chunks; ++c) {
-    uint32_t e[2][2];
-    chunk_columns(coords, c, e);
-    uint32_t m = 0;
+  const int lead = mask_lead(chunks);
+  for (int w = 0; w * kMaskChunks < chunks + lead; ++w) {
+    uint32_t word = 0;
+    for (int k = 0; k < kMaskChunks; ++k) {
+      const int c = w * kMaskChunks + k - lead;
+      if (c < 0 || c >= chunks) continue;
+      uint32_t e[2][2];
+      chunk_columns(coords, c, e);
 #pragma unroll
-    for (int nb = 0; nb < 2; ++nb)
+      for (int nb = 0; nb < 2; ++nb)
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
+        for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
-          if (attends(rw, r, e[nb][j])) m |= 1u << (nb * 4 + r * 2 + j);
-    masks[c * 32 + lane] = static_cast<uint8_t>(m);
+          for (int j = 0; j < 2; ++j)
+            if (attends(rw, r, e[nb][j])) word |= 1u << (8 * k + nb * 4 + r * 2 + j);
+    }
+    masks[w * 32 + lane] = word;
   }
 }
 

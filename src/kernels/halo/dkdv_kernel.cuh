@@ -16,23 +16,26 @@ namespace gna::halo {
 template <int D>
 struct DkdvLayout {
   static constexpr int kTile = kBoxTokens * D * 2;
-  int v, q, d_o, lse2, delta, coords, offsets, tables, masks, bytes;
+  int v, q, d_o, stats, coords, offsets, tables, masks, bytes;
   __device__ __host__ explicit DkdvLayout(const Geometry& g) {
     v = kTile;
     q = 2 * kTile;
     d_o = q + g.halo_rows * D * 2;
-    lse2 = d_o + g.halo_rows * D * 2;
-    delta = lse2 + g.halo_rows * 4;
-    coords = delta + g.halo_rows * 4;
+    stats = d_o + g.halo_rows * D * 2;  // (LSE in log2 units, delta) per halo row
+    coords = stats + g.halo_rows * 8;
     offsets = coords + kWarps * g.walk_rows * 4;
     tables = offsets + kWarps * g.walk_rows * 4;  // K, V (box); Q, dO, LSE, token (halo)
     masks = tables + 2 * kBoxTokens * 4 + 4 * g.halo_rows * 4;
-    bytes = masks + kWarps * g.walk_rows * 2;
+    bytes = masks + kWarps * walk_mask_bytes(g.walk_rows);
   }
 };
 
+// CTAs per SM the registers must allow (as many as the kernel had: 128 registers at head dim 32,
+// 168 at 64).
+constexpr int dkdv_blocks_per_sm(int d) { return d == 32 ? 4 : 3; }
+
 template <typename T, int D>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, dkdv_blocks_per_sm(D))
     halo_dkdv_kernel(const __grid_constant__ DkdvParams<T> P) {
   extern __shared__ __align__(128) char smem[];
   const Problem& p = P.p;
@@ -41,8 +44,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const DkdvLayout<D> L(P.geo);
   const uint32_t k_tile = smem_address(smem);
   const uint32_t v_tile = k_tile + L.v, q_tile = k_tile + L.q, do_tile = k_tile + L.d_o;
-  float* lse2 = reinterpret_cast<float*>(smem + L.lse2);
-  float* delta = reinterpret_cast<float*>(smem + L.delta);
+  float2* stats = reinterpret_cast<float2*>(smem + L.stats);
   int* k_table = reinterpret_cast<int*>(smem + L.tables);
   int* v_table = k_table + kBoxTokens;
   int* q_table = v_table + kBoxTokens;
@@ -61,7 +63,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   uint32_t* coords = reinterpret_cast<uint32_t*>(smem + L.coords) + warp * P.geo.walk_rows;
   uint32_t* offsets = reinterpret_cast<uint32_t*>(smem + L.offsets) + warp * P.geo.walk_rows;
   const int chunks = w.empty ? 0 : build_walk_table<D>(w, s, p.rank, coords, offsets);
-  uint8_t* masks = reinterpret_cast<uint8_t*>(smem + L.masks) + warp * P.geo.walk_rows * 2;
+  uint32_t* masks = reinterpret_cast<uint32_t*>(smem + L.masks + warp * walk_mask_bytes(P.geo.walk_rows));
   build_chunk_masks(coords, chunks, row_windows(P.geo, p, s, w, Side::queries_of_keys), masks);
   int dk_off[2], dv_off[2];
 #pragma unroll
@@ -93,8 +95,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       cp_async_commit();
       const float* lse = slice_base(P.lse, b, hq);
       for (int r = threadIdx.x; r < s.halo_count; r += kWarps * 32) {
-        lse2[r] = lse[lse_table[r]] * 1.4426950408889634f;
-        delta[r] = P.delta[(b * tokens + token_table[r]) * p.heads_q + hq];
+        stats[r] = make_float2(lse[lse_table[r]] * 1.4426950408889634f,
+                               P.delta[(b * tokens + token_table[r]) * p.heads_q + hq]);
       }
       cp_async_wait<0>();
       __syncthreads();
@@ -102,35 +104,35 @@ __global__ void __launch_bounds__(kWarps * 32)
         uint32_t kf[D / 16][4], vf[D / 16][4];
         load_a<D>(kf, k_tile, warp * kWarpTokens);
         load_a<D>(vf, v_tile, warp * kWarpTokens);
-        for (int c = 0; c < chunks; ++c) {
+        walk_chunks(masks, chunks, [&](int c, uint32_t mask) {
           float st[2][4] = {}, dpt[2][4] = {};
           const uint32_t off_nt = lane_nt(offsets, c);
           mma_abt<T, D>(st, kf, q_tile, off_nt);
           mma_abt<T, D>(dpt, vf, do_tile, off_nt);
-          const uint32_t mk = masks[c * 32 + lane];
           float pt[2][4];
 #pragma unroll
-          for (int nb = 0; nb < 2; ++nb)
+          for (int nb = 0; nb < 2; ++nb) {
+            // The halo rows of the lane's two columns 2t, 2t + 1 and their (LSE, delta).
+            const uint2 e = *reinterpret_cast<const uint2*>(offsets + c * kChunk + nb * 8 + 2 * t);
+            const float2 st2[2] = {stats[walk_row<D>(e.x)], stats[walk_row<D>(e.y)]};
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
-              const int q_row = walk_row<D>(offsets[c * kChunk + nb * 8 + 2 * t + j]);
-              const float l2 = lse2[q_row], dl = delta[q_row];
+            for (int j = 0; j < 2; ++j)
 #pragma unroll
               for (int r = 0; r < 2; ++r) {
-                const float pr = mask_bit(mk, nb, r, j)
-                                     ? fast_exp2(fmaf(st[nb][2 * r + j], scale_log2, -l2))
+                const float pr = mask_bit(mask, nb, r, j)
+                                     ? fast_exp2(fmaf(st[nb][2 * r + j], scale_log2, -st2[j].x))
                                      : 0.f;
                 pt[nb][2 * r + j] = pr;
-                st[nb][2 * r + j] = pr * (dpt[nb][2 * r + j] - dl);
+                st[nb][2 * r + j] = pr * (dpt[nb][2 * r + j] - st2[j].y);
               }
-            }
+          }
           const uint32_t off_t = lane_t(offsets, c);
           uint32_t a[4];
           pack_a<T>(a, pt);
           mma_pb<T, D>(dv, a, do_tile, off_t);
           pack_a<T>(a, st);
           mma_pb<T, D>(dk, a, q_tile, off_t);
-        }
+        });
       }
       __syncthreads();  // the next loads overwrite the tiles
     }

@@ -26,7 +26,7 @@ struct DqLayout {
     offsets = coords + kWarps * g.walk_rows * 4;
     tables = offsets + kWarps * g.walk_rows * 4;  // Q, dO, O, LSE, token (box); K, V (halo)
     masks = tables + 5 * kBoxTokens * 4 + 2 * g.halo_rows * 4;
-    bytes = masks + kWarps * g.walk_rows * 2;
+    bytes = masks + kWarps * walk_mask_bytes(g.walk_rows);
   }
 };
 
@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   uint32_t* coords = reinterpret_cast<uint32_t*>(smem + L.coords) + warp * P.geo.walk_rows;
   uint32_t* offsets = reinterpret_cast<uint32_t*>(smem + L.offsets) + warp * P.geo.walk_rows;
   const int chunks = w.empty ? 0 : build_walk_table<D>(w, s, p.rank, coords, offsets);
-  uint8_t* masks = reinterpret_cast<uint8_t*>(smem + L.masks) + warp * P.geo.walk_rows * 2;
+  uint32_t* masks = reinterpret_cast<uint32_t*>(smem + L.masks + warp * walk_mask_bytes(P.geo.walk_rows));
   build_chunk_masks(coords, chunks, row_windows(P.geo, p, s, w, Side::keys_of_queries), masks);
   int dq_off[2];
 #pragma unroll
@@ -128,27 +128,29 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int i = 0; i < D / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
       const float scale_log2 = P.scale_log2;
-      for (int c = 0; c < chunks; ++c) {
-        float sc[2][4] = {}, dp[2][4] = {};
-        const uint32_t off_nt = lane_nt(offsets, c);
-        mma_abt<T, D>(sc, qf, k_tile, off_nt);
-        mma_abt<T, D>(dp, dof, v_tile, off_nt);
-        const uint32_t mk = masks[c * 32 + lane];
+      walk_steps(masks, chunks, [&](auto n, auto, int c0, uint32_t mask) {
 #pragma unroll
-        for (int nb = 0; nb < 2; ++nb)
+        for (int c = 0; c < decltype(n)::value; ++c) {
+          float sc[2][4] = {}, dp[2][4] = {};
+          const uint32_t off_nt = lane_nt(offsets, c0 + c);
+          mma_abt<T, D>(sc, qf, k_tile, off_nt);
+          mma_abt<T, D>(dp, dof, v_tile, off_nt);
 #pragma unroll
-          for (int r = 0; r < 2; ++r)
+          for (int nb = 0; nb < 2; ++nb)
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
-              const float pr = mask_bit(mk, nb, r, j)
-                                   ? fast_exp2(fmaf(sc[nb][2 * r + j], scale_log2, -row_lse[r]))
-                                   : 0.f;
-              sc[nb][2 * r + j] = pr * (dp[nb][2 * r + j] - row_delta[r]);
-            }
-        uint32_t da[4];
-        pack_a<T>(da, sc);
-        mma_pb<T, D>(dq, da, k_tile, lane_t(offsets, c));
-      }
+            for (int r = 0; r < 2; ++r)
+#pragma unroll
+              for (int j = 0; j < 2; ++j) {
+                const float pr = mask_bit(mask >> (8 * c), nb, r, j)
+                                     ? fast_exp2(fmaf(sc[nb][2 * r + j], scale_log2, -row_lse[r]))
+                                     : 0.f;
+                sc[nb][2 * r + j] = pr * (dp[nb][2 * r + j] - row_delta[r]);
+              }
+          uint32_t da[4];
+          pack_a<T>(da, sc);
+          mma_pb<T, D>(dq, da, k_tile, lane_t(offsets, c0 + c));
+        }
+      });
       T* out[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) out[r] = dq_off[r] >= 0 ? slice_base(P.dq, b, h) + dq_off[r] : nullptr;

@@ -15,84 +15,83 @@
 namespace gna::halo {
 
 constexpr int kStepChunks = 4;  // chunks per online-softmax step (64 keys, 32 score registers)
+static_assert(kStepChunks == kMaskChunks, "a step takes one mask word");
 // CTAs per SM the registers must allow (many small CTAs keep loads in flight while others
 // compute): 96 registers at head dim 32, 140 at 64.
 constexpr int forward_blocks_per_sm(int d) { return d == 32 ? 5 : 3; }
+// The running maximum before any attended key: finite, so that the correction exp2(m - m_new)
+// needs no guard (it is exactly 0 against any score, and 1 while no key is attended), far below
+// any score of 16-bit inputs.
+constexpr float kNoMax = -1e30f;
 
 // Layout of the forward's shared memory (bytes; forward_shared_bytes in plan.cpp agrees).
 template <int D>
 struct ForwardLayout {
-  int k, v, coords, offsets, q_table, k_table, v_table, masks, bytes;
+  int v, k, coords, offsets, q_table, k_table, v_table, masks, bytes;
   __device__ __host__ explicit ForwardLayout(const Geometry& g) {
-    k = kBoxTokens * D * 2;
-    v = k + g.halo_rows * D * 2;
-    coords = v + g.halo_rows * D * 2;
+    v = kBoxTokens * D * 2;  // V before K: both tiles' ldmatrix addresses then take their base as an operand
+    k = v + g.halo_rows * D * 2;
+    coords = k + g.halo_rows * D * 2;
     offsets = coords + kWarps * g.walk_rows * 4;
     q_table = offsets + kWarps * g.walk_rows * 4;
     k_table = q_table + kBoxTokens * 4;
     v_table = k_table + g.halo_rows * 4;
     masks = v_table + g.halo_rows * 4;
-    bytes = masks + kWarps * g.walk_rows * 2;
+    bytes = masks + kWarps * walk_mask_bytes(g.walk_rows);
   }
 };
 
-// One warp's 16 queries over its walk: O (unnormalized, acc) and the softmax statistics m, l.
-template <typename T, int D>
-__device__ __forceinline__ void forward_walk(const uint32_t (&qf)[D / 16][4], uint32_t k_tile, uint32_t v_tile,
-                                             const uint8_t* masks, const uint32_t* offsets, int chunks,
+// One online-softmax step of a warp's walk over chunks [c0, c0 + N), all inside the walk (mask:
+// their mask bytes, chunk c0 + c in byte c): S for all N chunks, the rule's mask, one row max and
+// rescale, P V. First: the walk's first step (acc and l are zero, nothing to rescale).
+template <typename T, int D, int N, bool First>
+__device__ __forceinline__ void forward_step(const uint32_t (&qf)[D / 16][4], uint32_t k_tile, uint32_t v_tile,
+                                             const uint32_t* offsets, int c0, uint32_t mask,
                                              float scale_log2, float (&acc)[D / 8][4],
                                              float (&m)[2], float (&l)[2]) {
+  float sc[N][2][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-  m[0] = m[1] = -INFINITY;
-  l[0] = l[1] = 0.f;
-  for (int c0 = 0; c0 < chunks; c0 += kStepChunks) {
-    float sc[kStepChunks][2][4];
+  for (int c = 0; c < N; ++c) {
 #pragma unroll
-    for (int c = 0; c < kStepChunks; ++c) {
+    for (int nb = 0; nb < 2; ++nb) sc[c][nb][0] = sc[c][nb][1] = sc[c][nb][2] = sc[c][nb][3] = 0.f;
+    mma_abt<T, D>(sc[c], qf, k_tile, lane_nt(offsets, c0 + c));
+  }
 #pragma unroll
-      for (int nb = 0; nb < 2; ++nb) sc[c][nb][0] = sc[c][nb][1] = sc[c][nb][2] = sc[c][nb][3] = 0.f;
-      if (c0 + c < chunks) mma_abt<T, D>(sc[c], qf, k_tile, lane_nt(offsets, c0 + c));
-    }
-    // The rule's mask (chunks past the walk attend nothing).
+  for (int c = 0; c < N; ++c)
 #pragma unroll
-    for (int c = 0; c < kStepChunks; ++c) {
-      const uint32_t mk = c0 + c < chunks ? masks[(c0 + c) * 32 + threadIdx.x % 32] : 0u;
+    for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+          if (!mask_bit(mask >> (8 * c), nb, r, j)) sc[c][nb][2 * r + j] = -INFINITY;
+  // Online softmax in the log2 domain.
+  float correction[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = fmaxf(sc[0][0][2 * r], sc[0][0][2 * r + 1]);
+#pragma unroll
+    for (int c = 0; c < N; ++c)
+#pragma unroll
+      for (int nb = 0; nb < 2; ++nb)
+        if (c + nb > 0) mx = fmaxf(mx, fmaxf(sc[c][nb][2 * r], sc[c][nb][2 * r + 1]));
+    const float m_new = fmaxf(m[r], quad_max(mx) * scale_log2);
+    correction[r] = First ? 0.f : fast_exp2(m[r] - m_new);
+    m[r] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int c = 0; c < N; ++c)
 #pragma unroll
       for (int nb = 0; nb < 2; ++nb)
 #pragma unroll
-        for (int r = 0; r < 2; ++r)
-#pragma unroll
-          for (int j = 0; j < 2; ++j)
-            if (!mask_bit(mk, nb, r, j)) sc[c][nb][2 * r + j] = -INFINITY;
-    }
-    // Online softmax in the log2 domain.
-    float correction[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int c = 0; c < kStepChunks; ++c)
-#pragma unroll
-        for (int nb = 0; nb < 2; ++nb) mx = fmaxf(mx, fmaxf(sc[c][nb][2 * r], sc[c][nb][2 * r + 1]));
-      mx = quad_max(mx) * scale_log2;
-      const float m_new = fmaxf(m[r], mx);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      correction[r] = fast_exp2(m[r] - m_use);
-      m[r] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int c = 0; c < kStepChunks; ++c)
-#pragma unroll
-        for (int nb = 0; nb < 2; ++nb)
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            float& x = sc[c][nb][2 * r + j];
-            x = fast_exp2(fmaf(x, scale_log2, -m_use));
-            sum += x;
-          }
-      l[r] = l[r] * correction[r] + sum;
-    }
+        for (int j = 0; j < 2; ++j) {
+          float& x = sc[c][nb][2 * r + j];
+          x = fast_exp2(fmaf(x, scale_log2, -m_new));
+          sum = c + nb + j == 0 ? x : sum + x;
+        }
+    l[r] = First ? sum : l[r] * correction[r] + sum;
+  }
+  if (!First) {
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) {
       acc[i][0] *= correction[0];
@@ -100,14 +99,30 @@ __device__ __forceinline__ void forward_walk(const uint32_t (&qf)[D / 16][4], ui
       acc[i][2] *= correction[1];
       acc[i][3] *= correction[1];
     }
-#pragma unroll
-    for (int c = 0; c < kStepChunks; ++c) {
-      if (c0 + c >= chunks) continue;
-      uint32_t pa[4];
-      pack_a<T>(pa, sc[c]);
-      mma_pb<T, D>(acc, pa, v_tile, lane_t(offsets, c0 + c));
-    }
   }
+#pragma unroll
+  for (int c = 0; c < N; ++c) {
+    uint32_t pa[4];
+    pack_a<T>(pa, sc[c]);
+    mma_pb<T, D>(acc, pa, v_tile, lane_t(offsets, c0 + c));
+  }
+}
+
+// One warp's 16 queries over its walk (chunks >= 1): O (unnormalized, acc) and the softmax
+// statistics m, l, in steps of kStepChunks chunks (walk_steps).
+template <typename T, int D>
+__device__ __forceinline__ void forward_walk(const uint32_t (&qf)[D / 16][4], uint32_t k_tile, uint32_t v_tile,
+                                             const uint32_t* masks, const uint32_t* offsets, int chunks,
+                                             float scale_log2, float (&acc)[D / 8][4],
+                                             float (&m)[2], float (&l)[2]) {
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  m[0] = m[1] = kNoMax;
+  l[0] = l[1] = 0.f;
+  walk_steps(masks, chunks, [&](auto n, auto first, int c0, uint32_t mask) {
+    forward_step<T, D, decltype(n)::value, decltype(first)::value>(qf, k_tile, v_tile, offsets, c0, mask,
+                                                                    scale_log2, acc, m, l);
+  });
 }
 
 template <typename T, int D>
@@ -132,7 +147,7 @@ __global__ void __launch_bounds__(kWarps * 32, forward_blocks_per_sm(D))
   uint32_t* coords = reinterpret_cast<uint32_t*>(smem + L.coords) + warp * P.geo.walk_rows;
   uint32_t* offsets = reinterpret_cast<uint32_t*>(smem + L.offsets) + warp * P.geo.walk_rows;
   const int chunks = w.empty ? 0 : build_walk_table<D>(w, s, p.rank, coords, offsets);
-  uint8_t* masks = reinterpret_cast<uint8_t*>(smem + L.masks) + warp * P.geo.walk_rows * 2;
+  uint32_t* masks = reinterpret_cast<uint32_t*>(smem + L.masks + warp * walk_mask_bytes(P.geo.walk_rows));
   build_chunk_masks(coords, chunks, row_windows(P.geo, p, s, w, Side::keys_of_queries), masks);
   // Where the lane's rows go in a slice of O and of LSE (-1: outside the group).
   int o_off[2], lse_off[2];

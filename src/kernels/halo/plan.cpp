@@ -77,10 +77,10 @@ Plan make_plan(const Problem& p, Side side) {
 
 // Layouts (kernels/halo/*_kernel.cuh; the launchers check that they agree): 16-bit tiles of d
 // columns, fp32 row statistics, per-warp walk tables (a 32-bit coordinate word and a 32-bit tile
-// offset per entry, a mask byte per lane and chunk) and int32 row tables.
+// offset per entry, a mask byte per lane and chunk in words of four chunks) and int32 row tables.
 namespace {
-// Per entry: coordinates (4 bytes), tile offset (4), and per chunk a mask byte for each lane (2).
-int walk_tables(const Plan& plan) { return kWarps * plan.walk_rows * 10; }
+// Per entry: coordinates (4 bytes), tile offset (4); the masks.
+int walk_tables(const Plan& plan) { return kWarps * (plan.walk_rows * 8 + walk_mask_bytes(plan.walk_rows)); }
 }  // namespace
 
 int forward_shared_bytes(const Plan& plan, int d) {

@@ -17,6 +17,9 @@ constexpr int kBoxTokens = kWarps * kWarpTokens;
 constexpr int kChunk = 16;                     // keys (or queries) per step of a warp's walk
 constexpr int kMaxHaloSide = 510;              // walk tables: 9-bit coordinates (cta.cuh)
 constexpr int kMaxHeadDim = 64;
+// Bytes of a warp's walk masks for a walk table of walk_rows entries: a 32-bit word per lane for
+// every 4 chunks (kernels/halo/cta.cuh, build_chunk_masks).
+constexpr int walk_mask_bytes(int walk_rows) { return (walk_rows / kChunk + 3) / 4 * 32 * 4; }
 
 // The CTA's box and the warp's patch per axis (products kBoxTokens and kWarpTokens; unused axes
 // 1): 64 in 1-D, 8x8 in 2-D, 4x4x4 in 3-D; warps take 16, 4x4 and 2x2x4.
