@@ -17,7 +17,7 @@ namespace gna::halo {
 constexpr int kStepChunks = 4;  // chunks per online-softmax step (64 keys, 32 score registers)
 static_assert(kStepChunks == kMaskChunks, "a step takes one mask word");
 // CTAs per SM the registers must allow (many small CTAs keep loads in flight while others
-// compute): 96 registers at head dim 32, 140 at 64.
+// compute): 96 registers at head dim 32, 168 at 64.
 constexpr int forward_blocks_per_sm(int d) { return d == 32 ? 5 : 3; }
 // The running maximum before any attended key: finite, so that the correction exp2(m - m_new)
 // needs no guard (it is exactly 0 against any score, and 1 while no key is attended), far below
