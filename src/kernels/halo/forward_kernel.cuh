@@ -19,10 +19,10 @@ static_assert(kStepChunks == kMaskChunks, "a step takes one mask word");
 // CTAs per SM the registers must allow (many small CTAs keep loads in flight while others
 // compute): 96 registers at head dim 32, 168 at 64.
 constexpr int forward_blocks_per_sm(int d) { return d == 32 ? 5 : 3; }
-// The running maximum before any attended key: finite, so that the correction exp2(m - m_new)
-// needs no guard (it is exactly 0 against any score, and 1 while no key is attended), far below
-// any score of 16-bit inputs.
-constexpr float kNoMax = -1e30f;
+// The running maximum before any attended key: the lowest finite float, at or below every finite
+// score whatever the scale, and finite, so that the correction exp2(m - m_new) needs no guard (0
+// once a key is attended, 1 while none is).
+constexpr float kNoMax = -3.40282347e38f;
 
 // Layout of the forward's shared memory (bytes; forward_shared_bytes in plan.cpp agrees).
 template <int D>
