@@ -14,23 +14,15 @@ struct Visit {
   int64_t full = 0;
 };
 
-Visit visit_static(const AxisRule& a, int n, int qt, int q_tile, int kv_tile) {
-  const Range kv = kv_tiles_for_q_tile(a, n, qt, q_tile, kv_tile);
+// Static tiles lie on the grid, dynamic ones are placed at the union window's first key; the
+// core's kv_tile_run gives both.
+Visit visit(const AxisRule& a, int n, int qt, int q_tile, int kv_tile, KvTiling kv_tiling) {
+  const KvTileRun run = kv_tile_run(a, n, qt, q_tile, kv_tile, kv_placement(kv_tiling));
   Visit v;
-  v.tiles = kv.size();
-  for (int kt = kv.begin; kt < kv.end; ++kt)
-    if (classify_axis_tiles(a, n, qt, kt, q_tile, kv_tile) == PairClass::full) ++v.full;
-  return v;
-}
-
-// Dynamic KV tiles start at the union window's first key: ceil(union extent / KV tile) of them.
-Visit visit_dynamic(const AxisRule& a, int n, int qt, int q_tile, int kv_tile) {
-  const Range q = tile_rows(n, q_tile, qt);
-  const Range u = union_key_window(a, n, q);
-  Visit v;
-  v.tiles = ceil_div(u.size(), kv_tile);
-  for (int m = 0; m < v.tiles; ++m)
-    if (classify_axis_pair(a, n, q, u.begin + m * kv_tile, kv_tile) == PairClass::full) ++v.full;
+  v.tiles = run.count;
+  for (int m = 0; m < run.count; ++m)
+    v.full += classify_q_tile_keys(a, n, qt, q_tile, run.first + m * kv_tile, kv_tile) ==
+              PairClass::full;
   return v;
 }
 
@@ -48,9 +40,7 @@ AxisStats axis_tile_stats(const AxisRule& a, int q_tile, int kv_tile, KvTiling k
     s.kv_tiles += kv_tiles;
     s.same_group_pairs += int64_t{q_tiles} * kv_tiles;
     for (int qt = 0; qt < q_tiles; ++qt) {
-      const Visit v = kv_tiling == KvTiling::dynamic_tiles
-                          ? visit_dynamic(a, n, qt, q_tile, kv_tile)
-                          : visit_static(a, n, qt, q_tile, kv_tile);
+      const Visit v = visit(a, n, qt, q_tile, kv_tile, kv_tiling);
       s.max_visited = std::max(s.max_visited, v.tiles);
       s.visited += v.tiles;
       s.full += v.full;

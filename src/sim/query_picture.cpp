@@ -80,15 +80,10 @@ class QTileView {
       const AxisRule& ax = c_.axes[a];
       if (dilation_group(ax, k.v[a]) != group_[a]) return -1;
       const int j = index_in_group(ax, k.v[a]);
-      int slot;  // tile index along the axis (static) or offset from the window (dynamic)
-      if (c_.kv_tiling == KvTiling::dynamic_tiles) {
-        if (j < kv_begin_[a]) return -1;
-        slot = (j - kv_begin_[a]) / c_.kv_tile[a];
-        if (slot >= kv_count_[a]) return -1;
-      } else {
-        slot = j / c_.kv_tile[a];
-        if (slot < kv_first_[a] || slot >= kv_first_[a] + kv_count_[a]) return -1;
-      }
+      // Tile m of the run holds keys [first + m * T, first + (m + 1) * T).
+      if (j < kv_run_[a].first) return -1;
+      const int slot = (j - kv_run_[a].first) / c_.kv_tile[a];
+      if (slot >= kv_run_[a].count) return -1;
       combined = combine(combined, axis_class(a, slot));
       id = id * (n_[a] + 1) + slot;
     }
@@ -122,11 +117,8 @@ class QTileView {
   }
 
   PairClass axis_class(int a, int slot) const {
-    const AxisRule& ax = c_.axes[a];
-    if (c_.kv_tiling == KvTiling::dynamic_tiles)
-      return classify_axis_pair(ax, n_[a], q_rows_[a], kv_begin_[a] + slot * c_.kv_tile[a],
-                                c_.kv_tile[a]);
-    return classify_axis_pair(ax, n_[a], q_rows_[a], slot * c_.kv_tile[a], c_.kv_tile[a]);
+    return classify_axis_pair(c_.axes[a], n_[a], q_rows_[a],
+                              kv_run_[a].first + slot * c_.kv_tile[a], c_.kv_tile[a]);
   }
 
   void init_multi_dim() {
@@ -137,21 +129,11 @@ class QTileView {
       n_[a] = group_length(ax, group_[a]);
       const int qt = index_in_group(ax, query_.v[a]) / c_.q_tile[a];
       q_rows_[a] = tile_rows(n_[a], c_.q_tile[a], qt);
-      if (c_.kv_tiling == KvTiling::dynamic_tiles) {
-        const Range u = union_key_window(ax, n_[a], q_rows_[a]);
-        kv_begin_[a] = u.begin;
-        kv_first_[a] = 0;
-        kv_count_[a] = ceil_div(u.size(), c_.kv_tile[a]);
-      } else {
-        const Range r = kv_tiles_for_q_tile(ax, n_[a], qt, c_.q_tile[a], c_.kv_tile[a]);
-        kv_first_[a] = r.begin;
-        kv_count_[a] = r.size();
-      }
+      kv_run_[a] = kv_tile_run(ax, n_[a], qt, c_.q_tile[a], c_.kv_tile[a],
+                               kv_placement(c_.kv_tiling));
       int64_t axis_full = 0;
-      const int first = c_.kv_tiling == KvTiling::static_tiles ? kv_first_[a] : 0;
-      for (int s = first; s < first + kv_count_[a]; ++s)
-        axis_full += axis_class(a, s) == PairClass::full;
-      visited_ *= kv_count_[a];
+      for (int m = 0; m < kv_run_[a].count; ++m) axis_full += axis_class(a, m) == PairClass::full;
+      visited_ *= kv_run_[a].count;
       full_ *= axis_full;
     }
   }
@@ -197,9 +179,7 @@ class QTileView {
   int group_[kMaxRank] = {0, 0, 0};
   int n_[kMaxRank] = {1, 1, 1};
   Range q_rows_[kMaxRank];
-  int kv_first_[kMaxRank] = {0, 0, 0};  // static: first visited tile index
-  int kv_begin_[kMaxRank] = {0, 0, 0};  // dynamic: first key of the first tile
-  int kv_count_[kMaxRank] = {0, 0, 0};
+  KvTileRun kv_run_[kMaxRank];  // the visited KV tiles per axis
   // 1-D tiling
   int64_t tokens_ = 0, kv_volume_ = 1, run_begin_ = 0, run_end_ = 0;
   std::vector<Coords> run_queries_;

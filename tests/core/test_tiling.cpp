@@ -79,6 +79,165 @@ TEST(Tiling, InverseTileRangesMirrorForward) {
   }
 }
 
+// Brute-force class of (Q tile qt, the KV tile of tk keys from group coordinate k_begin): keys
+// past the group length are padding (never attended).
+PairClass brute_class_at(const AxisRule& a, int g, int qt, int tq, int k_begin, int tk) {
+  const int n = group_length(a, g);
+  bool any = false, all = true;
+  for (int ig = qt * tq; ig < std::min((qt + 1) * tq, n); ++ig)
+    for (int jg = k_begin; jg < k_begin + tk; ++jg) {
+      const bool att = jg >= 0 && jg < n &&
+                       literal_attends(a.extent, a.window, a.dilation, a.stride, a.causal,
+                                       g + a.dilation * ig, g + a.dilation * jg);
+      any |= att;
+      all &= att;
+    }
+  return !any ? PairClass::empty : (all ? PairClass::full : PairClass::partial);
+}
+
+// Placed KV tiles against brute force over the rule: they start at the first attended key of
+// the Q tile (so never below 0), every attended key lies inside them, their count is
+// ceil(attended span / tile), the fewest that can cover it (never more than the grid's), and
+// every tile's class is the brute-force one (never empty), the full ones a range of the run
+// (full_tiles_of_run, grid runs too). Grid runs are kv_tiles_for_q_tile.
+void check_placed_tiles(const AxisRule& a, int tq, int tk) {
+  SCOPED_TRACE("L=" + std::to_string(a.extent) + " K=" + std::to_string(a.window) +
+               " d=" + std::to_string(a.dilation) + " s=" + std::to_string(a.stride) +
+               " c=" + std::to_string(a.causal) + " tq=" + std::to_string(tq) +
+               " tk=" + std::to_string(tk));
+  for (int g = 0; g < a.dilation; ++g) {
+    const int n = group_length(a, g);
+    for (int qt = 0; qt < tiles_along(n, tq); ++qt) {
+      SCOPED_TRACE("group " + std::to_string(g) + " qt " + std::to_string(qt));
+      const KvTileRun run = placed_kv_tiles(a, n, qt, tq, tk);
+      const KvTileRun same = kv_tile_run(a, n, qt, tq, tk, KvPlacement::placed);
+      ASSERT_EQ(same.first, run.first);
+      ASSERT_EQ(same.count, run.count);
+      int lo = n, hi = -1;
+      for (int ig = qt * tq; ig < std::min((qt + 1) * tq, n); ++ig)
+        for (int jg = 0; jg < n; ++jg)
+          if (literal_attends(a.extent, a.window, a.dilation, a.stride, a.causal,
+                              g + a.dilation * ig, g + a.dilation * jg)) {
+            ASSERT_GE(jg, run.first);
+            ASSERT_LT(jg, run.first + run.count * tk);
+            lo = std::min(lo, jg);
+            hi = std::max(hi, jg);
+          }
+      ASSERT_LE(lo, hi);  // every query attends at least itself or its window
+      ASSERT_EQ(run.first, lo);
+      ASSERT_EQ(run.count, (hi - lo + 1 + tk - 1) / tk);
+      const Range grid = kv_tiles_for_q_tile(a, n, qt, tq, tk);
+      ASSERT_LE(run.count, grid.size());
+      const KvTileRun grid_run = kv_tile_run(a, n, qt, tq, tk, KvPlacement::grid);
+      ASSERT_EQ(grid_run.first, grid.begin * tk);
+      ASSERT_EQ(grid_run.count, grid.size());
+      const Range full = full_tiles_of_run(a, n, qt, tq, tk, run);
+      for (int m = 0; m < run.count; ++m) {
+        const int k_begin = run.first + m * tk;
+        const PairClass expected = brute_class_at(a, g, qt, tq, k_begin, tk);
+        ASSERT_NE(expected, PairClass::empty) << "m " << m;
+        ASSERT_EQ(classify_q_tile_keys(a, n, qt, tq, k_begin, tk), expected) << "m " << m;
+        ASSERT_EQ(full.contains(m), expected == PairClass::full) << "m " << m;
+      }
+      const Range grid_full = full_tiles_of_run(a, n, qt, tq, tk, grid_run);
+      for (int m = 0; m < grid_run.count; ++m)
+        ASSERT_EQ(grid_full.contains(m),
+                  brute_class_at(a, g, qt, tq, grid_run.first + m * tk, tk) == PairClass::full)
+            << "grid m " << m;
+    }
+  }
+}
+
+TEST(Tiling, PlacedKvTilesMatchBruteForce) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (int t = 0; t < 2000; ++t) {
+    check_placed_tiles(random_axis(rng, 48), rand_int(rng, 1, 9), rand_int(rng, 1, 9));
+    if (HasFatalFailure()) return;
+  }
+  // Long axes, wide windows and the kernels' power-of-two tiles.
+  for (int t = 0; t < 300; ++t) {
+    AxisRule a;
+    a.dilation = rand_int(rng, 1, 3);
+    a.extent = rand_int(rng, 2 * a.dilation, 300);
+    a.window = rand_int(rng, 2, a.extent / a.dilation);
+    a.stride = rand_int(rng, 0, 2) == 0 ? rand_int(rng, 1, a.window) : 1;
+    a.causal = rand_int(rng, 0, 4) == 0;
+    check_placed_tiles(a, 1 << rand_int(rng, 0, 7), 1 << rand_int(rng, 0, 7));
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Over several axes the placed tiles of a Q tile form a product box: every attended (query,
+// key) pair lies in it and each pair's class is the lowest over the axes (never empty), what the
+// Hopper forward relies on when it walks the box without testing for empty pairs.
+TEST(Tiling, PlacedKvTilesMultiDimensional) {
+  std::mt19937_64 rng(fresh_seed());
+  for (int t = 0; t < 40; ++t) {
+    const Problem p = random_problem(rng, rand_int(rng, 2, 3), 10);
+    int tq[3] = {1, 1, 1}, tk[3] = {1, 1, 1}, n[3] = {1, 1, 1}, nq[3] = {1, 1, 1};
+    for (int a = 0; a < p.rank; ++a) {
+      tq[a] = rand_int(rng, 1, 4);
+      tk[a] = rand_int(rng, 1, 4);
+      n[a] = group_length(p.axes[a], 0);
+      nq[a] = tiles_along(n[a], tq[a]);
+    }
+    for (int q0 = 0; q0 < nq[0]; ++q0) for (int q1 = 0; q1 < nq[1]; ++q1) for (int q2 = 0; q2 < nq[2]; ++q2) {
+      const int qt[3] = {q0, q1, q2};
+      KvTileRun run[3] = {{0, 1}, {0, 1}, {0, 1}};  // axes past the rank: one key
+      for (int a = 0; a < p.rank; ++a) run[a] = placed_kv_tiles(p.axes[a], n[a], qt[a], tq[a], tk[a]);
+      int64_t attended = 0, attended_in_box = 0;
+      int ig[3] = {0, 0, 0}, jg[3] = {0, 0, 0};
+      auto attends = [&] {
+        for (int a = 0; a < p.rank; ++a) {
+          const AxisRule& r = p.axes[a];
+          if (jg[a] < 0 || jg[a] >= n[a] ||
+              !literal_attends(r.extent, r.window, r.dilation, r.stride, r.causal,
+                               r.dilation * ig[a], r.dilation * jg[a]))
+            return false;
+        }
+        return true;
+      };
+      for (ig[0] = qt[0] * tq[0]; ig[0] < std::min((qt[0] + 1) * tq[0], n[0]); ++ig[0])
+      for (ig[1] = qt[1] * tq[1]; ig[1] < std::min((qt[1] + 1) * tq[1], n[1]); ++ig[1])
+      for (ig[2] = qt[2] * tq[2]; ig[2] < std::min((qt[2] + 1) * tq[2], n[2]); ++ig[2])
+      for (jg[0] = 0; jg[0] < n[0]; ++jg[0]) for (jg[1] = 0; jg[1] < n[1]; ++jg[1]) for (jg[2] = 0; jg[2] < n[2]; ++jg[2]) {
+        if (!attends()) continue;
+        ++attended;
+        bool in_box = true;
+        for (int a = 0; a < p.rank; ++a)
+          in_box = in_box && jg[a] >= run[a].first && jg[a] < run[a].first + run[a].count * tk[a];
+        attended_in_box += in_box;
+      }
+      ASSERT_EQ(attended_in_box, attended) << describe(p);
+      for (int m0 = 0; m0 < run[0].count; ++m0) for (int m1 = 0; m1 < run[1].count; ++m1) for (int m2 = 0; m2 < run[2].count; ++m2) {
+        const int m[3] = {m0, m1, m2};
+        PairClass c = PairClass::full;
+        for (int a = 0; a < p.rank; ++a)
+          c = combine(c, classify_q_tile_keys(p.axes[a], n[a], qt[a], tq[a],
+                                              run[a].first + m[a] * tk[a], tk[a]));
+        bool any = false, all = true;
+        int kb[3];
+        for (int a = 0; a < 3; ++a) kb[a] = run[a].first + m[a] * tk[a];
+        for (ig[0] = qt[0] * tq[0]; ig[0] < std::min((qt[0] + 1) * tq[0], n[0]); ++ig[0])
+        for (ig[1] = qt[1] * tq[1]; ig[1] < std::min((qt[1] + 1) * tq[1], n[1]); ++ig[1])
+        for (ig[2] = qt[2] * tq[2]; ig[2] < std::min((qt[2] + 1) * tq[2], n[2]); ++ig[2])
+        for (jg[0] = kb[0]; jg[0] < kb[0] + tk[0]; ++jg[0])
+        for (jg[1] = kb[1]; jg[1] < kb[1] + tk[1]; ++jg[1])
+        for (jg[2] = kb[2]; jg[2] < kb[2] + tk[2]; ++jg[2]) {
+          const bool att = attends();
+          any |= att;
+          all &= att;
+        }
+        const PairClass expected = !any ? PairClass::empty : (all ? PairClass::full : PairClass::partial);
+        ASSERT_NE(expected, PairClass::empty) << describe(p);
+        ASSERT_EQ(c, expected) << describe(p);
+      }
+    }
+  }
+}
+
 TEST(Tiling, MultiDimensionalClassesCombineAxes) {
   std::mt19937_64 rng(fresh_seed());
   for (int t = 0; t < 40; ++t) {

@@ -2,10 +2,14 @@
 // random problems: all three designs, dilation, causal axes, partial edge tiles.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <string>
 
 #include "brute_force.hpp"
 #include "gna/core/problem.hpp"
+#include "gna/core/tiling.hpp"
+#include "gna/sim/axis_stats.hpp"
 #include "gna/sim/simulator.hpp"
 
 namespace gna::sim {
@@ -106,6 +110,53 @@ TEST(SimBruteForce, Corners) {
   expect_matches(w);
   w.tiling = Tiling::multi_dim;
   expect_matches(w);
+}
+
+// The dynamic design's per-axis numbers are the core's placed KV tiles (gna/core/tiling.hpp),
+// which the Hopper forward loads: tiles, worst Q tile and full pairs summed over groups and Q
+// tiles from placed_kv_tiles and classify_q_tile_keys; static ones from kv_tiles_for_q_tile.
+TEST(SimBruteForce, DynamicKvTilesAreTheCoresPlacedTiles) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int t = 0; t < 500; ++t) {
+    AxisRule a;
+    a.dilation = uni(1, 3);
+    a.extent = uni(2 * a.dilation, 400);
+    a.window = uni(2, a.extent / a.dilation);
+    a.stride = uni(0, 1) ? uni(1, a.window) : 1;
+    a.causal = uni(0, 4) == 0;
+    const int tq = 1 << uni(0, 6), tk = 1 << uni(0, 7);
+    SCOPED_TRACE("L=" + std::to_string(a.extent) + " K=" + std::to_string(a.window) +
+                 " d=" + std::to_string(a.dilation) + " s=" + std::to_string(a.stride) +
+                 " c=" + std::to_string(a.causal) + " tq=" + std::to_string(tq) +
+                 " tk=" + std::to_string(tk));
+    int64_t visited[2] = {0, 0}, full[2] = {0, 0}, most[2] = {0, 0};
+    for (int g = 0; g < a.dilation; ++g) {
+      const int n = group_length(a, g);
+      for (int qt = 0; qt < tiles_along(n, tq); ++qt) {
+        const Range grid = kv_tiles_for_q_tile(a, n, qt, tq, tk);
+        const KvTileRun placed = placed_kv_tiles(a, n, qt, tq, tk);
+        visited[0] += grid.size();
+        visited[1] += placed.count;
+        most[0] = std::max<int64_t>(most[0], grid.size());
+        most[1] = std::max<int64_t>(most[1], placed.count);
+        for (int kt = grid.begin; kt < grid.end; ++kt)
+          full[0] += classify_axis_tiles(a, n, qt, kt, tq, tk) == PairClass::full;
+        for (int m = 0; m < placed.count; ++m)
+          full[1] += classify_q_tile_keys(a, n, qt, tq, placed.first + m * tk, tk) ==
+                     PairClass::full;
+      }
+    }
+    const KvTiling designs[2] = {KvTiling::static_tiles, KvTiling::dynamic_tiles};
+    for (int i = 0; i < 2; ++i) {
+      const AxisStats st = axis_tile_stats(a, tq, tk, designs[i]);
+      ASSERT_EQ(st.visited, visited[i]) << kv_tiling_name(designs[i]);
+      ASSERT_EQ(st.full, full[i]) << kv_tiling_name(designs[i]);
+      ASSERT_EQ(st.max_visited, most[i]) << kv_tiling_name(designs[i]);
+    }
+  }
 }
 
 }  // namespace

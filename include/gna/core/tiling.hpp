@@ -32,10 +32,49 @@ GNA_HD Range union_query_window(const AxisRule& a, int n, Range k) {
   return Range{query_window(a, n, k.begin).begin, query_window(a, n, k.end - 1).end};
 }
 
+// Grid KV tiles [begin, end) covering the union window u.
+GNA_HD Range grid_tiles_covering(Range u, int tile_kv) {
+  return Range{u.begin / tile_kv, ceil_div(u.end, tile_kv)};
+}
+
 // KV tiles [begin, end) that Q tile qt must visit on this axis (static KV tiles).
 GNA_HD Range kv_tiles_for_q_tile(const AxisRule& a, int n, int qt, int tile_q, int tile_kv) {
-  const Range u = union_key_window(a, n, tile_rows(n, tile_q, qt));
-  return Range{u.begin / tile_kv, ceil_div(u.end, tile_kv)};
+  return grid_tiles_covering(union_key_window(a, n, tile_rows(n, tile_q, qt)), tile_kv);
+}
+
+// Where a Q tile's KV tiles start on one axis (docs/rule.md section 7.2): on the fixed grid of the
+// KV tile size (static tiles, kv_tiles_for_q_tile), or placed at the first key of the union of its
+// queries' windows.
+enum class KvPlacement : uint8_t { grid, placed };
+// The placements a kernel may choose from (KernelOptions, the tile chooser).
+enum class KvPlacements : uint8_t { grid, placed, either };
+
+// The KV tiles a Q tile visits on one axis: `count` tiles of tile_kv keys, tile m starting at key
+// first + m * tile_kv (group coordinates). Tiles may run past the group length n (padding).
+struct KvTileRun {
+  int first = 0;
+  int count = 0;
+};
+
+// The KV tiles covering the union window u. Placed: ceil(|u| / tile_kv) tiles from u.begin, the
+// fewest that cover u. A placed run that ends past n is not shifted left to end at n: its first
+// tile would then hold keys no query of the Q tile attends, so the pair stays partial (over random
+// axes such a shift gave more partial pairs for 12% of the Q tiles it moved, fewer for 0.1%).
+GNA_HD KvTileRun kv_tiles_covering(Range u, int tile_kv, KvPlacement placement) {
+  if (placement == KvPlacement::placed) return KvTileRun{u.begin, ceil_div(u.size(), tile_kv)};
+  const Range t = grid_tiles_covering(u, tile_kv);
+  return KvTileRun{t.begin * tile_kv, t.size()};
+}
+
+// The KV tiles of Q tile qt with either placement (the union window computed once).
+GNA_HD KvTileRun kv_tile_run(const AxisRule& a, int n, int qt, int tile_q, int tile_kv,
+                             KvPlacement placement) {
+  return kv_tiles_covering(union_key_window(a, n, tile_rows(n, tile_q, qt)), tile_kv, placement);
+}
+
+// Placed KV tiles of Q tile qt.
+GNA_HD KvTileRun placed_kv_tiles(const AxisRule& a, int n, int qt, int tile_q, int tile_kv) {
+  return kv_tile_run(a, n, qt, tile_q, tile_kv, KvPlacement::placed);
 }
 
 // Q tiles [begin, end) whose queries attend KV tile kt on this axis (backward, KV-stationary).
@@ -63,6 +102,27 @@ GNA_HD PairClass classify_axis_pair(const AxisRule& a, int n, Range q, int k_beg
 GNA_HD PairClass classify_axis_tiles(const AxisRule& a, int n, int qt, int kt, int tile_q,
                                      int tile_kv) {
   return classify_axis_pair(a, n, tile_rows(n, tile_q, qt), kt * tile_kv, tile_kv);
+}
+
+// Class of the pair (Q tile qt, the KV tile of tile_kv keys from key k_begin) on one axis: the
+// class of tile m of a KvTileRun with k_begin = first + m * tile_kv.
+GNA_HD PairClass classify_q_tile_keys(const AxisRule& a, int n, int qt, int tile_q, int k_begin,
+                                      int tile_kv) {
+  return classify_axis_pair(a, n, tile_rows(n, tile_q, qt), k_begin, tile_kv);
+}
+
+// The tiles m of a KV tile run whose pair with Q tile qt is full on this axis, a range: along the
+// run a tile's first key and its end only grow, and the pair is full when the first key is at or
+// after the last query's window start and the end at or before the first query's window end and
+// n (classify_axis_pair). Every other tile of the run is partial.
+GNA_HD Range full_tiles_of_run(const AxisRule& a, int n, int qt, int tile_q, int tile_kv,
+                               KvTileRun run) {
+  const Range q = tile_rows(n, tile_q, qt);
+  const int lo = window_start(a, n, q.end - 1) - run.first;           // first key - run.first >= lo
+  const int hi = min_i(key_window(a, n, q.begin).end, n) - run.first;  // end - run.first <= hi
+  const int begin = lo <= 0 ? 0 : ceil_div(lo, tile_kv);
+  const int end = min_i(hi <= 0 ? 0 : hi / tile_kv, run.count);
+  return Range{min_i(begin, end), end};
 }
 
 // Per-axis tile shape of a multi-dimensional tile (unused axes are 1).

@@ -7,6 +7,7 @@
 
 #include "gna/core/axis_rule.hpp"
 #include "gna/core/problem.hpp"
+#include "gna/core/tiling.hpp"
 
 namespace gna::sim {
 
@@ -24,6 +25,11 @@ enum class KvTiling : int32_t {
 
 const char* tiling_name(Tiling t);     // "multi" or "1d"
 const char* kv_tiling_name(KvTiling t);  // "static" or "dynamic"
+// The core's placement of the design (gna/core/tiling.hpp): static tiles on the grid, dynamic
+// ones placed.
+inline KvPlacement kv_placement(KvTiling t) {
+  return t == KvTiling::dynamic_tiles ? KvPlacement::placed : KvPlacement::grid;
+}
 
 struct Config {
   int rank = 1;
