@@ -22,6 +22,11 @@ struct KernelOptions {
   bool autotune = false;       // benchmark candidate tiles once per problem signature
   bool deterministic = false;  // backward: same bits every run
   ForwardSchedule schedule;
+  // Where the Hopper forward's KV tiles start on each axis (docs/rule.md section 7.2): either
+  // (the tile chooser scores both and keeps the cheaper), on the grid of the KV tile, or placed
+  // at the first key of each Q tile's key windows. Other backends ignore it; tests and
+  // benchmarks force the other two.
+  KvPlacements kv_placements = KvPlacements::either;
 };
 
 }  // namespace gna

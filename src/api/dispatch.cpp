@@ -49,6 +49,9 @@ void check_options(const KernelOptions& o) {
   }
   if (o.schedule.ctas < 0)
     fail_invalid("options: schedule.ctas must be >= 0 (0: one per SM), got ", o.schedule.ctas);
+  if (static_cast<int>(o.kv_placements) > static_cast<int>(KvPlacements::either))
+    fail_invalid("options: kv_placements must be grid (0), placed (1) or either (2), got ",
+                 static_cast<int>(o.kv_placements));
 }
 
 template <typename Call>

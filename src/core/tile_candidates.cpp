@@ -21,20 +21,28 @@ std::vector<TileShape> power_of_two_tile_shapes(int rank, int tokens) {
   return out;
 }
 
-AxisPairStats axis_pair_stats(const AxisRule& rule, int n, int tile_q, int tile_kv, PairWalk walk) {
+AxisPairStats axis_pair_stats(const AxisRule& rule, int n, int tile_q, int tile_kv, PairWalk walk,
+                              KvPlacement placement) {
   AxisPairStats st;
   st.q_tiles = tiles_along(n, tile_q);
   st.kv_tiles = tiles_along(n, tile_kv);
-  const bool per_q = walk == PairWalk::per_q_tile;
-  for (int t = 0; t < (per_q ? st.q_tiles : st.kv_tiles); ++t) {
-    const Range box = per_q ? kv_tiles_for_q_tile(rule, n, t, tile_q, tile_kv)
-                            : q_tiles_for_kv_tile(rule, n, t, tile_q, tile_kv);
+  if (walk == PairWalk::per_q_tile) {
+    for (int qt = 0; qt < st.q_tiles; ++qt) {
+      const KvTileRun run = kv_tile_run(rule, n, qt, tile_q, tile_kv, placement);
+      st.visited += run.count;
+      st.max_box = std::max<double>(st.max_box, run.count);
+      for (int m = 0; m < run.count; ++m)
+        st.full += classify_q_tile_keys(rule, n, qt, tile_q, run.first + m * tile_kv, tile_kv) ==
+                   PairClass::full;
+    }
+    return st;
+  }
+  for (int kt = 0; kt < st.kv_tiles; ++kt) {
+    const Range box = q_tiles_for_kv_tile(rule, n, kt, tile_q, tile_kv);
     st.visited += box.size();
     st.max_box = std::max<double>(st.max_box, box.size());
-    for (int u = box.begin; u < box.end; ++u) {
-      const int qt = per_q ? t : u, kt = per_q ? u : t;
+    for (int qt = box.begin; qt < box.end; ++qt)
       st.full += classify_axis_tiles(rule, n, qt, kt, tile_q, tile_kv) == PairClass::full;
-    }
   }
   return st;
 }

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "gna/core/error.hpp"
@@ -13,23 +14,24 @@
 namespace gna {
 namespace {
 
-// Per-axis statistics of one (Q side, KV side) pair: many candidates share them.
-using AxisMemo = std::map<std::pair<int, int>, AxisPairStats>;
+// Per-axis statistics of one (Q side, KV side, placement): many candidates share them.
+using AxisMemo = std::map<std::tuple<int, int, KvPlacement>, AxisPairStats>;
 
-ScoredTiles score(const Problem& p, const TileKernel& k, const TileShape& q, const TileShape& kv,
-                  AxisMemo* memo) {
+ScoredTiles score_placed(const Problem& p, const TileKernel& k, const TileShape& q,
+                         const TileShape& kv, KvPlacement placement, AxisMemo* memo) {
   ScoredTiles c;
   c.q = q;
   c.kv = kv;
+  c.kv_placement = placement;
   double visited = 1, full = 1, max_box = 1, q_tiles = 1, kv_tiles = 1;
   for (int a = 0; a < p.rank; ++a) {
-    const std::pair<int, int> sides{q.size[a], kv.size[a]};
-    auto it = memo[a].find(sides);
+    const std::tuple<int, int, KvPlacement> key{q.size[a], kv.size[a], placement};
+    auto it = memo[a].find(key);
     if (it == memo[a].end()) {
       const AxisRule& rule = p.axes[a];
       it = memo[a]
-               .emplace(sides,
-                        axis_pair_stats(rule, group_length(rule, 0), q.size[a], kv.size[a], k.walk))
+               .emplace(key, axis_pair_stats(rule, group_length(rule, 0), q.size[a], kv.size[a],
+                                             k.walk, placement))
                .first;
     }
     const AxisPairStats& st = it->second;
@@ -46,6 +48,18 @@ ScoredTiles score(const Problem& p, const TileKernel& k, const TileShape& q, con
   c.kv_tiles = kv_tiles;
   c.cost = tile_cost(visited, full, k.weights);
   return c;
+}
+
+// The candidate with the kernel's placements: the cheaper of both for `either`, the grid on ties.
+ScoredTiles score(const Problem& p, const TileKernel& k, const TileShape& q, const TileShape& kv,
+                  AxisMemo* memo) {
+  const bool per_q = k.walk == PairWalk::per_q_tile;
+  if (!per_q || k.kv_placements == KvPlacements::grid)
+    return score_placed(p, k, q, kv, KvPlacement::grid, memo);
+  const ScoredTiles placed = score_placed(p, k, q, kv, KvPlacement::placed, memo);
+  if (k.kv_placements == KvPlacements::placed) return placed;
+  const ScoredTiles grid = score_placed(p, k, q, kv, KvPlacement::grid, memo);
+  return placed.cost < grid.cost ? placed : grid;
 }
 
 // The forced shape with the axes past the rank at 1, like every candidate's.
@@ -130,7 +144,8 @@ ScoredTiles tile_choice(const Problem& p, const TileKernel& k, const TileShape& 
   for (int v : rule_signature(p)) key.push_back(v);
   key.insert(key.end(),
              {k.q_rows, k.kv_rows, static_cast<int64_t>(k.walk), bits_of(k.weights.partial),
-              bits_of(k.weights.rows), bits_of(k.weights.speedup)});
+              bits_of(k.weights.rows), bits_of(k.weights.speedup),
+              static_cast<int64_t>(k.kv_placements)});
   const bool fq = tile_forced(forced_q, p.rank), fkv = tile_forced(forced_kv, p.rank);
   for (int a = 0; a < p.rank; ++a)
     key.insert(key.end(), {fq ? forced_q.size[a] : 0, fkv ? forced_kv.size[a] : 0});

@@ -80,5 +80,49 @@ TEST(TileCandidates, AxisPairStatsCountTheNonEmptyAndFullPairs) {
   }
 }
 
+// With placed KV tiles a Q tile visits the tiles of tk keys from its first attended key up to
+// its last (brute force); full ones are those every query attends whole, padding excluded.
+TEST(TileCandidates, AxisPairStatsOfPlacedKvTiles) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (int t = 0; t < 2000; ++t) {
+    AxisRule a = random_axis(rng, 64);
+    const int n = group_length(a, 0);
+    a.extent = n;
+    a.dilation = 1;
+    const int tq = rand_int(rng, 1, 17), tk = rand_int(rng, 1, 17);
+    double visited = 0, full = 0, most = 0;
+    for (int qt = 0; qt < tiles_along(n, tq); ++qt) {
+      const Range qs = tile_rows(n, tq, qt);
+      int lo = n, hi = -1;
+      for (int i = qs.begin; i < qs.end; ++i)
+        for (int j = 0; j < n; ++j)
+          if (axis_attends(a, i, j)) {
+            lo = std::min(lo, j);
+            hi = std::max(hi, j);
+          }
+      const int count = (hi - lo + tk) / tk;
+      visited += count;
+      most = std::max<double>(most, count);
+      for (int m = 0; m < count; ++m) {
+        bool all = true;
+        for (int i = qs.begin; i < qs.end; ++i)
+          for (int j = lo + m * tk; j < lo + (m + 1) * tk; ++j) all &= j < n && axis_attends(a, i, j);
+        full += all;
+      }
+    }
+    const auto st = axis_pair_stats(a, n, tq, tk, PairWalk::per_q_tile, KvPlacement::placed);
+    SCOPED_TRACE("L=" + std::to_string(n) + " K=" + std::to_string(a.window) + " s=" +
+                 std::to_string(a.stride) + " c=" + std::to_string(a.causal) + " tq=" +
+                 std::to_string(tq) + " tk=" + std::to_string(tk));
+    EXPECT_EQ(st.visited, visited);
+    EXPECT_EQ(st.full, full);
+    EXPECT_EQ(st.max_box, most);
+    EXPECT_EQ(st.q_tiles, tiles_along(n, tq));
+    EXPECT_EQ(st.kv_tiles, tiles_along(n, tk));
+  }
+}
+
 }  // namespace
 }  // namespace gna::test

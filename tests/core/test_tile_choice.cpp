@@ -191,5 +191,57 @@ TEST(TileChoice, BadForcedTilesAreErrors) {
   EXPECT_EQ(error_of(line, shape(64, 0, 0), shape(100, 0, 0)), "");
 }
 
+// A kernel that places its KV tiles (KvPlacements::either) keeps, for every candidate, the cheaper
+// of its grid and placed scores, the grid on ties; forcing one placement scores every candidate
+// with it; a per_kv_tile walk has grid tiles only. The cache keeps the three apart.
+TEST(TileChoice, KvPlacements) {
+  const Problem p = layout();
+  TileKernel k[3] = {kernel(), kernel(), kernel()};
+  const KvPlacements modes[3] = {KvPlacements::grid, KvPlacements::placed, KvPlacements::either};
+  std::vector<ScoredTiles> ranked[3];
+  for (int i = 0; i < 3; ++i) {
+    k[i].kv_placements = modes[i];
+    ranked[i] = ranked_tile_choices(p, k[i], kNoForcedTile, kNoForcedTile);
+    ASSERT_EQ(ranked[i].size(), ranked[0].size());
+  }
+  auto find = [](const std::vector<ScoredTiles>& v, const ScoredTiles& c) {
+    for (const ScoredTiles& s : v)
+      if (std::equal(s.q.size, s.q.size + kMaxRank, c.q.size) &&
+          std::equal(s.kv.size, s.kv.size + kMaxRank, c.kv.size))
+        return s;
+    ADD_FAILURE() << "candidate missing";
+    return ScoredTiles{};
+  };
+  int placed_cheaper = 0;
+  for (const ScoredTiles& e : ranked[2]) {
+    const ScoredTiles g = find(ranked[0], e), pl = find(ranked[1], e);
+    EXPECT_EQ(g.kv_placement, KvPlacement::grid);
+    EXPECT_EQ(pl.kv_placement, KvPlacement::placed);
+    EXPECT_LE(pl.visited_pairs, g.visited_pairs);  // never more tiles than the grid
+    EXPECT_LE(pl.max_box, g.max_box);
+    const ScoredTiles& expected = pl.cost < g.cost ? pl : g;
+    expect_same(e, expected);
+    EXPECT_EQ(e.kv_placement, expected.kv_placement);
+    placed_cheaper += pl.cost < g.cost;
+  }
+  EXPECT_GT(placed_cheaper, 0);
+  const ScoredTiles chosen[3] = {tile_choice(p, k[0], kNoForcedTile, kNoForcedTile),
+                                 tile_choice(p, k[1], kNoForcedTile, kNoForcedTile),
+                                 tile_choice(p, k[2], kNoForcedTile, kNoForcedTile)};
+  for (int i = 0; i < 3; ++i) expect_same(chosen[i], ranked[i].front());
+  EXPECT_EQ(chosen[0].kv_placement, KvPlacement::grid);
+  EXPECT_EQ(chosen[1].kv_placement, KvPlacement::placed);
+  EXPECT_LT(chosen[2].cost, chosen[0].cost);
+  TileKernel backward = kernel(PairWalk::per_kv_tile);
+  const std::vector<ScoredTiles> bg = ranked_tile_choices(p, backward, kNoForcedTile, kNoForcedTile);
+  backward.kv_placements = KvPlacements::either;
+  const std::vector<ScoredTiles> be = ranked_tile_choices(p, backward, kNoForcedTile, kNoForcedTile);
+  ASSERT_EQ(bg.size(), be.size());
+  for (size_t i = 0; i < bg.size(); ++i) {
+    expect_same(bg[i], be[i]);
+    EXPECT_EQ(be[i].kv_placement, KvPlacement::grid);
+  }
+}
+
 }  // namespace
 }  // namespace gna

@@ -249,6 +249,10 @@ TEST(Validation, OptionsMustNotBeNegative) {
   o.kernel.schedule.ctas = -1;
   expect_error([&] { attention_forward(t.params, t.in(), t.out.ref, nullptr, o); },
                "options: schedule.ctas must be >= 0 (0: one per SM), got -1");
+  o.kernel.schedule.ctas = 0;
+  o.kernel.kv_placements = static_cast<KvPlacements>(3);
+  expect_error([&] { attention_forward(t.params, t.in(), t.out.ref, nullptr, o); },
+               "options: kv_placements must be grid (0), placed (1) or either (2), got 3");
 }
 
 TEST(Validation, ErrorKindsDistinguishUnsupported) {

@@ -18,6 +18,8 @@ enum class PairWalk { per_q_tile, per_kv_tile };
 
 // Pair counts of one axis inside one dilation group of length n (rule with dilation folded
 // out): pairs in the visited boxes, fully dense ones among them, the largest box, tile counts.
+// A per_q_tile walk visits the KV tiles of kv_tile_run with the given placement (a per_kv_tile
+// walk visits grid tiles only).
 struct AxisPairStats {
   double visited = 0;
   double full = 0;
@@ -25,6 +27,7 @@ struct AxisPairStats {
   int q_tiles = 0;
   int kv_tiles = 0;
 };
-AxisPairStats axis_pair_stats(const AxisRule& rule, int n, int tile_q, int tile_kv, PairWalk walk);
+AxisPairStats axis_pair_stats(const AxisRule& rule, int n, int tile_q, int tile_kv, PairWalk walk,
+                              KvPlacement placement = KvPlacement::grid);
 
 }  // namespace gna

@@ -37,6 +37,9 @@ struct TileKernel {
   PairWalk walk = PairWalk::per_q_tile;
   TileCostWeights weights;
   TileLimit forced_q, forced_kv;
+  // The KV tile placements a per_q_tile walk may run (tiling.hpp): with `either` every candidate
+  // is scored with grid and with placed KV tiles and keeps the cheaper, the grid on ties.
+  KvPlacements kv_placements = KvPlacements::grid;
 };
 
 // One candidate scored over one image and head (dilation group 0 of every axis): the pair
@@ -44,6 +47,7 @@ struct TileKernel {
 // worst KV tile), the tile counts, and the cost.
 struct ScoredTiles {
   TileShape q, kv;
+  KvPlacement kv_placement = KvPlacement::grid;
   double visited_pairs = 0;
   double full_pairs = 0;
   double max_box = 0;
@@ -62,7 +66,7 @@ bool tile_forced(const TileShape& t, int rank);
 // kernel's rule when a forced tile is not one the kernel runs.
 void check_forced_tiles(const TileKernel& k, int rank, const TileShape& q, const TileShape& kv);
 
-// Scores one candidate.
+// Scores one candidate (with the cheaper of the kernel's KV tile placements).
 ScoredTiles score_tile_choice(const Problem& p, const TileKernel& k, const TileShape& q,
                               const TileShape& kv);
 
