@@ -2,6 +2,9 @@
 // core's rule (every 8th configuration also against the library's gpu_reference backend, whose
 // outputs are rounded to the input dtype, with twice the tolerance). Fresh random inputs each run, outputs poisoned with NaN before each launch.
 // Configurations per rank: GNA_HOPPER_SWEEP (default 24); seed: GNA_HOPPER_SEED (default: time).
+// KV tiles: a third of the configurations force placed KV tiles, a third grid ones, a third leave
+// the choice to the kernel; the sweep counts the launches whose placed tiles differ from the grid
+// and fails when too few did.
 // Tolerances (|out - ref| <= atol + rtol * |ref| per element, and LSE abs error):
 //   bf16: atol 2e-2, rtol 2e-2, LSE 2e-2;  fp16: atol 4e-3, rtol 4e-3, LSE 4e-3.
 #include <cuda_runtime.h>
@@ -18,6 +21,7 @@
 #include "backend/backend.hpp"
 #include "gna/attention_params.hpp"
 #include "gna/core/error.hpp"
+#include "gna/core/tiling.hpp"
 #include "gpu_reference.cuh"
 #include "kernels/hopper/forward_launch.hpp"
 #include "kernels/hopper/tma_host.hpp"
@@ -78,6 +82,7 @@ struct Config {
   TileShape q_tile, kv_tile;  // zeros: default choice
   bool autotune = false;
   ForwardSchedule schedule;  // persistent on a few CTAs: every CTA walks many items
+  KvPlacements kv_placements = KvPlacements::either;
 
   std::string describe() const {
     char buf[512];
@@ -93,9 +98,11 @@ struct Config {
                        q_tile.size[2], kv_tile.size[0], kv_tile.size[1], kv_tile.size[2],
                        autotune ? " autotune" : "");
     const char* kinds[] = {"auto", "grid", "persistent"};
-    std::snprintf(buf + n, sizeof buf - n, " schedule %s ctas %d %s %s", kinds[schedule.kind],
-                  schedule.ctas, schedule.dynamic ? "dynamic" : "round-robin",
-                  schedule.longest_first ? "longest-first" : "plain");
+    const char* placements[] = {"grid", "placed", "either"};
+    std::snprintf(buf + n, sizeof buf - n, " schedule %s ctas %d %s %s, kv tiles %s",
+                  kinds[schedule.kind], schedule.ctas, schedule.dynamic ? "dynamic" : "round-robin",
+                  schedule.longest_first ? "longest-first" : "plain",
+                  placements[static_cast<int>(kv_placements)]);
     return buf;
   }
 };
@@ -158,12 +165,38 @@ Config random_config(std::mt19937_64& rng, int rank) {
   return c;
 }
 
-struct Failure {
-  std::string what;
+// How a launch used placed KV tiles, from the core's tiling math on the tiles it ran: whether
+// they were placed, whether some Q tile's placed run differs from its grid run (the placed path
+// really ran), and whether some run ends past its group on the outermost axis (with batches
+// folded into it the next batch's keys, else zero fill, must be masked).
+struct PlacedUse {
+  bool known = false;  // false with autotune (the timed winner is not reported)
+  bool placed = false;
+  bool differs = false;
+  bool past_end_axis0 = false;
 };
 
-// Runs one configuration; returns an empty string when it passes.
-std::string run_config(const Config& c, uint64_t seed, bool cross_check) {
+PlacedUse placed_use(const Problem& p, const hopper::TileChoice& t) {
+  PlacedUse u;
+  u.known = true;
+  u.placed = t.kv_placement == KvPlacement::placed;
+  if (!u.placed) return u;
+  for (int a = 0; a < p.rank; ++a)
+    for (int g = 0; g < p.axes[a].dilation; ++g) {
+      const int n = group_length(p.axes[a], g), tq = t.q.size[a], tk = t.kv.size[a];
+      for (int qt = 0; qt < tiles_along(n, tq); ++qt) {
+        const KvTileRun placed = placed_kv_tiles(p.axes[a], n, qt, tq, tk);
+        const KvTileRun grid = kv_tile_run(p.axes[a], n, qt, tq, tk, KvPlacement::grid);
+        u.differs = u.differs || placed.first != grid.first || placed.count != grid.count;
+        if (a == 0) u.past_end_axis0 = u.past_end_axis0 || placed.first + placed.count * tk > n;
+      }
+    }
+  return u;
+}
+
+// Runs one configuration; returns an empty string when it passes. `use` (optional) tells how
+// the launch used placed KV tiles.
+std::string run_config(const Config& c, uint64_t seed, bool cross_check, PlacedUse* use = nullptr) {
   const Backend* be = hopper_backend();
   if (!be) return "no hopper backend registered";
   const int r = c.rank;
@@ -285,12 +318,14 @@ std::string run_config(const Config& c, uint64_t seed, bool cross_check) {
   call.options.kv_tile = c.kv_tile;
   call.options.autotune = c.autotune;
   call.options.schedule = c.schedule;
+  call.options.kv_placements = c.kv_placements;
   std::string why;
   if (!be->supports_forward(call, &why)) {
     cleanup();
     return "unsupported: " + why;
   }
   try {
+    if (use && !c.autotune) *use = placed_use(call.problem, hopper::choose_tiles(call.problem, call.options));
     be->forward(call);
   } catch (const Error& e) {
     cleanup();
@@ -406,11 +441,22 @@ void sweep(int rank) {
       static_cast<int>(std::chrono::steady_clock::now().time_since_epoch().count() & 0x7fffffff)));
   std::mt19937_64 rng(seed * 31 + rank);
   int failures = 0, unsupported = 0, cross_checked = 0;
+  int placed = 0, differs = 0, past_end = 0, placed_persistent = 0;
+  const KvPlacements placements[3] = {KvPlacements::placed, KvPlacements::either,
+                                      KvPlacements::grid};
   for (int i = 0; i < count; ++i) {
-    const Config c = random_config(rng, rank);
+    Config c = random_config(rng, rank);
+    c.kv_placements = placements[i % 3];
     const bool cross = i % 8 == 0;
     cross_checked += cross;
-    const std::string res = run_config(c, rng(), cross);
+    PlacedUse use;
+    const std::string res = run_config(c, rng(), cross, &use);
+    if (use.placed) {
+      ++placed;
+      differs += use.differs;
+      past_end += use.differs && use.past_end_axis0;
+      placed_persistent += use.differs && c.schedule.kind == ForwardSchedule::persistent;
+    }
     if (res.rfind("unsupported", 0) == 0) ++unsupported;  // every generated case is supported
     if (!res.empty()) {
       ++failures;
@@ -419,9 +465,101 @@ void sweep(int rank) {
   }
   std::printf(
       "hopper sweep rank %d: %d configurations (%d also against gpu_reference), %d failures, "
-      "%d unsupported (seed %llu)\n",
-      rank, count, cross_checked, failures, unsupported, static_cast<unsigned long long>(seed));
+      "%d unsupported (seed %llu); placed KV tiles: %d launches, %d differing from the grid (%d "
+      "running past the outermost axis, %d persistent)\n",
+      rank, count, cross_checked, failures, unsupported, static_cast<unsigned long long>(seed),
+      placed, differs, past_end, placed_persistent);
   EXPECT_EQ(failures, 0);
+  // A third of the configurations force placed tiles (a tenth of them autotuned, whose tiles are
+  // not reported); most of those differ from the grid.
+  EXPECT_GE(differs, count / 8) << "too few launches ran placed KV tiles that differ from the grid";
+}
+
+// A configuration with the given rule per axis ({extent, window, dilation, stride, causal}) and
+// forced tiles.
+Config fixed_config(std::initializer_list<AxisRule> axes, TileShape q, TileShape kv, int batch,
+                    int heads_q, int heads_kv, int dim, int additional) {
+  Config c;
+  c.rank = c.params.rank = static_cast<int>(axes.size());
+  int a = 0;
+  for (const AxisRule& r : axes) {
+    c.extent[a] = r.extent;
+    c.params.window[a] = r.window;
+    c.params.dilation[a] = r.dilation;
+    c.params.stride[a] = r.stride;
+    c.params.causal[a] = r.causal;
+    ++a;
+  }
+  c.q_tile = q;
+  c.kv_tile = kv;
+  c.batch = batch;
+  c.heads_q = heads_q;
+  c.heads_kv = heads_kv;
+  c.dim = dim;
+  c.additional = additional;
+  return c;
+}
+
+// Placed KV tiles on hand-picked problems whose placed tiles differ from the grid (checked), each
+// run with grid and with placed tiles, one CTA per item and persistent, bf16 and fp16: runs past
+// the outermost axis with batches folded into it (the next batch's keys masked; dilated too),
+// causal, dilation with strides, additional keys, grouped heads, head dim 256 (64-key tiles).
+TEST(HopperForward, PlacedKvTiles) {
+  if (!have_sm90()) GTEST_SKIP() << "no sm_90 device";
+  struct Case {
+    const char* name;
+    Config c;
+    bool past_end_axis0;  // a placed run ends past the (folded) outermost axis
+  };
+  const Case cases[] = {
+      {"folded axis 0, past its end",
+       fixed_config({{10, 5, 1, 1, false}, {12, 5, 1, 1, false}, {16, 7, 1, 1, false}},
+                    TileShape{{2, 8, 8}}, TileShape{{4, 4, 8}}, 3, 2, 1, 64, 0),
+       true},
+      {"dilated folded axis 0",
+       fixed_config({{12, 4, 2, 1, false}, {10, 5, 1, 1, false}, {16, 7, 1, 1, false}},
+                    TileShape{{4, 4, 8}}, TileShape{{4, 4, 8}}, 2, 2, 2, 128, 0),
+       true},
+      {"causal 1-D", fixed_config({{1000, 300, 1, 1, true}}, TileShape{{128, 0, 0}},
+                                  TileShape{{128, 0, 0}}, 2, 2, 1, 128, 0),
+       false},
+      {"dilated strided 2-D",
+       fixed_config({{40, 7, 2, 1, false}, {56, 9, 3, 2, false}}, TileShape{{8, 16, 0}},
+                    TileShape{{16, 8, 0}}, 2, 4, 2, 64, 0),
+       false},
+      {"causal 3-D with additional keys",
+       fixed_config({{12, 6, 1, 1, true}, {16, 8, 1, 1, false}, {20, 8, 1, 1, false}},
+                    TileShape{{2, 8, 8}}, TileShape{{2, 8, 8}}, 2, 3, 1, 32, 77),
+       true},
+      {"head dim 256", fixed_config({{32, 9, 1, 1, false}, {48, 13, 1, 1, false}},
+                                    TileShape{{8, 16, 0}}, TileShape{{8, 8, 0}}, 1, 2, 2, 256, 0),
+       false},
+  };
+  std::mt19937_64 rng(env_int("GNA_HOPPER_SEED", 7));
+  int runs = 0;
+  for (const Case& k : cases)
+    for (KvPlacements placement : {KvPlacements::grid, KvPlacements::placed})
+      for (int persistent = 0; persistent < 2; ++persistent)
+        for (int bf16 = 0; bf16 < 2; ++bf16) {
+          Config c = k.c;
+          c.kv_placements = placement;
+          c.bf16 = bf16 != 0;
+          if (persistent) {
+            c.schedule.kind = ForwardSchedule::persistent;
+            c.schedule.ctas = 3;
+          } else {
+            c.schedule.kind = ForwardSchedule::one_cta_per_item;
+          }
+          PlacedUse use;
+          const std::string res = run_config(c, rng(), runs++ % 4 == 0, &use);
+          EXPECT_EQ(res, "") << k.name << ": " << c.describe();
+          ASSERT_TRUE(use.known);
+          EXPECT_EQ(use.placed, placement == KvPlacements::placed) << k.name;
+          if (use.placed) {
+            EXPECT_TRUE(use.differs) << k.name << ": placed tiles equal the grid's";
+            if (k.past_end_axis0) EXPECT_TRUE(use.past_end_axis0) << k.name;
+          }
+        }
 }
 
 TEST(HopperForward, RandomSweepRank1) { sweep(1); }

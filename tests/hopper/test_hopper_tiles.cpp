@@ -6,6 +6,7 @@
 #include "gna/core/error.hpp"
 #include "kernels/hopper/backward_launch.hpp"
 #include "kernels/hopper/forward_launch.hpp"
+#include "support/rule_text.hpp"
 
 namespace gna {
 namespace {
@@ -19,6 +20,42 @@ TEST(HopperTiles, Flux4kStride16IsBlockSparse) {
   const hopper::TileChoice c = hopper::choose_tiles(p, KernelOptions{});
   EXPECT_EQ(c.visited_pairs, c.full_pairs);
   EXPECT_NEAR(c.dense_kv_tiles / c.max_kv_per_q, 10.24, 1e-9);
+}
+
+// Placed KV tiles where they visit fewer tiles: the hunyuan and wan neighborhoods (docs/rule.md
+// section 9) choose them, with a worst Q tile below the grid's best; a forced placement is
+// honoured, and a block-sparse stride keeps the grid (a tie).
+TEST(HopperTiles, PlacedKvTilesWhereCheaper) {
+  struct Expect {
+    const char* rule;
+    double grid_max, placed_max;  // KV tiles of the worst Q tile, each mode's own best tiles
+  };
+  const Expect cases[] = {
+      {"30,18,1,1,0 48,24,1,1,0 80,24,1,1,0", 196, 160},
+      {"21,15,1,1,0 45,27,1,1,0 80,48,1,1,0", 320, 252},
+  };
+  for (const Expect& e : cases) {
+    Problem p = test::rule_from_text(e.rule);
+    p.dim_qk = p.dim_v = 128;
+    KernelOptions o;
+    const hopper::TileChoice either = hopper::choose_tiles(p, o);
+    o.kv_placements = KvPlacements::grid;
+    const hopper::TileChoice grid = hopper::choose_tiles(p, o);
+    o.kv_placements = KvPlacements::placed;
+    const hopper::TileChoice placed = hopper::choose_tiles(p, o);
+    EXPECT_EQ(either.kv_placement, KvPlacement::placed) << e.rule;
+    EXPECT_EQ(grid.kv_placement, KvPlacement::grid);
+    EXPECT_EQ(placed.kv_placement, KvPlacement::placed);
+    EXPECT_EQ(grid.max_kv_per_q, e.grid_max) << e.rule;
+    EXPECT_EQ(either.max_kv_per_q, e.placed_max) << e.rule;
+    EXPECT_LT(either.visited_pairs, grid.visited_pairs) << e.rule;
+    // Autotune ranks the same candidates, each with its placement.
+    EXPECT_EQ(hopper::ranked_tiles(p, KernelOptions{}).front().kv_placement, KvPlacement::placed);
+  }
+  Problem p;
+  p.rank = 2;
+  for (int a = 0; a < 2; ++a) p.axes[a] = AxisRule{256, 80, 1, 16, false};
+  EXPECT_EQ(hopper::choose_tiles(p, KernelOptions{}).kv_placement, KvPlacement::grid);
 }
 
 Problem flux() {

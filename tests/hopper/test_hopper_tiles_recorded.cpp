@@ -1,7 +1,8 @@
 // The Hopper tile choices recorded from the forward's and the backward's own choosers before
 // both moved onto the core's tile chooser: the benchmark cases (simulator presets, kernel and
 // Python benchmarks), then problems of ranks 1-3 with windows, strides, dilations and causal
-// axes. The chooser must keep choosing exactly these.
+// axes. The chooser must keep choosing exactly these; for the forward, with grid KV tiles (the
+// only ones then), and with its choice of placements never at a higher cost.
 #include <gtest/gtest.h>
 
 #include "kernels/hopper/backward_launch.hpp"
@@ -102,15 +103,22 @@ const Recorded kRecorded[] = {
 };
 
 TEST(HopperTiles, ChoicesRecordedBeforeTheCoreChooser) {
+  KernelOptions grid;
+  grid.kv_placements = KvPlacements::grid;
   for (const Recorded& r : kRecorded) {
     Problem p = test::rule_from_text(r.rule);
     p.dim_qk = p.dim_v = 128;
-    const hopper::TileChoice f = hopper::choose_tiles(p, KernelOptions{});
+    const hopper::TileChoice f = hopper::choose_tiles(p, grid);
     EXPECT_EQ(test::tiles_text(f.q, f.kv, p.rank), r.forward) << r.rule;
+    EXPECT_EQ(f.kv_placement, KvPlacement::grid);
     const hopper::BwdTiles b = hopper::choose_backward_tiles(p, KernelOptions{});
     EXPECT_EQ(test::tiles_text(b.q, b.kv, p.rank), r.backward) << r.rule;
+    const hopper::TileChoice either = hopper::choose_tiles(p, KernelOptions{});
+    EXPECT_LE(either.visited_pairs + 0.25 * (either.visited_pairs - either.full_pairs),
+              f.visited_pairs + 0.25 * (f.visited_pairs - f.full_pairs))
+        << r.rule;
     p.dim_qk = p.dim_v = 256;
-    const hopper::TileChoice w = hopper::choose_tiles(p, KernelOptions{});
+    const hopper::TileChoice w = hopper::choose_tiles(p, grid);
     EXPECT_EQ(test::tiles_text(w.q, w.kv, p.rank), r.forward_d256) << r.rule;
   }
 }

@@ -42,7 +42,8 @@ struct SharedStorage {
   uint64_t q_full;
   uint64_t k_full[kv_stages(D)], k_empty[kv_stages(D)];
   uint64_t v_full[kv_stages(D)], v_empty[kv_stages(D)];
-  uint8_t axis_class[kAxes][kClassTable];  // PairClass per KV tile of each axis range
+  uint8_t axis_class[kAxes][kClassTable];  // PairClass per KV tile of each axis run
+  int full_tiles[kAxes][2];  // runs longer than the table: their full tiles [begin, end)
   // Head dim 256: the consumers' per-row key windows (begin, width per row and axis) live here
   // instead of in registers, next to the 128 O accumulators per thread.
   int row_window[D > 128 ? 4 * kAxes : 1][D > 128 ? 256 : 1];
@@ -53,9 +54,10 @@ constexpr int shared_bytes() {
   return static_cast<int>(sizeof(SharedStorage<D>)) + 1024;  // + alignment slack
 }
 
-// The KV tiles a Q tile visits: the per-axis boxes from the core, then the additional-KV tiles.
+// The KV tiles a Q tile visits: the per-axis runs from the core (grid or placed, p.kv_placement;
+// tile m of axis a starts at key first[a] + m * kv_tile[a]), then the additional-KV tiles.
 struct KvWalk {
-  int begin[kAxes];
+  int first[kAxes];
   int size[kAxes];
   int spatial;     // tiles in the box
   int additional;  // tiles of additional keys
@@ -67,10 +69,10 @@ __device__ __forceinline__ KvWalk make_walk(const FwdParams& p, const int (&qt)[
   w.spatial = 1;
 #pragma unroll
   for (int a = 0; a < kAxes; ++a) {
-    const Range r =
-        kv_tiles_for_q_tile(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a], p.kv_tile[a]);
-    w.begin[a] = r.begin;
-    w.size[a] = r.size();
+    const KvTileRun r = kv_tile_run(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
+                                    p.kv_tile[a], p.kv_placement);
+    w.first[a] = r.first;
+    w.size[a] = r.count;
     w.spatial *= w.size[a];
   }
   w.additional = (p.additional_kv + kv_tokens - 1) / kv_tokens;
@@ -78,8 +80,8 @@ __device__ __forceinline__ KvWalk make_walk(const FwdParams& p, const int (&qt)[
 }
 
 // Position in the walk: index t (spatial tiles first, then additional ones) and the KV tile
-// offsets inside the per-axis ranges. The walk never meets an empty pair: every tile of an
-// axis range intersects the union of the Q tile's windows on that axis, and because the rule is
+// offsets inside the per-axis runs. The walk never meets an empty pair: every tile of an
+// axis run intersects the union of the Q tile's windows on that axis, and because the rule is
 // an AND over axes with Q and KV tiles being products of per-axis sets, a pair is empty only if
 // one of its axes is.
 struct KvCursor {
@@ -127,9 +129,11 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, SharedStorage<
     int c2, c3, c4;
     const CUtensorMap *mk, *mv;
     if (cur.t < w.spatial) {
-      c2 = (w.begin[2] + cur.idx[2]) * p.kv_tile[2];
-      c3 = (w.begin[1] + cur.idx[1]) * p.kv_tile[1];
-      c4 = x_base + (w.begin[0] + cur.idx[0]) * p.kv_tile[0];
+      // Any key coordinate: a box past the axis' end is zero-filled, or on the folded axis 0
+      // holds the next batch's keys; either way the pair is partial and those keys masked.
+      c2 = w.first[2] + cur.idx[2] * p.kv_tile[2];
+      c3 = w.first[1] + cur.idx[1] * p.kv_tile[1];
+      c4 = x_base + w.first[0] + cur.idx[0] * p.kv_tile[0];
       mk = tm_k;
       mv = tm_v;
     } else {
@@ -165,15 +169,19 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
   const int quad = lane % 4;
   const int row_in_wg = warp * 16 + lane / 4;  // and + 8
 
-  // Per row (2 per thread): the key window per axis (group coordinates).
+  const KvWalk w = make_walk(p, qt, kKv);
+  const int total = w.spatial + w.additional;
+
+  // Per row (2 per thread): the key window per axis, counted from the walk's first key (so tile
+  // m of an axis starts at m * kv_tile, grid or placed).
   constexpr bool kWindowsInSmem = D > 128;
   const int ctid = threadIdx.x - 128;
   int key_begin[2][kAxes], key_width[2][kAxes];
   row_key_windows(p, qt, consumer, row_in_wg, [&](int i, int a, Range kw) {
-    key_begin[i][a] = kw.begin;
+    key_begin[i][a] = kw.begin - w.first[a];
     key_width[i][a] = kw.size();
     if constexpr (kWindowsInSmem) {
-      s.row_window[(i * kAxes + a) * 2][ctid] = kw.begin;
+      s.row_window[(i * kAxes + a) * 2][ctid] = kw.begin - w.first[a];
       s.row_window[(i * kAxes + a) * 2 + 1][ctid] = kw.size();
     }
   });
@@ -199,26 +207,32 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
   const uint64_t k_desc = k_tile_desc<D>(smem_addr(s.k[0]));
   const uint64_t v_desc = v_tile_desc<D>(smem_addr(s.v[0]));
 
-  const KvWalk w = make_walk(p, qt, kKv);
-  const int total = w.spatial + w.additional;
-
-  // Per-axis pair classes of this Q tile's KV ranges, computed once into shared memory (or on
-  // the fly for ranges longer than the table).
+  // Per-axis pair classes of this Q tile's KV runs, computed once into shared memory; for runs
+  // longer than the table, from the range of full tiles of each run.
   const bool class_table = w.size[0] <= kClassTable && w.size[1] <= kClassTable &&
                            w.size[2] <= kClassTable;
+  if (!class_table && threadIdx.x == 128) {
+#pragma unroll
+    for (int a = 0; a < kAxes; ++a) {
+      const Range r = full_tiles_of_run(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
+                                        p.kv_tile[a], KvTileRun{w.first[a], w.size[a]});
+      s.full_tiles[a][0] = r.begin;
+      s.full_tiles[a][1] = r.end;
+    }
+  }
   if (class_table) {
     const int tid = threadIdx.x - 128;
 #pragma unroll
     for (int a = 0; a < kAxes; ++a)
       for (int i = tid; i < w.size[a]; i += 256)
         s.axis_class[a][i] = static_cast<uint8_t>(
-            classify_axis_tiles(p.axes[a], p.axes[a].extent, qt[a], w.begin[a] + i,
-                                p.q_tile[a], p.kv_tile[a]));
+            classify_q_tile_keys(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
+                                 w.first[a] + i * p.kv_tile[a], p.kv_tile[a]));
   }
   named_barrier_sync(5, 256);
   mbar_wait(&s.q_full, 0);  // the tables above overlap the Q load
   struct TileInfo {
-    int kt[kAxes];
+    int kt[kAxes];  // KV tile per axis, counted in the walk
     bool partial;
     int key_limit;
   };
@@ -230,11 +244,11 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
       PairClass cls = PairClass::full;
 #pragma unroll
       for (int a = 0; a < kAxes; ++a) {
-        ti.kt[a] = w.begin[a] + c.idx[a];
+        ti.kt[a] = c.idx[a];
         cls = combine(cls, class_table ? static_cast<PairClass>(s.axis_class[a][c.idx[a]])
-                                       : classify_axis_tiles(p.axes[a], p.axes[a].extent, qt[a],
-                                                             ti.kt[a], p.q_tile[a],
-                                                             p.kv_tile[a]));
+                           : Range{s.full_tiles[a][0], s.full_tiles[a][1]}.contains(c.idx[a])
+                               ? PairClass::full
+                               : PairClass::partial);
       }
       ti.partial = cls == PairClass::partial;
     } else {

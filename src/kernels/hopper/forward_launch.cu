@@ -22,8 +22,9 @@ namespace gna::hopper {
 namespace {
 
 // The forward as the core's tile chooser sees it: Q tiles of kTileTokens, KV tiles of
-// kv_tile_tokens(head dim), each Q tile walking its box of KV tiles.
-TileKernel tile_kernel(int head_dim) {
+// kv_tile_tokens(head dim), each Q tile walking its box of KV tiles, grid or placed (the kernel
+// runs both from a launch parameter; the caller may force one).
+TileKernel tile_kernel(int head_dim, KvPlacements placements) {
   TileKernel k;
   k.name = "hopper forward";
   k.q_rows = kTileTokens;
@@ -31,6 +32,7 @@ TileKernel tile_kernel(int head_dim) {
   k.walk = PairWalk::per_q_tile;
   k.forced_q = {k.q_rows, true};
   k.forced_kv = {k.kv_rows, true};
+  k.kv_placements = placements;
   return k;
 }
 
@@ -38,6 +40,7 @@ TileChoice from_scored(const ScoredTiles& s) {
   TileChoice c;
   c.q = s.q;
   c.kv = s.kv;
+  c.kv_placement = s.kv_placement;
   c.visited_pairs = s.visited_pairs;
   c.full_pairs = s.full_pairs;
   c.max_kv_per_q = s.max_box;
@@ -51,13 +54,15 @@ TileChoice from_scored(const ScoredTiles& s) {
 std::vector<TileChoice> ranked_tiles(const Problem& p, const KernelOptions& options) {
   std::vector<TileChoice> ranked;
   for (const ScoredTiles& s :
-       ranked_tile_choices(p, tile_kernel(p.dim_qk), options.q_tile, options.kv_tile))
+       ranked_tile_choices(p, tile_kernel(p.dim_qk, options.kv_placements), options.q_tile,
+                           options.kv_tile))
     ranked.push_back(from_scored(s));
   return ranked;
 }
 
 TileChoice choose_tiles(const Problem& p, const KernelOptions& options) {
-  return from_scored(tile_choice(p, tile_kernel(p.dim_qk), options.q_tile, options.kv_tile));
+  return from_scored(tile_choice(p, tile_kernel(p.dim_qk, options.kv_placements), options.q_tile,
+                                 options.kv_tile));
 }
 
 bool supports(const ForwardCall& call, std::string* why) {
@@ -115,6 +120,7 @@ void run_with_tiles(const ForwardCall& call, const TileChoice& tiles) {
   for (const LaunchSlice& s : plan.slices) {
     FwdParams fp{};
     set_slice_fields(fp, p, plan, s, tiles.q, tiles.kv);
+    fp.kv_placement = tiles.kv_placement;
     fp.scale_log2 = effective_scale(p) * 1.4426950408889634f;
 
     fp.o = static_cast<char*>(o.data) + plan.origin(s, o) * es;
@@ -162,7 +168,8 @@ void run_with_tiles(const ForwardCall& call, const TileChoice& tiles) {
 
 // Opt-in autotune: the cost model's best candidates are timed once on the call's own tensors
 // (warm-up, then the median of three launches) and the fastest is kept for the process, per
-// problem signature (rule, heads, batch, head dim, dtype, additional keys, forced tiles).
+// problem signature (rule, heads, batch, head dim, dtype, additional keys, forced tiles and KV
+// placement).
 constexpr int kAutotuneCandidates = 4;
 
 TileChoice autotuned_tiles(const ForwardCall& call) {
@@ -171,7 +178,7 @@ TileChoice autotuned_tiles(const ForwardCall& call) {
   static std::map<std::vector<int>, TileChoice> cache;
   std::vector<int> key = rule_signature(p);
   key.insert(key.end(), {p.heads_q, p.heads_kv, p.batch, p.dim_qk, static_cast<int>(p.dtype),
-                         p.additional_kv});
+                         p.additional_kv, static_cast<int>(call.options.kv_placements)});
   for (int a = 0; a < p.rank; ++a)
     key.insert(key.end(), {call.options.q_tile.size[a], call.options.kv_tile.size[a]});
   {

@@ -9,11 +9,12 @@
 
 namespace gna::hopper {
 
-// Per-axis Q and KV tiles for the problem's axes (index = problem axis), chosen by the core's
-// tile chooser (gna/core/tile_choice.hpp); a tile forced in options is honoured, or an error
-// when it is not a tile of the forward.
+// Per-axis Q and KV tiles for the problem's axes (index = problem axis) and the KV placement,
+// chosen by the core's tile chooser (gna/core/tile_choice.hpp) among options.kv_placements; a
+// tile forced in options is honoured, or an error when it is not a tile of the forward.
 struct TileChoice {
   TileShape q, kv;
+  KvPlacement kv_placement = KvPlacement::grid;  // where each Q tile's KV tiles start
   double visited_pairs = 0;   // (Q tile, KV tile) pairs visited over one image and head
   double full_pairs = 0;      // of which fully dense
   double max_kv_per_q = 0;    // KV tiles of the worst Q tile

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "gna/core/axis_rule.hpp"
+#include "gna/core/tiling.hpp"
 #include "kernels/hopper/tile_sizes.hpp"
 
 namespace gna::hopper {
@@ -16,6 +17,9 @@ struct FwdParams {
   int kv_tile[kAxes];       // KV tile per axis (powers of two, product kTileTokens)
   int q_tiles[kAxes];       // Q tiles per axis
   int q_tiles_per_image;    // product of q_tiles
+  // Where a Q tile's KV tiles start per axis (gna/core/tiling.hpp): on the grid of kv_tile or
+  // placed at the union window's first key; only the walk's start changes, not the KV loop.
+  KvPlacement kv_placement;
   int batches;              // batch indices folded into this launch
   int batch_offset;         // first batch index (additional KV tensor coordinate)
   int heads_q;

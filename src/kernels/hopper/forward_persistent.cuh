@@ -125,23 +125,28 @@ __device__ __forceinline__ void persistent_producer(const FwdParams& p, Persiste
       ++it;
       if (it - first_it == kQPrefetchTile) prefetch_next_q();
     };
-    // The box of KV tiles from the core, classes per axis computed where that axis' tile
-    // changes, then the additional-KV tiles.
-    Range r[kAxes];
+    // The box of KV tiles from the core's per-axis runs (grid or placed: o is the tile's first
+    // key), classes per axis computed where that axis' tile changes, then the additional-KV
+    // tiles. A tile past an axis' end is zero-filled or, on the folded axis 0, holds the next
+    // batch's keys: its pair is partial and those keys are masked.
+    int first[kAxes], end[kAxes];
 #pragma unroll
-    for (int a = 0; a < kAxes; ++a)
-      r[a] = kv_tiles_for_q_tile(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a], p.kv_tile[a]);
-    for (int k0 = r[0].begin; k0 < r[0].end; ++k0) {
-      const PairClass c0 = classify_axis_tiles(p.axes[0], p.axes[0].extent, qt[0], k0,
-                                               p.q_tile[0], p.kv_tile[0]);
-      for (int k1 = r[1].begin; k1 < r[1].end; ++k1) {
-        const PairClass c01 = combine(c0, classify_axis_tiles(p.axes[1], p.axes[1].extent, qt[1],
-                                                              k1, p.q_tile[1], p.kv_tile[1]));
-        for (int k2 = r[2].begin; k2 < r[2].end; ++k2) {
-          const PairClass c = combine(c01, classify_axis_tiles(p.axes[2], p.axes[2].extent,
-                                                               qt[2], k2, p.q_tile[2],
-                                                               p.kv_tile[2]));
-          const int o0 = k0 * p.kv_tile[0], o1 = k1 * p.kv_tile[1], o2 = k2 * p.kv_tile[2];
+    for (int a = 0; a < kAxes; ++a) {
+      const KvTileRun r = kv_tile_run(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
+                                      p.kv_tile[a], p.kv_placement);
+      first[a] = r.first;
+      end[a] = r.first + r.count * p.kv_tile[a];
+    }
+    for (int o0 = first[0]; o0 < end[0]; o0 += p.kv_tile[0]) {
+      const PairClass c0 = classify_q_tile_keys(p.axes[0], p.axes[0].extent, qt[0], p.q_tile[0],
+                                                o0, p.kv_tile[0]);
+      for (int o1 = first[1]; o1 < end[1]; o1 += p.kv_tile[1]) {
+        const PairClass c01 = combine(c0, classify_q_tile_keys(p.axes[1], p.axes[1].extent, qt[1],
+                                                               p.q_tile[1], o1, p.kv_tile[1]));
+        for (int o2 = first[2]; o2 < end[2]; o2 += p.kv_tile[2]) {
+          const PairClass c = combine(c01, classify_q_tile_keys(p.axes[2], p.axes[2].extent,
+                                                                qt[2], p.q_tile[2], o2,
+                                                                p.kv_tile[2]));
           emit(c == PairClass::partial ? kPartialTile : 0, kTileTokens, o0, o1, o2, o2, o1,
                x_base + o0, tm_k, tm_v);
         }

@@ -16,6 +16,12 @@ namespace {
 
 std::mutex mu;
 
+// KV tiles of Q tile t on kernel axis a with the launch's placement.
+int axis_kv_tiles(const FwdParams& p, int a, int t) {
+  return kv_tile_run(p.axes[a], p.axes[a].extent, t, p.q_tile[a], p.kv_tile[a], p.kv_placement)
+      .count;
+}
+
 bool capturing(void* stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status);
@@ -40,8 +46,7 @@ double mean_kv_tiles(const FwdParams& p) {
   double box = 1;
   for (int a = 0; a < kAxes; ++a) {
     double sum = 0;
-    for (int t = 0; t < p.q_tiles[a]; ++t)
-      sum += kv_tiles_for_q_tile(p.axes[a], p.axes[a].extent, t, p.q_tile[a], p.kv_tile[a]).size();
+    for (int t = 0; t < p.q_tiles[a]; ++t) sum += axis_kv_tiles(p, a, t);
     box *= sum / p.q_tiles[a];
   }
   return box + (p.additional_kv + kTileTokens - 1) / kTileTokens;
@@ -65,13 +70,11 @@ int* work_counter(int device, void* stream) {
 }
 
 const int* longest_first_order(const FwdParams& p, int device, void* stream) {
-  // Work of a tile: the product of its per-axis KV ranges (the additional tiles are the same
-  // for every tile).
+  // Work of a tile: the product of its per-axis KV tile counts (the additional tiles are the
+  // same for every tile).
   std::vector<int> per_axis[kAxes];
   for (int a = 0; a < kAxes; ++a)
-    for (int t = 0; t < p.q_tiles[a]; ++t)
-      per_axis[a].push_back(
-          kv_tiles_for_q_tile(p.axes[a], p.axes[a].extent, t, p.q_tile[a], p.kv_tile[a]).size());
+    for (int t = 0; t < p.q_tiles[a]; ++t) per_axis[a].push_back(axis_kv_tiles(p, a, t));
   bool uniform = true;
   for (int a = 0; a < kAxes; ++a)
     for (int v : per_axis[a]) uniform = uniform && v == per_axis[a][0];
@@ -79,7 +82,7 @@ const int* longest_first_order(const FwdParams& p, int device, void* stream) {
 
   using Key = std::vector<int>;
   static std::map<Key, int*> cache;
-  Key key{device};
+  Key key{device, static_cast<int>(p.kv_placement)};
   for (int a = 0; a < kAxes; ++a) {
     const AxisRule& r = p.axes[a];
     key.insert(key.end(), {r.extent, r.window, r.stride, r.causal ? 1 : 0, p.q_tile[a],

@@ -9,8 +9,8 @@ namespace gna::hopper {
 
 int sm_count(int device);
 
-// Mean KV tiles per work item (the box from the core's per-axis ranges, separable, plus the
-// additional-KV tiles).
+// Mean KV tiles per work item (the box from the core's per-axis runs with the launch's KV
+// placement, separable, plus the additional-KV tiles).
 double mean_kv_tiles(const FwdParams& p);
 
 // Two ints in device memory, zero between launches (the kernel's last CTA resets them), one
