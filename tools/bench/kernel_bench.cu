@@ -193,6 +193,15 @@ bool parse_shape(const std::string& text, int head_dim, Case* out) {
   return c.heads >= 1;
 }
 
+// --kv-tiles NAME: where the Hopper forward's KV tiles start (other backends ignore it).
+bool parse_kv_tiles(const std::string& name, KvPlacements* k) {
+  if (name == "either") *k = KvPlacements::either;
+  else if (name == "grid") *k = KvPlacements::grid;
+  else if (name == "placed") *k = KvPlacements::placed;
+  else return false;
+  return true;
+}
+
 // --schedule NAME: a forward schedule of the Hopper backend (other backends ignore it).
 bool parse_schedule(const std::string& name, ForwardSchedule* s) {
   *s = ForwardSchedule{};
@@ -237,8 +246,8 @@ const char kUsage[] =
     "                        [--forward-only]\n"
     "                        [--reps N] [--warmup N] [--quick] [--json file]\n"
     "                        [--shape EXTENTS:WINDOW:STRIDE:HEADS]... [--head-dim D]\n"
-    "                        [--tiles Q:KV] [--schedule S,...] [--deterministic] [--graph]\n"
-    "                        [--forward-backend NAME]\n"
+    "                        [--tiles Q:KV] [--schedule S,...] [--kv-tiles K,...]\n"
+    "                        [--deterministic] [--graph] [--forward-backend NAME]\n"
     "  Cases come from the benchmark case table: --set picks a set (kernel, the default; image,\n"
     "  peers, quick, hopper, hopper-bwd), --cases names cases of the whole table instead, --list\n"
     "  lists them with their sets. --shape adds a bf16 case (e.g. 128x128:128x128:1x1:16) with\n"
@@ -249,7 +258,9 @@ const char kUsage[] =
     "  --tiles forces the Q and KV tile shapes of every call (e.g. 1x8x8:1x8x8; the portable\n"
     "  backward runs its 64-key variant for KV tiles of at most 64 tokens at head dims 64 and\n"
     "  128). --schedule times each Hopper forward schedule given (auto, grid, persistent,\n"
-    "  persistent-static, persistent-plain). --deterministic: the backward's deterministic mode.\n"
+    "  persistent-static, persistent-plain). --kv-tiles times each KV tile placement of the\n"
+    "  Hopper forward given (either: its choice, the default; grid; placed).\n"
+    "  --deterministic: the backward's deterministic mode.\n"
     "  --forward-backend: the backend whose forward gives the backward its O and LSE (and runs\n"
     "  the forward passes; default: the backend under test).\n"
     "  --image is --set image, with bytes moved per time against a device copy of the same run;\n"
@@ -285,7 +296,7 @@ DType dtype_named(const char* name) {
 int main(int argc, char** argv) {
   std::string json_path, only, backends_arg, tiles_text, set, passes_arg = "fwd,bwd";
   std::string forward_backend;
-  std::string schedules_arg = "auto";
+  std::string schedules_arg = "auto", kv_tiles_arg = "either";
   KernelOptions forced;
   int reps = 10, warmup = 2, shape_dim = 128;
   bool quick = false, image = false, graph = false, deterministic = false;
@@ -307,6 +318,7 @@ int main(int argc, char** argv) {
     else if (a == "--deterministic") deterministic = true;
     else if (a == "--forward-backend") forward_backend = next();
     else if (a == "--schedule") schedules_arg = next();
+    else if (a == "--kv-tiles") kv_tiles_arg = next();
     else if (a == "--list") {
       list_cases();
       return 0;
@@ -356,6 +368,16 @@ int main(int argc, char** argv) {
       return 2;
     }
     schedules.push_back({name, s});
+  }
+  std::vector<std::pair<std::string, KvPlacements>> kv_tiles;
+  for (const std::string& name : split(kv_tiles_arg)) {
+    KvPlacements k;
+    if (!parse_kv_tiles(name, &k)) {
+      std::fprintf(stderr, "gna-kernel-bench: --kv-tiles '%s': expected either, grid or placed\n",
+                   name.c_str());
+      return 2;
+    }
+    kv_tiles.push_back({name, k});
   }
   // The cases: the named ones (--cases) or else a set's, then the --shape ones; the kernel set
   // when none is given.
@@ -459,12 +481,14 @@ int main(int argc, char** argv) {
     const double fwd_bytes = image ? 4.0 * q.bytes() + lse.bytes() : 0;
     const double bwd_bytes = image ? 8.0 * q.bytes() + lse.bytes() : 0;
     for (const std::string& be : backends) {
-      for (const auto& named_schedule : schedules) {
+      for (const auto& named_schedule : schedules)
+      for (const auto& named_kv_tiles : kv_tiles) {
         const std::string& schedule_name = named_schedule.first;
         CallOptions opt;
         opt.backend = be;
         opt.kernel = forced;
         opt.kernel.schedule = named_schedule.second;
+        opt.kernel.kv_placements = named_kv_tiles.second;
         opt.kernel.deterministic = deterministic;
         if (graph) opt.stream = stream;
         auto time = [&](auto&& f) {
@@ -473,6 +497,8 @@ int main(int argc, char** argv) {
         };
         std::string label = be;
         if (!tiles_text.empty()) label += " (tiles " + tiles_text + ")";
+        if (kv_tiles.size() > 1 || named_kv_tiles.first != "either")
+          label += " (kv tiles " + named_kv_tiles.first + ")";
         if (deterministic) label += " (deterministic)";
         CallOptions fwd_opt = opt;
         if (!forward_backend.empty() && forward_backend != be) {
