@@ -11,6 +11,14 @@
 namespace gna::test {
 namespace {
 
+// A random axis inside one dilation group (the pair statistics are per group).
+AxisRule random_group_axis(std::mt19937_64& rng) {
+  AxisRule a = random_axis(rng, 64);
+  a.extent = group_length(a, 0);
+  a.dilation = 1;
+  return a;
+}
+
 TEST(TileCandidates, PowerOfTwoShapesAreEveryFactorisationOnce) {
   for (int rank = 1; rank <= 3; ++rank)
     for (int tokens : {1, 2, 64, 128}) {
@@ -42,10 +50,8 @@ TEST(TileCandidates, AxisPairStatsCountTheNonEmptyAndFullPairs) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   for (int t = 0; t < 2000; ++t) {
-    AxisRule a = random_axis(rng, 64);
-    const int n = group_length(a, 0);
-    a.extent = n;  // inside one dilation group
-    a.dilation = 1;
+    const AxisRule a = random_group_axis(rng);
+    const int n = a.extent;
     const int tq = rand_int(rng, 1, 17), tk = rand_int(rng, 1, 17);
     double nonempty = 0, full = 0;
     std::vector<int> per_q(tiles_along(n, tq)), per_kv(tiles_along(n, tk));
@@ -87,10 +93,8 @@ TEST(TileCandidates, AxisPairStatsOfPlacedKvTiles) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   for (int t = 0; t < 2000; ++t) {
-    AxisRule a = random_axis(rng, 64);
-    const int n = group_length(a, 0);
-    a.extent = n;
-    a.dilation = 1;
+    const AxisRule a = random_group_axis(rng);
+    const int n = a.extent;
     const int tq = rand_int(rng, 1, 17), tk = rand_int(rng, 1, 17);
     double visited = 0, full = 0, most = 0;
     for (int qt = 0; qt < tiles_along(n, tq); ++qt) {
