@@ -244,28 +244,24 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
     }
 
     float sacc[kS], dpacc[kS];
+    // acc = (this warpgroup's rows of a KV-side tile) x (a Q-side tile)^T over the head dim:
+    // S^T = K Q^T and dP^T = V dO^T.
+    auto issue_ss = [&](float (&acc)[kS], uint32_t kv_side, uint32_t q_side) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const int box = kk * 16 / KvT::kBoxCols;
+        const int within = (kk * 16 % KvT::kBoxCols) * 2;
+        const uint64_t a = make_smem_desc(kv_side + box * KvT::kBoxBytes + k_rows + within, 16,
+                                          8 * KvT::kRowBytes, KvT::kSwizzleMode);
+        const uint64_t b = make_smem_desc(q_side + box * QT::kBoxBytes + within, 16,
+                                          8 * QT::kRowBytes, QT::kSwizzleMode);
+        WgmmaSS<kBwdQRows, Tag>::run(acc, a, b, kk > 0);
+      }
+    };
     mbar_wait(&s.q_full[stage], phase);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const int box = kk * 16 / KvT::kBoxCols;
-      const int within = (kk * 16 % KvT::kBoxCols) * 2;
-      const uint64_t dk_a = make_smem_desc(k_base + box * KvT::kBoxBytes + k_rows + within, 16,
-                                           8 * KvT::kRowBytes, KvT::kSwizzleMode);
-      const uint64_t dq_b = make_smem_desc(q_base + box * QT::kBoxBytes + within, 16,
-                                           8 * QT::kRowBytes, QT::kSwizzleMode);
-      WgmmaSS<kBwdQRows, Tag>::run(sacc, dk_a, dq_b, kk > 0);
-    }
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const int box = kk * 16 / KvT::kBoxCols;
-      const int within = (kk * 16 % KvT::kBoxCols) * 2;
-      const uint64_t dv_a = make_smem_desc(v_base + box * KvT::kBoxBytes + k_rows + within, 16,
-                                           8 * KvT::kRowBytes, KvT::kSwizzleMode);
-      const uint64_t do_b = make_smem_desc(do_base + box * QT::kBoxBytes + within, 16,
-                                           8 * QT::kRowBytes, QT::kSwizzleMode);
-      WgmmaSS<kBwdQRows, Tag>::run(dpacc, dv_a, do_b, kk > 0);
-    }
+    issue_ss(sacc, k_base, q_base);
+    issue_ss(dpacc, v_base, do_base);
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(sacc);
