@@ -342,6 +342,18 @@ __device__ __forceinline__ void build_chunk_masks(const uint32_t* coords, int ch
                                                   uint32_t* masks);
 __device__ __forceinline__ bool mask_bit(uint32_t m, int nb, int r, int j) { return (m >> (nb * 4 + r * 2 + j)) & 1u; }
 
+// Calls f(nb, r, j) for the eight accumulator elements a lane holds of a 16-key chunk: n8 block
+// nb, row r (lane / 4, + 8), column j; element [nb][2 * r + j], mask bit nb * 4 + r * 2 + j.
+template <typename F>
+__device__ __forceinline__ void for_each_chunk_element(F&& f) {
+#pragma unroll
+  for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) f(nb, r, j);
+}
+
 // Runs step(n, first, c0, mask) over a walk of chunks >= 1 in steps of kMaskChunks chunks, the
 // partial one first: n (std::integral_constant) is the step's chunk count, first
 // (std::bool_constant) whether it is the walk's first step, mask the lane's mask bytes of chunks
@@ -461,13 +473,9 @@ __device__ __forceinline__ void build_chunk_masks(const uint32_t* coords, int ch
       if (c < 0 || c >= chunks) continue;
       uint32_t e[2][2];
       chunk_columns(coords, c, e);
-#pragma unroll
-      for (int nb = 0; nb < 2; ++nb)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-#pragma unroll
-          for (int j = 0; j < 2; ++j)
-            if (attends(rw, r, e[nb][j])) word |= 1u << (8 * k + nb * 4 + r * 2 + j);
+      for_each_chunk_element([&](int nb, int r, int j) {
+        if (attends(rw, r, e[nb][j])) word |= 1u << (8 * k + nb * 4 + r * 2 + j);
+      });
     }
     masks[w * 32 + lane] = word;
   }

@@ -135,17 +135,12 @@ __global__ void __launch_bounds__(kWarps * 32)
           const uint32_t off_nt = lane_nt(offsets, c0 + c);
           mma_abt<T, D>(sc, qf, k_tile, off_nt);
           mma_abt<T, D>(dp, dof, v_tile, off_nt);
-#pragma unroll
-          for (int nb = 0; nb < 2; ++nb)
-#pragma unroll
-            for (int r = 0; r < 2; ++r)
-#pragma unroll
-              for (int j = 0; j < 2; ++j) {
-                const float pr = mask_bit(mask >> (8 * c), nb, r, j)
-                                     ? fast_exp2(fmaf(sc[nb][2 * r + j], scale_log2, -row_lse[r]))
-                                     : 0.f;
-                sc[nb][2 * r + j] = pr * (dp[nb][2 * r + j] - row_delta[r]);
-              }
+          for_each_chunk_element([&](int nb, int r, int j) {
+            const float pr = mask_bit(mask >> (8 * c), nb, r, j)
+                                 ? fast_exp2(fmaf(sc[nb][2 * r + j], scale_log2, -row_lse[r]))
+                                 : 0.f;
+            sc[nb][2 * r + j] = pr * (dp[nb][2 * r + j] - row_delta[r]);
+          });
           uint32_t da[4];
           pack_a<T>(da, sc);
           mma_pb<T, D>(dq, da, k_tile, lane_t(offsets, c0 + c));

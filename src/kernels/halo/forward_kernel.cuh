@@ -58,13 +58,9 @@ __device__ __forceinline__ void forward_step(const uint32_t (&qf)[D / 16][4], ui
   }
 #pragma unroll
   for (int c = 0; c < N; ++c)
-#pragma unroll
-    for (int nb = 0; nb < 2; ++nb)
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-          if (!mask_bit(mask >> (8 * c), nb, r, j)) sc[c][nb][2 * r + j] = -INFINITY;
+    for_each_chunk_element([&](int nb, int r, int j) {
+      if (!mask_bit(mask >> (8 * c), nb, r, j)) sc[c][nb][2 * r + j] = -INFINITY;
+    });
   // Online softmax in the log2 domain.
   float correction[2];
 #pragma unroll
