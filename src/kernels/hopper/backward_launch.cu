@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gna/core/error.hpp"
+#include "gna/core/kernel_tiles.hpp"
 #include "gna/core/tile_choice.hpp"
 #include "kernels/common/backward_postpass.hpp"
 #include "kernels/common/backward_prepass.hpp"
@@ -18,25 +19,11 @@
 #include "kernels/hopper/tma_host.hpp"
 
 namespace gna::hopper {
-namespace {
 
-// The backward as the core's tile chooser sees it: Q tiles of kBwdQRows, KV tiles of kBwdKvRows,
-// each KV tile walking the box of Q tiles that attend to it.
-TileKernel tile_kernel() {
-  TileKernel k;
-  k.name = "hopper backward";
-  k.q_rows = kBwdQRows;
-  k.kv_rows = kBwdKvRows;
-  k.walk = PairWalk::per_kv_tile;
-  k.forced_q = {kBwdQRows, true};
-  k.forced_kv = {kBwdKvRows, true};
-  return k;
-}
-
-}  // namespace
-
+// The backward as the core's tile chooser sees it: gna/core/kernel_tiles.hpp.
 BwdTiles choose_backward_tiles(const Problem& p, const KernelOptions& options) {
-  const ScoredTiles s = tile_choice(p, tile_kernel(), options.q_tile, options.kv_tile);
+  const ScoredTiles s =
+      tile_choice(p, hopper_backward_tile_kernel(), options.q_tile, options.kv_tile);
   BwdTiles t;
   t.q = s.q;
   t.kv = s.kv;

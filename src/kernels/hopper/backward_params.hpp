@@ -13,8 +13,10 @@
 
 namespace gna::hopper {
 
-constexpr int kBwdQRows = 64;    // Q tile rows of the backward
-constexpr int kBwdKvRows = 128;  // KV tile keys of the backward (64 per consumer warpgroup)
+// Q tile rows and KV tile keys (64 per consumer warpgroup) of the backward: the core's
+// (gna/core/kernel_tiles.hpp).
+constexpr int kBwdQRows = kHopperBwdQRows;
+constexpr int kBwdKvRows = kHopperBwdKvRows;
 
 struct BwdParams {
   AxisRule axes[kAxes];   // extent = group length (whole extent in additional mode), dilation 1

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gna/core/error.hpp"
+#include "gna/core/kernel_tiles.hpp"
 #include "gna/core/tile_choice.hpp"
 #include "kernels/hopper/forward_kernel.cuh"
 #include "kernels/hopper/forward_launch.hpp"
@@ -20,21 +21,6 @@
 
 namespace gna::hopper {
 namespace {
-
-// The forward as the core's tile chooser sees it: Q tiles of kTileTokens, KV tiles of
-// kv_tile_tokens(head dim), each Q tile walking its box of KV tiles, grid or placed (the kernel
-// runs both from a launch parameter; the caller may force one).
-TileKernel tile_kernel(int head_dim, KvPlacements placements) {
-  TileKernel k;
-  k.name = "hopper forward";
-  k.q_rows = kTileTokens;
-  k.kv_rows = kv_tile_tokens(head_dim);
-  k.walk = PairWalk::per_q_tile;
-  k.forced_q = {k.q_rows, true};
-  k.forced_kv = {k.kv_rows, true};
-  k.kv_placements = placements;
-  return k;
-}
 
 TileChoice from_scored(const ScoredTiles& s) {
   TileChoice c;
@@ -53,16 +39,16 @@ TileChoice from_scored(const ScoredTiles& s) {
 
 std::vector<TileChoice> ranked_tiles(const Problem& p, const KernelOptions& options) {
   std::vector<TileChoice> ranked;
-  for (const ScoredTiles& s :
-       ranked_tile_choices(p, tile_kernel(p.dim_qk, options.kv_placements), options.q_tile,
-                           options.kv_tile))
+  // The forward as the core's tile chooser sees it: gna/core/kernel_tiles.hpp.
+  const TileKernel k = hopper_forward_tile_kernel(p.dim_qk, options.kv_placements);
+  for (const ScoredTiles& s : ranked_tile_choices(p, k, options.q_tile, options.kv_tile))
     ranked.push_back(from_scored(s));
   return ranked;
 }
 
 TileChoice choose_tiles(const Problem& p, const KernelOptions& options) {
-  return from_scored(tile_choice(p, tile_kernel(p.dim_qk, options.kv_placements), options.q_tile,
-                                 options.kv_tile));
+  const TileKernel k = hopper_forward_tile_kernel(p.dim_qk, options.kv_placements);
+  return from_scored(tile_choice(p, k, options.q_tile, options.kv_tile));
 }
 
 bool supports(const ForwardCall& call, std::string* why) {

@@ -4,6 +4,7 @@
 // weighted for their mask cost), and the cheapest wins.
 #pragma once
 
+#include "gna/core/kernel_tiles.hpp"
 #include "gna/core/problem.hpp"
 #include "gna/core/tile_choice.hpp"
 #include "gna/core/tiling.hpp"
@@ -11,8 +12,10 @@
 namespace gna::portable {
 
 // Rows of the backward kernel's tiles (its CTA keeps a KV tile and walks 64-row Q tiles); the
-// variant for devices with 99 KB of shared memory per block keeps 64-key KV tiles.
-constexpr int kBackwardRowsQ = 64, kBackwardRowsKV = 128, kBackwardRowsKVSmall = 64;
+// variant for devices with 99 KB of shared memory per block keeps 64-key KV tiles (the core's,
+// gna/core/kernel_tiles.hpp).
+constexpr int kBackwardRowsQ = kPortableBackwardRowsQ, kBackwardRowsKV = kPortableBackwardRowsKV,
+              kBackwardRowsKVSmall = kPortableBackwardRowsKVSmall;
 
 struct TilePlan {
   TileShape q;

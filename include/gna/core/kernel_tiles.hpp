@@ -1,0 +1,59 @@
+// The tile descriptions of the tiled kernels (host only): what each kernel's tiles hold and how it
+// walks them, as the core's tile chooser (tile_choice.hpp) takes them. The kernels' launch code
+// and the simulator (gna_sim_kernel_tiles, gna-sim --kernel) read the same descriptions, so that
+// the tiles the simulator models are the tiles the kernels run.
+#pragma once
+
+#include "gna/core/tile_choice.hpp"
+#include "gna/core/tiling.hpp"
+
+namespace gna {
+
+// Hopper forward: Q tiles of kHopperTileTokens rows; KV tiles of hopper_kv_tile_tokens(head dim)
+// keys (head dim 256 takes 64-key tiles, so that K and V stay double-buffered next to the 64 KB
+// Q tile in shared memory and O, 128 registers per thread, fits beside S).
+constexpr int kHopperTileTokens = 128;
+constexpr int hopper_kv_tile_tokens(int head_dim) {
+  return head_dim > 128 ? 64 : kHopperTileTokens;
+}
+// Hopper backward: Q tiles of 64 rows, KV tiles of 128 keys (64 per consumer warpgroup).
+constexpr int kHopperBwdQRows = 64;
+constexpr int kHopperBwdKvRows = 128;
+
+// Head dims the Hopper kernels run (forward 32, 64, 128, 256; backward 32, 64, 128).
+bool hopper_forward_head_dim(int head_dim);
+bool hopper_backward_head_dim(int head_dim);
+
+// The Hopper forward: Q tiles of kHopperTileTokens, KV tiles of hopper_kv_tile_tokens(head dim),
+// each Q tile walking its box of KV tiles, grid or placed as `placements` allows (the kernel runs
+// both from a launch parameter; KernelOptions::kv_placements, `either` by default). Forced tiles
+// hold exactly the kernel's rows.
+TileKernel hopper_forward_tile_kernel(int head_dim, KvPlacements placements);
+
+// The Hopper backward: Q tiles of kHopperBwdQRows, KV tiles of kHopperBwdKvRows, each KV tile
+// walking the box of Q tiles that attend to it (grid tiles). Forced tiles hold exactly the rows.
+TileKernel hopper_backward_tile_kernel();
+
+// The portable kernels (every one walks per Q tile on grid KV tiles). The forward runs Q tiles of
+// kPortableForwardRowsQ rows (one m-block per warp) or kPortableForwardRowsQWide (two) against
+// kPortableForwardRowsKV-key KV tiles; the wide kernel's throughput on dense pairs is
+// kPortableWideForwardSpeedup times the narrow one's. The backward keeps a KV tile of
+// kPortableBackwardRowsKV keys (kPortableBackwardRowsKVSmall on devices with 99 KB of shared
+// memory per block) and walks kPortableBackwardRowsQ-row Q tiles.
+constexpr int kPortableForwardRowsQ = 64, kPortableForwardRowsQWide = 128,
+              kPortableForwardRowsKV = 64;
+constexpr double kPortableWideForwardSpeedup = 1.5;
+constexpr int kPortableBackwardRowsQ = 64, kPortableBackwardRowsKV = 128,
+              kPortableBackwardRowsKVSmall = 64;
+
+// A portable kernel's candidates without weights or forced tiles (scoring a given shape).
+TileKernel portable_tile_kernel(const char* name, int rows_q, int rows_kv);
+// The portable forward with Q tiles of rows_q (kPortableForwardRowsQ or ...Wide): pairs weighted
+// by rows and the wide kernel's speed-up; forced Q tiles of at most the wide rows, forced KV
+// tiles of exactly kPortableForwardRowsKV.
+TileKernel portable_forward_tile_kernel(int rows_q);
+// The portable backward with KV tiles of rows_kv keys: forced Q tiles of at most
+// kPortableBackwardRowsQ, forced KV tiles of at most kPortableBackwardRowsKV.
+TileKernel portable_backward_tile_kernel(int rows_kv);
+
+}  // namespace gna

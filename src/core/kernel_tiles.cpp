@@ -1,0 +1,56 @@
+#include "gna/core/kernel_tiles.hpp"
+
+namespace gna {
+
+bool hopper_forward_head_dim(int d) { return d == 32 || d == 64 || d == 128 || d == 256; }
+bool hopper_backward_head_dim(int d) { return d == 32 || d == 64 || d == 128; }
+
+TileKernel hopper_forward_tile_kernel(int head_dim, KvPlacements placements) {
+  TileKernel k;
+  k.name = "hopper forward";
+  k.q_rows = kHopperTileTokens;
+  k.kv_rows = hopper_kv_tile_tokens(head_dim);
+  k.walk = PairWalk::per_q_tile;
+  k.forced_q = {k.q_rows, true};
+  k.forced_kv = {k.kv_rows, true};
+  k.kv_placements = placements;
+  return k;
+}
+
+TileKernel hopper_backward_tile_kernel() {
+  TileKernel k;
+  k.name = "hopper backward";
+  k.q_rows = kHopperBwdQRows;
+  k.kv_rows = kHopperBwdKvRows;
+  k.walk = PairWalk::per_kv_tile;
+  k.forced_q = {kHopperBwdQRows, true};
+  k.forced_kv = {kHopperBwdKvRows, true};
+  return k;
+}
+
+TileKernel portable_tile_kernel(const char* name, int rows_q, int rows_kv) {
+  TileKernel k;
+  k.name = name;
+  k.q_rows = rows_q;
+  k.kv_rows = rows_kv;
+  k.walk = PairWalk::per_q_tile;
+  return k;
+}
+
+TileKernel portable_forward_tile_kernel(int rows_q) {
+  TileKernel k = portable_tile_kernel("portable forward", rows_q, kPortableForwardRowsKV);
+  k.weights.rows = static_cast<double>(rows_q) / kPortableForwardRowsQ;
+  k.weights.speedup = rows_q > kPortableForwardRowsQ ? kPortableWideForwardSpeedup : 1;
+  k.forced_q = {kPortableForwardRowsQWide, false};
+  k.forced_kv = {kPortableForwardRowsKV, true};
+  return k;
+}
+
+TileKernel portable_backward_tile_kernel(int rows_kv) {
+  TileKernel k = portable_tile_kernel("portable backward", kPortableBackwardRowsQ, rows_kv);
+  k.forced_q = {kPortableBackwardRowsQ, false};
+  k.forced_kv = {kPortableBackwardRowsKV, false};
+  return k;
+}
+
+}  // namespace gna
