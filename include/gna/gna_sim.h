@@ -58,6 +58,19 @@ const char* gna_sim_last_error(void);
 /* Validates (the core's messages) and simulates one configuration. */
 gna_status gna_simulate(const gna_sim_config* config, gna_sim_result* result);
 
+/* Tiled kernels of gna_sim_kernel_tiles. */
+#define GNA_SIM_KERNEL_HOPPER_FORWARD 0  /* grid or placed KV tiles, whichever is cheaper */
+#define GNA_SIM_KERNEL_HOPPER_BACKWARD 1 /* grid KV tiles */
+
+/* The tiles a kernel runs for the config's rule: writes *chosen = *config with q_tile, kv_tile
+ * (every axis; 1 past the rank), tiling (multi) and kv_tiling (static for grid KV tiles, dynamic
+ * for placed ones) set to what the kernel's tile chooser picks at head dim head_dim with default
+ * options (the config's own tiles and tilings are ignored). The chooser scores one image and
+ * head: batch and heads do not matter. Errors name the kernel id, the head dim the kernel does
+ * not run, or the invalid rule. */
+gna_status gna_sim_kernel_tiles(const gna_sim_config* config, int32_t kernel, int32_t head_dim,
+                                gna_sim_config* chosen);
+
 /* One stride tuple of a stride sweep: its result, and whether it beats every smaller stride. */
 typedef struct gna_sim_sweep_entry {
   int32_t stride[GNA_MAX_RANK];

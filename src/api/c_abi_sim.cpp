@@ -9,6 +9,7 @@
 #include "api/c_status.hpp"
 #include "gna/core/error.hpp"
 #include "gna/sim/cases.hpp"
+#include "gna/sim/kernel_tiles.hpp"
 #include "gna/sim/simulator.hpp"
 #include "gna/sim/sweep.hpp"
 
@@ -102,6 +103,31 @@ gna_status gna_simulate(const gna_sim_config* config, gna_sim_result* result) {
   return guarded([&] {
     if (result == nullptr) gna::fail_invalid("simulator result: required, got NULL");
     to_result(gna::sim::simulate(to_config(config)), result);
+  });
+}
+
+gna_status gna_sim_kernel_tiles(const gna_sim_config* config, int32_t kernel, int32_t head_dim,
+                                gna_sim_config* chosen) {
+  return guarded([&] {
+    if (config == nullptr) gna::fail_invalid("simulator config: required, got NULL");
+    if (chosen == nullptr) gna::fail_invalid("kernel tiles: output required, got NULL");
+    if (kernel != GNA_SIM_KERNEL_HOPPER_FORWARD && kernel != GNA_SIM_KERNEL_HOPPER_BACKWARD)
+      gna::fail_invalid("kernel must be ", GNA_SIM_KERNEL_HOPPER_FORWARD, " (hopper forward) or ",
+                        GNA_SIM_KERNEL_HOPPER_BACKWARD, " (hopper backward), got ", kernel);
+    gna_sim_config rule = *config;  // the tiles and tilings are the kernel's
+    rule.tiling = GNA_SIM_TILING_MULTI;
+    rule.kv_tiling = GNA_SIM_KV_STATIC;
+    const gna::sim::Config c = gna::sim::kernel_tiles(
+        to_config(&rule), static_cast<gna::sim::TiledKernel>(kernel), head_dim);
+    gna_sim_config out = *config;
+    for (int a = 0; a < GNA_MAX_RANK; ++a) {
+      out.q_tile[a] = a < c.rank ? c.q_tile[a] : 1;
+      out.kv_tile[a] = a < c.rank ? c.kv_tile[a] : 1;
+    }
+    out.tiling = GNA_SIM_TILING_MULTI;
+    out.kv_tiling = c.kv_tiling == gna::sim::KvTiling::dynamic_tiles ? GNA_SIM_KV_DYNAMIC
+                                                                      : GNA_SIM_KV_STATIC;
+    *chosen = out;
   });
 }
 

@@ -4,6 +4,8 @@
 #include <string>
 
 #include "gna/core/error.hpp"
+#include "gna/sim/cases.hpp"
+#include "gna/sim/kernel_tiles.hpp"
 #include "kernels/hopper/backward_launch.hpp"
 #include "kernels/hopper/forward_launch.hpp"
 #include "support/rule_text.hpp"
@@ -127,6 +129,47 @@ TEST(HopperTiles, ForcedTiles) {
   o.q_tile = TileShape{{1, 1, 0}};  // ones are a forced tile of one token, not "choose"
   EXPECT_NE(error_of([&] { hopper::choose_tiles(p, o); }).find("q_tile 1x1 (1 token)"),
             std::string::npos);
+}
+
+// The simulator's tiles for a kernel (gna-sim --kernel, gna_sim_kernel_tiles) are the tiles the
+// kernel chooses with default options, for every case of the Hopper sets.
+TEST(HopperTiles, SimulatorModelsTheChosenTiles) {
+  int forward_cases = 0, backward_cases = 0;
+  for (const sim::BenchCase& c : sim::bench_cases()) {
+    const bool fwd = sim::in_set(c, "hopper"), bwd = sim::in_set(c, "hopper-bwd");
+    if (!fwd && !bwd) continue;
+    sim::Config config;
+    config.rank = c.rank;
+    Problem p;
+    p.rank = c.rank;
+    for (int a = 0; a < c.rank; ++a)
+      config.axes[a] = p.axes[a] =
+          AxisRule{c.extent[a], c.window[a], c.dilation[a], c.stride[a], c.causal[a]};
+    p.dim_qk = p.dim_v = c.head_dim;
+    if (fwd) {
+      ++forward_cases;
+      const hopper::TileChoice k = hopper::choose_tiles(p, KernelOptions{});
+      const sim::Config s = sim::kernel_tiles(config, sim::TiledKernel::hopper_forward, c.head_dim);
+      for (int a = 0; a < c.rank; ++a) {
+        EXPECT_EQ(s.q_tile[a], k.q.size[a]) << c.name;
+        EXPECT_EQ(s.kv_tile[a], k.kv.size[a]) << c.name;
+      }
+      EXPECT_EQ(sim::kv_placement(s.kv_tiling), k.kv_placement) << c.name;
+    }
+    if (bwd) {
+      ++backward_cases;
+      const hopper::BwdTiles k = hopper::choose_backward_tiles(p, KernelOptions{});
+      const sim::Config s =
+          sim::kernel_tiles(config, sim::TiledKernel::hopper_backward, c.head_dim);
+      for (int a = 0; a < c.rank; ++a) {
+        EXPECT_EQ(s.q_tile[a], k.q.size[a]) << c.name;
+        EXPECT_EQ(s.kv_tile[a], k.kv.size[a]) << c.name;
+      }
+      EXPECT_EQ(s.kv_tiling, sim::KvTiling::static_tiles) << c.name;
+    }
+  }
+  EXPECT_GT(forward_cases, 5);
+  EXPECT_GT(backward_cases, 3);
 }
 
 }  // namespace

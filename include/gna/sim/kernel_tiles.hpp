@@ -1,0 +1,36 @@
+// The tiles a kernel runs for a rule: the simulator's Q/KV tile shapes and KV tiling taken from
+// the kernel's own tile chooser (gna/core/kernel_tiles.hpp, gna/core/tile_choice.hpp), as the
+// kernel chooses them at run time with default options. The chooser scores one image and head,
+// so batch and heads do not matter.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "gna/sim/config.hpp"
+
+namespace gna::sim {
+
+// The tiled kernels the simulator knows (ids of gna_sim_kernel_tiles, GNA_SIM_KERNEL_*).
+enum class TiledKernel : int {
+  hopper_forward = 0,   // KV tiles grid or placed, whichever the chooser finds cheaper
+  hopper_backward = 1,  // grid KV tiles (it walks per KV tile; the simulator walks per Q tile)
+};
+
+// "hopper-forward", "hopper-backward".
+const char* kernel_name(TiledKernel k);
+const std::vector<TiledKernel>& tiled_kernels();
+// The kernel of a name; '-', '_' and ' ' between the words are the same ("hopper forward").
+// False when there is none.
+bool parse_kernel(const std::string& name, TiledKernel* k);
+// "hopper-forward, hopper-backward" (for messages).
+std::string kernel_names();
+
+// `c` with q_tile, kv_tile, tiling (multi) and kv_tiling set to the kernel's choice for the rule
+// of `c` at head dim `head_dim` (c's own tiles and tilings are ignored). Throws gna::Error
+// (invalid_argument) naming the head dim when the kernel does not run it, the core's message for
+// an invalid rule, and the estimate when scoring the candidates would take more than
+// kMaxSimulationSteps.
+Config kernel_tiles(const Config& c, TiledKernel k, int head_dim);
+
+}  // namespace gna::sim

@@ -1,0 +1,109 @@
+#include "gna/sim/kernel_tiles.hpp"
+
+#include <cmath>
+
+#include "gna/core/error.hpp"
+#include "gna/core/kernel_tiles.hpp"
+#include "gna/core/tile_choice.hpp"
+
+namespace gna::sim {
+
+namespace {
+
+std::string normalized(const std::string& name) {
+  std::string s = name;
+  for (char& ch : s)
+    if (ch == '_' || ch == ' ') ch = '-';
+  return s;
+}
+
+// The chooser memoizes pair statistics per axis and (Q side, KV side, placement): its work is
+// about that of simulating each such combination on each axis.
+double choice_steps(const Config& c, const TileKernel& k) {
+  const int placements = k.kv_placements == KvPlacements::either ? 2 : 1;
+  double steps = 0;
+  for (int a = 0; a < c.rank; ++a)
+    for (int q = 1; q <= k.q_rows; q *= 2)
+      for (int kv = 1; kv <= k.kv_rows; kv *= 2) {
+        Config one;
+        one.rank = 1;
+        one.axes[0] = c.axes[a];
+        one.q_tile[0] = q;
+        one.kv_tile[0] = kv;
+        steps += placements * simulation_steps(one);
+      }
+  return steps;
+}
+
+}  // namespace
+
+const char* kernel_name(TiledKernel k) {
+  switch (k) {
+    case TiledKernel::hopper_forward: return "hopper-forward";
+    case TiledKernel::hopper_backward: return "hopper-backward";
+  }
+  return "?";
+}
+
+const std::vector<TiledKernel>& tiled_kernels() {
+  static const std::vector<TiledKernel> all = {TiledKernel::hopper_forward,
+                                               TiledKernel::hopper_backward};
+  return all;
+}
+
+bool parse_kernel(const std::string& name, TiledKernel* k) {
+  for (TiledKernel t : tiled_kernels())
+    if (normalized(name) == kernel_name(t)) {
+      *k = t;
+      return true;
+    }
+  return false;
+}
+
+std::string kernel_names() {
+  std::string s;
+  for (TiledKernel t : tiled_kernels()) s += (s.empty() ? "" : ", ") + std::string(kernel_name(t));
+  return s;
+}
+
+Config kernel_tiles(const Config& c, TiledKernel k, int head_dim) {
+  Config out = c;
+  out.tiling = Tiling::multi_dim;
+  out.kv_tiling = KvTiling::static_tiles;
+  for (int a = 0; a < kMaxRank; ++a) out.q_tile[a] = out.kv_tile[a] = 1;
+  validate(out);  // the rule (the core's messages) and the token count
+  TileKernel kernel;
+  switch (k) {
+    case TiledKernel::hopper_forward:
+      if (!hopper_forward_head_dim(head_dim))
+        fail_invalid("head_dim: the hopper forward runs 32, 64, 128 or 256, got ", head_dim);
+      // KernelOptions' default: grid or placed KV tiles, whichever is cheaper.
+      kernel = hopper_forward_tile_kernel(head_dim, KvPlacements::either);
+      break;
+    case TiledKernel::hopper_backward:
+      if (!hopper_backward_head_dim(head_dim))
+        fail_invalid("head_dim: the hopper backward runs 32, 64 or 128, got ", head_dim);
+      kernel = hopper_backward_tile_kernel();
+      break;
+    default:
+      fail_invalid("kernel must be one of ", kernel_names(), ", got id ", static_cast<int>(k));
+  }
+  const double steps = choice_steps(out, kernel);
+  if (steps > kMaxSimulationSteps)
+    fail_invalid("the ", kernel.name, " tile choice would take about ",
+                 steps < 1e15 ? std::to_string(std::llround(steps)) : std::to_string(steps),
+                 " steps, more than the ", std::llround(kMaxSimulationSteps),
+                 " the simulator takes on");
+  Problem p = to_problem(out);
+  p.dim_qk = p.dim_v = head_dim;
+  const ScoredTiles s = tile_choice(p, kernel, kNoForcedTile, kNoForcedTile);
+  for (int a = 0; a < out.rank; ++a) {
+    out.q_tile[a] = s.q.size[a];
+    out.kv_tile[a] = s.kv.size[a];
+  }
+  out.kv_tiling =
+      s.kv_placement == KvPlacement::placed ? KvTiling::dynamic_tiles : KvTiling::static_tiles;
+  return out;
+}
+
+}  // namespace gna::sim

@@ -1,0 +1,229 @@
+// The tiled kernels' tile descriptions (gna/core/kernel_tiles.hpp) and the simulator's use of
+// them (gna::sim::kernel_tiles, gna_sim_kernel_tiles): the descriptions are the ones the kernels
+// ran with, the simulator's tiles are the chooser's, and bad input names the parameter.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "gna/core/kernel_tiles.hpp"
+#include "gna/gna_sim.h"
+#include "gna/sim/cases.hpp"
+#include "gna/sim/kernel_tiles.hpp"
+#include "gna/sim/simulator.hpp"
+
+namespace gna::sim {
+namespace {
+
+void expect_kernel(const TileKernel& k, const std::string& name, int q_rows, int kv_rows,
+                   PairWalk walk, TileLimit forced_q, TileLimit forced_kv,
+                   KvPlacements placements) {
+  EXPECT_EQ(std::string(k.name), name);
+  EXPECT_EQ(k.q_rows, q_rows) << name;
+  EXPECT_EQ(k.kv_rows, kv_rows) << name;
+  EXPECT_EQ(k.walk, walk) << name;
+  EXPECT_EQ(k.forced_q.tokens, forced_q.tokens) << name;
+  EXPECT_EQ(k.forced_q.exact, forced_q.exact) << name;
+  EXPECT_EQ(k.forced_kv.tokens, forced_kv.tokens) << name;
+  EXPECT_EQ(k.forced_kv.exact, forced_kv.exact) << name;
+  EXPECT_EQ(k.kv_placements, placements) << name;
+}
+
+// The descriptions the kernels' launch code held before they moved to the core.
+TEST(KernelTiles, DescriptionsAreTheKernels) {
+  for (int d : {32, 64, 128})
+    expect_kernel(hopper_forward_tile_kernel(d, KvPlacements::either), "hopper forward", 128, 128,
+                  PairWalk::per_q_tile, {128, true}, {128, true}, KvPlacements::either);
+  expect_kernel(hopper_forward_tile_kernel(256, KvPlacements::grid), "hopper forward", 128, 64,
+                PairWalk::per_q_tile, {128, true}, {64, true}, KvPlacements::grid);
+  EXPECT_EQ(hopper_kv_tile_tokens(256), 64);
+  EXPECT_EQ(hopper_kv_tile_tokens(128), 128);
+  expect_kernel(hopper_backward_tile_kernel(), "hopper backward", 64, 128, PairWalk::per_kv_tile,
+                {64, true}, {128, true}, KvPlacements::grid);
+  const TileKernel narrow = portable_forward_tile_kernel(64), wide = portable_forward_tile_kernel(128);
+  expect_kernel(narrow, "portable forward", 64, 64, PairWalk::per_q_tile, {128, false}, {64, true},
+                KvPlacements::grid);
+  expect_kernel(wide, "portable forward", 128, 64, PairWalk::per_q_tile, {128, false}, {64, true},
+                KvPlacements::grid);
+  EXPECT_EQ(narrow.weights.rows, 1);
+  EXPECT_EQ(narrow.weights.speedup, 1);
+  EXPECT_EQ(wide.weights.rows, 2);
+  EXPECT_EQ(wide.weights.speedup, 1.5);
+  expect_kernel(portable_backward_tile_kernel(64), "portable backward", 64, 64,
+                PairWalk::per_q_tile, {64, false}, {128, false}, KvPlacements::grid);
+}
+
+gna_sim_config c_config(const BenchCase& c) {
+  gna_sim_config g{};
+  g.rank = c.rank;
+  for (int a = 0; a < c.rank; ++a) {
+    g.extent[a] = c.extent[a];
+    g.window[a] = c.window[a];
+    g.stride[a] = c.stride[a];
+    g.dilation[a] = c.dilation[a];
+    g.causal[a] = c.causal[a] ? 1 : 0;
+  }
+  return g;  // tiles 0, as a caller that leaves them to the kernel passes them
+}
+
+Problem problem_of(const BenchCase& c, int head_dim) {
+  Problem p;
+  p.rank = c.rank;
+  for (int a = 0; a < c.rank; ++a)
+    p.axes[a] = AxisRule{c.extent[a], c.window[a], c.dilation[a], c.stride[a], c.causal[a]};
+  p.dim_qk = p.dim_v = head_dim;
+  return p;
+}
+
+const char* const kCases[] = {"hunyuan 18x24x24 NA", "hunyuan 18x24x24 s16x8x8",
+                              "hunyuan dense d256",  "wan 15x27x48",
+                              "flux4k 80x80 NA",     "flux4k 80x80 s16x16",
+                              "nat 56x56 b128 h2 d32 7x7", "dinat 28x28 b128 h4 d32 7x7 dil4"};
+
+void expect_chosen(const gna_sim_config& chosen, const gna_sim_config& in, const ScoredTiles& s,
+                   const std::string& name) {
+  for (int a = 0; a < GNA_MAX_RANK; ++a) {
+    EXPECT_EQ(chosen.q_tile[a], a < in.rank ? s.q.size[a] : 1) << name << " axis " << a;
+    EXPECT_EQ(chosen.kv_tile[a], a < in.rank ? s.kv.size[a] : 1) << name << " axis " << a;
+    EXPECT_EQ(chosen.extent[a], in.extent[a]) << name;
+    EXPECT_EQ(chosen.window[a], in.window[a]) << name;
+    EXPECT_EQ(chosen.stride[a], in.stride[a]) << name;
+  }
+  EXPECT_EQ(chosen.rank, in.rank);
+  EXPECT_EQ(chosen.tiling, GNA_SIM_TILING_MULTI) << name;
+  EXPECT_EQ(chosen.kv_tiling, s.kv_placement == KvPlacement::placed ? GNA_SIM_KV_DYNAMIC
+                                                                    : GNA_SIM_KV_STATIC)
+      << name;
+}
+
+// The C function's tiles are the chooser's for the kernel's description, as dispatch asks for
+// them (no forced tiles; the forward with either placement, KernelOptions' default).
+TEST(KernelTiles, CAbiIsTheChoosersChoice) {
+  for (const char* name : kCases) {
+    const BenchCase* c = find_bench_case(name);
+    ASSERT_NE(c, nullptr) << name;
+    const gna_sim_config in = c_config(*c);
+    gna_sim_config chosen{};
+    ASSERT_EQ(gna_sim_kernel_tiles(&in, GNA_SIM_KERNEL_HOPPER_FORWARD, c->head_dim, &chosen),
+              GNA_STATUS_OK)
+        << name << ": " << gna_sim_last_error();
+    expect_chosen(chosen, in,
+                  tile_choice(problem_of(*c, c->head_dim),
+                              hopper_forward_tile_kernel(c->head_dim, KvPlacements::either),
+                              kNoForcedTile, kNoForcedTile),
+                  name);
+    if (!hopper_backward_head_dim(c->head_dim)) continue;
+    ASSERT_EQ(gna_sim_kernel_tiles(&in, GNA_SIM_KERNEL_HOPPER_BACKWARD, c->head_dim, &chosen),
+              GNA_STATUS_OK)
+        << name << ": " << gna_sim_last_error();
+    expect_chosen(chosen, in,
+                  tile_choice(problem_of(*c, c->head_dim), hopper_backward_tile_kernel(),
+                              kNoForcedTile, kNoForcedTile),
+                  name);
+    EXPECT_EQ(chosen.kv_tiling, GNA_SIM_KV_STATIC) << name;
+  }
+}
+
+// The Hopper forward places its KV tiles for the hunyuan and wan neighborhoods and keeps the grid
+// for the block-sparse FLUX stride (tests/hopper/test_hopper_tiles.cpp, from the kernel's side).
+TEST(KernelTiles, HopperForwardPlacement) {
+  const struct {
+    const char* name;
+    int kv_tiling;
+  } cases[] = {{"hunyuan 18x24x24 NA", GNA_SIM_KV_DYNAMIC},
+               {"wan 15x27x48", GNA_SIM_KV_DYNAMIC},
+               {"flux4k 80x80 s16x16", GNA_SIM_KV_STATIC}};
+  for (const auto& e : cases) {
+    const gna_sim_config in = c_config(*find_bench_case(e.name));
+    gna_sim_config chosen{};
+    ASSERT_EQ(gna_sim_kernel_tiles(&in, GNA_SIM_KERNEL_HOPPER_FORWARD, 128, &chosen), GNA_STATUS_OK);
+    EXPECT_EQ(chosen.kv_tiling, e.kv_tiling) << e.name;
+    int64_t q = 1, kv = 1;
+    for (int a = 0; a < in.rank; ++a) {
+      q *= chosen.q_tile[a];
+      kv *= chosen.kv_tile[a];
+    }
+    EXPECT_EQ(q, 128) << e.name;
+    EXPECT_EQ(kv, 128) << e.name;
+  }
+  // FLUX stride 16x16 with the chosen tiles is block-sparse at the FLOP-wise bound.
+  const gna_sim_config in = c_config(*find_bench_case("flux4k 80x80 s16x16"));
+  gna_sim_config chosen{};
+  ASSERT_EQ(gna_sim_kernel_tiles(&in, GNA_SIM_KERNEL_HOPPER_FORWARD, 128, &chosen), GNA_STATUS_OK);
+  gna_sim_result r{};
+  ASSERT_EQ(gna_simulate(&chosen, &r), GNA_STATUS_OK) << gna_sim_last_error();
+  EXPECT_EQ(r.block_sparse, 1);
+  EXPECT_NEAR(r.tile_speedup, 10.24, 1e-9);
+}
+
+// The C++ function and the C one agree, and simulating the chosen config is simulating its
+// explicit tiles.
+TEST(KernelTiles, CppAndCAgree) {
+  const BenchCase* c = find_bench_case("hunyuan 18x24x24 NA");
+  Config config;
+  config.rank = c->rank;
+  for (int a = 0; a < c->rank; ++a)
+    config.axes[a] = AxisRule{c->extent[a], c->window[a], c->dilation[a], c->stride[a], false};
+  const Config k = kernel_tiles(config, TiledKernel::hopper_forward, 128);
+  const gna_sim_config in = c_config(*c);
+  gna_sim_config chosen{};
+  ASSERT_EQ(gna_sim_kernel_tiles(&in, GNA_SIM_KERNEL_HOPPER_FORWARD, 128, &chosen), GNA_STATUS_OK);
+  for (int a = 0; a < c->rank; ++a) {
+    EXPECT_EQ(k.q_tile[a], chosen.q_tile[a]);
+    EXPECT_EQ(k.kv_tile[a], chosen.kv_tile[a]);
+  }
+  EXPECT_EQ(k.kv_tiling, KvTiling::dynamic_tiles);
+  gna_sim_result r{};
+  ASSERT_EQ(gna_simulate(&chosen, &r), GNA_STATUS_OK);
+  const Result s = simulate(k);
+  EXPECT_EQ(r.visited_pairs, s.visited_pairs);
+  EXPECT_EQ(r.partial_pairs, s.pairs.partial);
+  TiledKernel parsed;
+  EXPECT_TRUE(parse_kernel("hopper forward", &parsed));
+  EXPECT_EQ(parsed, TiledKernel::hopper_forward);
+  EXPECT_TRUE(parse_kernel("hopper_backward", &parsed));
+  EXPECT_EQ(parsed, TiledKernel::hopper_backward);
+  EXPECT_FALSE(parse_kernel("portable forward", &parsed));
+}
+
+std::string error_of(const gna_sim_config* in, int kernel, int head_dim) {
+  gna_sim_config chosen{};
+  EXPECT_NE(gna_sim_kernel_tiles(in, kernel, head_dim, &chosen), GNA_STATUS_OK);
+  return gna_sim_last_error();
+}
+
+TEST(KernelTiles, CAbiErrorsNameTheParameter) {
+  const gna_sim_config in = c_config(*find_bench_case("flux4k 80x80 NA"));
+  EXPECT_NE(error_of(&in, 7, 128).find("kernel must be 0 (hopper forward) or 1 (hopper backward), "
+                                       "got 7"),
+            std::string::npos);
+  EXPECT_NE(error_of(&in, -1, 128).find("got -1"), std::string::npos);
+  EXPECT_NE(error_of(&in, GNA_SIM_KERNEL_HOPPER_FORWARD, 96).find("head_dim"), std::string::npos);
+  EXPECT_NE(error_of(&in, GNA_SIM_KERNEL_HOPPER_FORWARD, 96).find("got 96"), std::string::npos);
+  EXPECT_NE(error_of(&in, GNA_SIM_KERNEL_HOPPER_BACKWARD, 256).find("got 256"), std::string::npos);
+  gna_sim_config bad = in;
+  bad.window[1] = 0;
+  EXPECT_NE(error_of(&bad, GNA_SIM_KERNEL_HOPPER_FORWARD, 128).find("window"), std::string::npos);
+  bad = in;
+  bad.rank = 4;
+  EXPECT_NE(error_of(&bad, GNA_SIM_KERNEL_HOPPER_FORWARD, 128).find("rank"), std::string::npos);
+  EXPECT_NE(error_of(nullptr, GNA_SIM_KERNEL_HOPPER_FORWARD, 128).find("config"),
+            std::string::npos);
+  gna_sim_config chosen{};
+  EXPECT_NE(gna_sim_kernel_tiles(&in, GNA_SIM_KERNEL_HOPPER_FORWARD, 128, nullptr), GNA_STATUS_OK);
+  EXPECT_NE(std::string(gna_sim_last_error()).find("output"), std::string::npos);
+  // The config's own tiles and tilings are ignored, whatever they hold.
+  bad = in;
+  bad.tiling = 9;
+  bad.kv_tiling = -3;
+  bad.q_tile[0] = -5;
+  EXPECT_EQ(gna_sim_kernel_tiles(&bad, GNA_SIM_KERNEL_HOPPER_FORWARD, 128, &chosen), GNA_STATUS_OK)
+      << gna_sim_last_error();
+  // Too large to score is refused with the estimate, quickly.
+  bad = in;
+  bad.rank = 1;
+  bad.extent[0] = bad.window[0] = 2147483647;
+  EXPECT_NE(error_of(&bad, GNA_SIM_KERNEL_HOPPER_FORWARD, 128).find("steps"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gna::sim
