@@ -20,12 +20,14 @@ COMMANDS = ["", "simulate", "sweep", "presets", "show", "help", "frobnicate", "-
 FLAGS = ["--preset", "--shape", "--window", "--stride", "--dilation", "--causal", "--q-tile",
          "--kv-tile", "--tiling", "--kv-tiling", "--svg", "--query", "--attention-share",
          "--dense-steps", "--total-steps", "--json", "--union", "--all", "--block-sparse",
-         "--help", "-h", "--bogus", "-x", "--", "--shape=", "--json=1"]
+         "--help", "-h", "--bogus", "-x", "--", "--shape=", "--json=1", "--kernel",
+         "--head-dim"]
 NUMBERS = ["0", "1", "2", "3", "4", "7", "8", "16", "-1", "-2147483648", "2147483647",
            "2147483648", "4294967296", "99999999999999999999", "1e3", "0x10", "+3", "", " 4",
            "abc", "nan", "inf", "-0"]
 WORDS = ["hunyuan", "flux4k", "nat", "nope", "multi", "1d", "static", "dynamic", "2d", "",
-         "0.5", "1", "-0.1", "1e309", "nan", "lots"]
+         "0.5", "1", "-0.1", "1e309", "nan", "lots", "hopper-forward", "hopper-backward",
+         "hopper forward"]
 
 
 def random_value(rng, rank=None):
@@ -47,7 +49,7 @@ def random_value(rng, rank=None):
 def random_flag_value(rng, flag, svg, rank):
     if flag == "--svg":
         return rng.choice([svg, svg, "", "/nonexistent-dir/x.svg"])
-    if flag in ("--preset", "--tiling", "--kv-tiling", "--attention-share"):
+    if flag in ("--preset", "--tiling", "--kv-tiling", "--attention-share", "--kernel"):
         return rng.choice(WORDS + NUMBERS)
     return random_value(rng, rank)
 
@@ -68,6 +70,11 @@ def random_arguments(rng, svg):
                  "--kv-tile": dims(1, 8)}
         if command == "show":
             flags.update({"--query": dims(0, 7), "--svg": svg})
+        if rng.random() < 0.2:  # the kernel's tiles instead of given ones
+            del flags["--q-tile"], flags["--kv-tile"]
+            flags["--kernel"] = rng.choice(["hopper-forward", "hopper-backward"])
+            if rng.random() < 0.5:
+                flags["--head-dim"] = rng.choice(["32", "64", "128", "256", "96", "0", "-1"])
     for _ in range(rng.randint(0 if flags else 1, 3)):
         flag = rng.choice(FLAGS)
         if flags and rng.random() < 0.2:

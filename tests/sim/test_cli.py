@@ -143,6 +143,85 @@ class PresetsAndShow(unittest.TestCase):
                 self.assertIn("KV tiles", open(path).read())
 
 
+class Kernel(unittest.TestCase):
+    """--kernel: the kernel's own tiles and KV tiling, the same numbers as giving them."""
+
+    def explicit(self, d):
+        c = d["config"]
+        x = lambda v: "x".join(map(str, v))
+        return ["--q-tile", x(c["q_tile"]), "--kv-tile", x(c["kv_tile"]),
+                "--kv-tiling", c["kv_tiling"]]
+
+    def test_kernel_equals_its_explicit_tiles(self):
+        cases = [(["--shape", "30x48x80", "--window", "18x24x24"], "hopper-forward", "128",
+                  "dynamic"),
+                 (["--shape", "21x45x80", "--window", "15x27x48"], "hopper forward", "128",
+                  "dynamic"),
+                 (["--shape", "256x256", "--window", "80x80", "--stride", "16x16"],
+                  "hopper-forward", "256", "static"),
+                 (["--shape", "256x256", "--window", "80x80"], "hopper_backward", "64",
+                  "static")]
+        for problem, kernel, head_dim, kv_tiling in cases:
+            e2e = ["--attention-share", "0.8", "--dense-steps", "10", "--total-steps", "50"]
+            d = run_json(*problem, "--kernel", kernel, "--head-dim", head_dim, *e2e)
+            self.assertEqual(d["config"]["kernel"], kernel.replace(" ", "-").replace("_", "-"))
+            self.assertEqual(d["config"]["head_dim"], int(head_dim))
+            self.assertEqual(d["config"]["kv_tiling"], kv_tiling, problem)
+            self.assertEqual(d["config"]["tiling"], "multi")
+            want = 64 if kernel.endswith("backward") else 128
+            self.assertEqual(d["config"]["q_tile_tokens"], want)
+            e = run_json(*problem, *self.explicit(d), *e2e)
+            del d["config"]["kernel"], d["config"]["head_dim"]
+            self.assertEqual(d, e, problem)
+        table = run("--preset", "hunyuan", "--kernel", "hopper-forward")
+        self.assertEqual(table.returncode, 0, table.stderr)
+        self.assertIn("hopper-forward, head dim 128", table.stdout)
+        self.assertIn("dynamic KV tiles: Q tile 2x8x8, KV tile 2x8x8", table.stdout)
+        d = run_json("--shape", "30x48x80", "--window", "18x24x24", "--kernel", "hopper-forward")
+        self.assertEqual(d["config"]["head_dim"], 128)
+
+    def test_show_takes_the_kernel_tiles(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "q.svg")
+            r = run("show", "--preset", "hunyuan", "--kernel", "hopper-forward", "--query",
+                    "15x24x40", "--svg", path)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            ET.parse(path)
+
+    def test_bad_kernel_flags(self):
+        ok = ["--shape", "30x48x80", "--window", "18x24x24"]
+        for flag, value in [("--q-tile", "2x8x8"), ("--kv-tile", "2x8x8"),
+                            ("--kv-tiling", "static"), ("--tiling", "multi")]:
+            r = run(*ok, "--kernel", "hopper-forward", flag, value)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn(flag + " and --kernel exclude each other", r.stderr)
+        r = run(*ok, "--kernel", "hopper-sideways")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--kernel: expected one of hopper-forward, hopper-backward, got "
+                      "'hopper-sideways'", r.stderr)
+        r = run(*ok, "--q-tile", "2x8x8", "--kv-tile", "2x8x8", "--head-dim", "64")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--head-dim needs --kernel", r.stderr)
+        r = run("sweep", *ok, "--kernel", "hopper-forward")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--kernel is not an option of sweep", r.stderr)
+        r = run(*ok, "--kernel", "hopper-forward", "--head-dim", "96")
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr.strip(), "gna-sim: error: head_dim: the hopper forward runs "
+                         "32, 64, 128 or 256, got 96")
+        r = run(*ok, "--kernel", "hopper-backward", "--head-dim", "256")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("got 256", r.stderr)
+        r = run("--shape", "10", "--window", "12", "--kernel", "hopper-forward")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("window*dilation must be <= extent=10", r.stderr)
+        t0 = time.time()
+        r = run("--shape", "2147483647", "--window", "2147483647", "--kernel", "hopper-forward")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("steps", r.stderr)
+        self.assertLess(time.time() - t0, 5)
+
+
 class BadInput(unittest.TestCase):
     def usage_error(self, *args):
         r = run(*args)

@@ -32,6 +32,10 @@ const char* kUsage =
     "  --kv-tile AxBxC        KV tile shape (with --tiling 1d also a token count)\n"
     "  --tiling multi|1d      multi-dimensional tiles (default) or runs of row-major tokens\n"
     "  --kv-tiling static|dynamic  KV tiles on a fixed grid (default) or placed per Q tile\n"
+  "  --kernel NAME          the tiles and KV tiling the kernel chooses for the rule, instead of\n"
+  "                         --q-tile, --kv-tile, --tiling and --kv-tiling (hopper-forward,\n"
+  "                         hopper-backward; not with sweep)\n"
+  "  --head-dim D           head dim of --kernel's choice (default 128)\n"
     "  (--window, --stride, --dilation and --causal also accept one value for every axis)\n"
     "END-TO-END (adds e2e_flop_speedup and e2e_tile_speedup):\n"
     "  --attention-share P    share of the model's runtime spent in attention, in [0, 1]\n"
@@ -49,11 +53,13 @@ const char* kUsage =
 const std::set<std::string> kValueFlags = {
     "preset",          "shape",       "window",       "stride", "dilation", "causal", "q-tile",
     "kv-tile",         "tiling",      "kv-tiling",    "svg",    "query",    "attention-share",
-    "dense-steps",     "total-steps"};
+    "dense-steps",     "total-steps", "kernel",       "head-dim"};
 const std::set<std::string> kSwitches = {"json", "union", "all", "block-sparse", "help"};
-const std::set<std::string> kProblemFlags = {"preset", "shape",   "window", "stride",
-                                             "dilation", "causal", "q-tile", "kv-tile",
-                                             "tiling",  "kv-tiling"};
+const std::set<std::string> kProblemFlags = {"preset",    "shape",  "window", "stride",
+                                             "dilation",  "causal", "q-tile", "kv-tile",
+                                             "tiling",    "kv-tiling", "kernel", "head-dim"};
+// Problem flags sweep does not take: it tries every stride, and a kernel's tiles depend on it.
+const std::set<std::string> kNotSweepFlags = {"stride", "kernel", "head-dim"};
 const std::set<std::string> kEndToEndFlags = {"attention-share", "dense-steps", "total-steps"};
 
 const char* command_name(Command c) {
@@ -74,7 +80,8 @@ bool allowed(Command c, const std::string& flag) {
     case Command::simulate:
       return kProblemFlags.count(flag) || kEndToEndFlags.count(flag) || flag == "json";
     case Command::sweep:
-      return (kProblemFlags.count(flag) && flag != "stride") || kEndToEndFlags.count(flag) ||
+      return (kProblemFlags.count(flag) && !kNotSweepFlags.count(flag)) ||
+             kEndToEndFlags.count(flag) ||
              flag == "json" || flag == "svg" || flag == "all" || flag == "block-sparse";
     case Command::show:
       return kProblemFlags.count(flag) || flag == "query" || flag == "union" || flag == "svg";
@@ -243,9 +250,11 @@ Config build_config(const FlagMap& flags, std::string* preset_name) {
         throw UsageError("--causal: expected 0 or 1 per axis, got '" + flags.at("causal") + "'");
       c.axes[a].causal = values[a] == 1;
     }
-  if (!tile_values(flags, "q-tile", c.rank, c.tiling, c.q_tile) && !keep_axes)
+  // With --kernel the kernel's choice replaces the tiles (apply_kernel_tiles).
+  const bool kernel = flags.count("kernel") > 0;
+  if (!tile_values(flags, "q-tile", c.rank, c.tiling, c.q_tile) && !keep_axes && !kernel)
     throw UsageError("--q-tile is required");
-  if (!tile_values(flags, "kv-tile", c.rank, c.tiling, c.kv_tile) && !keep_axes)
+  if (!tile_values(flags, "kv-tile", c.rank, c.tiling, c.kv_tile) && !keep_axes && !kernel)
     throw UsageError("--kv-tile is required");
   return c;
 }
@@ -275,6 +284,19 @@ Options parse_options(int argc, const char* const* argv) {
   o.json = flags.count("json") > 0;
   if (o.command == Command::presets) return o;
 
+  if (flags.count("kernel")) {
+    for (const char* f : {"q-tile", "kv-tile", "tiling", "kv-tiling"})
+      if (flags.count(f))
+        throw UsageError(std::string("--") + f + " and --kernel exclude each other (the kernel " +
+                         "chooses the tiles)");
+    if (!parse_kernel(flags.at("kernel"), &o.kernel))
+      throw UsageError("--kernel: expected one of " + kernel_names() + ", got '" +
+                       flags.at("kernel") + "'");
+    o.has_kernel = true;
+    if (flags.count("head-dim")) o.head_dim = parse_int("head-dim", flags.at("head-dim"));
+  } else if (flags.count("head-dim")) {
+    throw UsageError("--head-dim needs --kernel");
+  }
   o.config = build_config(flags, &o.preset);
 
   if (flags.count("dense-steps") || flags.count("total-steps") || flags.count("attention-share")) {
@@ -312,6 +334,10 @@ Options parse_options(int argc, const char* const* argv) {
     o.q_tile_union = flags.count("union") > 0;
   }
   return o;
+}
+
+void apply_kernel_tiles(Options& o) {
+  if (o.has_kernel) o.config = kernel_tiles(o.config, o.kernel, o.head_dim);
 }
 
 }  // namespace gna::sim::cli

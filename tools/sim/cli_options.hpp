@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gna/sim/config.hpp"
+#include "gna/sim/kernel_tiles.hpp"
 #include "gna/sim/simulator.hpp"
 
 namespace gna::sim::cli {
@@ -23,6 +24,10 @@ struct Options {
   Command command = Command::simulate;
   std::string preset;  // empty when none
   Config config;
+  // --kernel: the tiles and KV tiling are the kernel's choice at head_dim (apply_kernel_tiles).
+  bool has_kernel = false;
+  TiledKernel kernel = TiledKernel::hopper_forward;
+  int head_dim = 128;
   bool has_end_to_end = false;
   EndToEnd end_to_end;
   bool json = false;
@@ -33,6 +38,10 @@ struct Options {
 };
 
 Options parse_options(int argc, const char* const* argv);
+
+// With --kernel, sets the config's tiles and tilings to the kernel's choice (gna::Error for an
+// invalid rule or head dim); otherwise nothing.
+void apply_kernel_tiles(Options& o);
 
 const char* usage();
 

@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    apply_kernel_tiles(o);
     return run(o);
   } catch (const gna::Error& e) {
     std::cerr << "gna-sim: error: " << e.what() << "\n";

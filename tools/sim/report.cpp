@@ -44,6 +44,7 @@ void write_config(JsonWriter& j, const Options& o) {
   }
   j.begin_object("config");
   if (!o.preset.empty()) j.value("preset", o.preset);
+  if (o.has_kernel) j.value("kernel", kernel_name(o.kernel)).value("head_dim", o.head_dim);
   j.array("shape", extent, c.rank).array("window", window, c.rank);
   if (o.command != Command::sweep) j.array("stride", stride, c.rank);
   j.array("dilation", dilation, c.rank).array("causal", causal, c.rank);
@@ -87,6 +88,9 @@ std::string header(const Options& o) {
   std::string s;
   if (!o.preset.empty()) s += line("preset", o.preset);
   s += line("problem", problem_description(o.config, o.command != Command::sweep));
+  if (o.has_kernel)
+    s += line("kernel", std::string(kernel_name(o.kernel)) + ", head dim " +
+                            std::to_string(o.head_dim) + " (the tiles it chooses)");
   s += line("tiling", tiling_description(o.config));
   return s;
 }
