@@ -201,6 +201,11 @@ if has_simulator:
     lib.gna_sim_end_to_end.restype = _status
     lib.gna_sim_end_to_end.argtypes = [ctypes.c_double, ctypes.c_int32, ctypes.c_int32,
                                        ctypes.c_double, _P(ctypes.c_double)]
+has_kernel_tiles = hasattr(lib, "gna_sim_kernel_tiles")
+if has_kernel_tiles:
+    lib.gna_sim_kernel_tiles.restype = _status
+    lib.gna_sim_kernel_tiles.argtypes = [_P(SimConfig), ctypes.c_int32, ctypes.c_int32,
+                                         _P(SimConfig)]
 has_bench_cases = hasattr(lib, "gna_sim_bench_case_count")
 if has_bench_cases:
     lib.gna_sim_bench_case_count.restype = ctypes.c_int32

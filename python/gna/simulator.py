@@ -5,6 +5,9 @@ from . import _lib
 
 _TILINGS = {"multi": 0, "1d": 1}
 _KV_TILINGS = {"static": 0, "dynamic": 1}
+_KV_TILING_NAMES = {v: k for k, v in _KV_TILINGS.items()}
+# The tiled kernels whose tile choice the simulator asks for (GNA_SIM_KERNEL_* in gna_sim.h).
+_KERNELS = {"hopper forward": 0, "hopper backward": 1}
 
 
 def _per_axis(name, value, rank):
@@ -48,6 +51,35 @@ def _config(shape, window, stride, dilation, is_causal, q_tile, kv_tile, tiling,
     return config
 
 
+def _kernel_id(kernel):
+    name = kernel.replace("-", " ").replace("_", " ") if isinstance(kernel, str) else kernel
+    if name not in _KERNELS:
+        raise ValueError(f"kernel: expected one of {sorted(_KERNELS)}, got {kernel!r}")
+    return _KERNELS[name]
+
+
+def kernel_tiles(shape, window, stride=1, dilation=1, is_causal=False, kernel="hopper forward",
+                 head_dim=128):
+    """The tiles a kernel runs for this rule: (q_tile, kv_tile, kv_tiling), the Q and KV tile
+    shapes (tuples, one side per axis) and "static" (KV tiles on a fixed grid) or "dynamic"
+    (placed per Q tile), as the kernel's tile chooser picks them at head dim head_dim with default
+    options. kernel: "hopper forward" (grid or placed KV tiles, whichever is cheaper) or "hopper
+    backward" ('-' or '_' for the space also do). The choice scores one image and head: batch and
+    heads do not matter. simulate(..., kernel=...) simulates these tiles."""
+    kernel_id = _kernel_id(kernel)
+    if not _lib.has_kernel_tiles:
+        raise RuntimeError("gna: this libgna has no gna_sim_kernel_tiles (rebuild it)")
+    config = _config(shape, window, stride, dilation, is_causal, 1, 1, "multi", "static")
+    chosen = _lib.SimConfig()
+    _lib.check(_lib.lib.gna_sim_kernel_tiles(ctypes.byref(config), kernel_id,
+                                             _lib.int32(head_dim, "head_dim"),
+                                             ctypes.byref(chosen)),
+               _lib.lib.gna_sim_last_error)
+    rank = chosen.rank
+    return (tuple(chosen.q_tile[a] for a in range(rank)),
+            tuple(chosen.kv_tile[a] for a in range(rank)), _KV_TILING_NAMES[chosen.kv_tiling])
+
+
 def _result_dict(result):
     out = {name: getattr(result, name) for name, _ in _lib.SimResult._fields_
            if name != "reserved"}
@@ -56,26 +88,48 @@ def _result_dict(result):
 
 
 def simulate(shape, window, stride=1, dilation=1, is_causal=False, q_tile=None, kv_tile=None,
-             tiling="multi", kv_tiling="static", attention_share=None, dense_steps=0,
-             total_steps=1):
+             tiling=None, kv_tiling=None, attention_share=None, dense_steps=0, total_steps=1,
+             kernel=None, head_dim=None):
     """Which KV tiles each Q tile must visit, and the speedup bounds that follow.
 
     shape: token layout per axis (its length is the rank). window, stride, dilation, is_causal,
     q_tile, kv_tile: an int for every axis or one value per axis. tiling: "multi" (tiles are
     boxes of the layout) or "1d" (runs of row-major tokens; the tile size is the product of
-    q_tile / kv_tile). kv_tiling: "static" or "dynamic". With attention_share (the share of a
+    q_tile / kv_tile; default "multi"). kv_tiling: "static" (default) or "dynamic". kernel (e.g.
+    "hopper forward"), with head_dim (default 128): the tiles and KV tiling that kernel chooses
+    (kernel_tiles()) instead of q_tile, kv_tile, tiling and kv_tiling, which are then an error;
+    the result also holds them ("q_tile", "kv_tile", "kv_tiling"). With attention_share (the
+    share of a
     model's runtime spent in attention), the result also holds "end_to_end_speedup" for
     dense_steps of total_steps diffusion steps kept dense, taking the tile-wise bound as the
     operator's speedup.
 
     Returns a dict of the simulator's numbers (see include/gna/sim/simulator.hpp).
     """
+    chosen = None
+    if kernel is not None:
+        _kernel_id(kernel)  # an unknown name first
+        given = {name: value for name, value in (("q_tile", q_tile), ("kv_tile", kv_tile),
+                                                 ("tiling", tiling), ("kv_tiling", kv_tiling))
+                 if value is not None}
+        if given:
+            raise ValueError(f"kernel={kernel!r} chooses the tiles: do not also give "
+                             + ", ".join(f"{k}={v!r}" for k, v in given.items()))
+        chosen = kernel_tiles(shape, window, stride, dilation, is_causal, kernel,
+                              128 if head_dim is None else head_dim)
+        q_tile, kv_tile, kv_tiling = chosen
+    elif head_dim is not None:
+        raise ValueError(f"head_dim={head_dim!r} needs kernel (the kernel whose tiles it picks)")
+    tiling = "multi" if tiling is None else tiling
+    kv_tiling = "static" if kv_tiling is None else kv_tiling
     config = _config(shape, window, stride, dilation, is_causal, q_tile, kv_tile, tiling,
                      kv_tiling)
     result = _lib.SimResult()
     _lib.check(_lib.lib.gna_simulate(ctypes.byref(config), ctypes.byref(result)),
                _lib.lib.gna_sim_last_error)
     out = _result_dict(result)
+    if chosen is not None:
+        out["q_tile"], out["kv_tile"], out["kv_tiling"] = chosen
     if attention_share is not None:
         out["end_to_end_speedup"] = end_to_end_speedup(
             attention_share, out["tile_speedup"], dense_steps, total_steps)

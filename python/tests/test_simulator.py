@@ -86,3 +86,58 @@ def test_stride_sweep():
     assert sparse[0]["stride"] == (16, 16) and all(e["partial_pairs"] == 0 for e in sparse)
     with pytest.raises(ValueError, match="window"):
         gna.stride_sweep((64,), 65, q_tile=16, kv_tile=16)
+
+
+def test_kernel_tiles_hopper_forward():
+    # The Hopper forward places its KV tiles for the hunyuan and wan neighborhoods and keeps the
+    # grid where the stride makes the layout block-sparse (FLUX 4K, stride 16x16).
+    q, kv, kv_tiling = gna.kernel_tiles((30, 48, 80), (18, 24, 24))
+    assert (q, kv, kv_tiling) == ((2, 8, 8), (2, 8, 8), "dynamic")
+    assert gna.kernel_tiles((21, 45, 80), (15, 27, 48), kernel="hopper-forward")[2] == "dynamic"
+    q, kv, kv_tiling = gna.kernel_tiles((256, 256), 80, stride=16)
+    assert kv_tiling == "static"
+    assert q[0] * q[1] == 128 and kv[0] * kv[1] == 128
+    # Head dim 256 runs 64-key KV tiles; the backward 64-row Q tiles on grid KV tiles.
+    _, kv, _ = gna.kernel_tiles((256, 256), 80, head_dim=256)
+    assert kv[0] * kv[1] == 64
+    q, kv, kv_tiling = gna.kernel_tiles((30, 48, 80), (18, 24, 24), kernel="hopper backward")
+    assert q[0] * q[1] * q[2] == 64 and kv[0] * kv[1] * kv[2] == 128 and kv_tiling == "static"
+
+
+def test_simulate_with_kernel_is_simulate_with_its_tiles():
+    for kernel, head_dim in (("hopper forward", None), ("hopper_backward", 64),
+                             ("hopper forward", 256)):
+        kwargs = {} if head_dim is None else {"head_dim": head_dim}
+        r = gna.simulate((30, 48, 80), (18, 24, 24), attention_share=0.8, kernel=kernel, **kwargs)
+        q, kv, kv_tiling = gna.kernel_tiles((30, 48, 80), (18, 24, 24), kernel=kernel,
+                                            head_dim=128 if head_dim is None else head_dim)
+        assert (r.pop("q_tile"), r.pop("kv_tile"), r.pop("kv_tiling")) == (q, kv, kv_tiling)
+        e = gna.simulate((30, 48, 80), (18, 24, 24), q_tile=q, kv_tile=kv, kv_tiling=kv_tiling,
+                         attention_share=0.8)
+        assert r == e
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"kernel": "hopper sideways"}, ["kernel", "hopper sideways", "hopper forward"]),
+    ({"kernel": "hopper forward", "q_tile": 8}, ["q_tile=8"]),
+    ({"kernel": "hopper forward", "kv_tile": 8}, ["kv_tile=8"]),
+    ({"kernel": "hopper forward", "kv_tiling": "static"}, ["kv_tiling='static'"]),
+    ({"kernel": "hopper forward", "tiling": "multi"}, ["tiling='multi'"]),
+    ({"head_dim": 64, "q_tile": 8, "kv_tile": 8}, ["head_dim=64", "kernel"]),
+    ({"kernel": "hopper forward", "head_dim": 96}, ["head_dim", "96"]),
+    ({"kernel": "hopper backward", "head_dim": 256}, ["head_dim", "256"]),
+])
+def test_simulate_kernel_bad_input_raises_value_error(kwargs, words):
+    with pytest.raises(ValueError) as e:
+        gna.simulate((64, 64), 16, **kwargs)
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_kernel_tiles_bad_input_raises_value_error():
+    with pytest.raises(ValueError, match="kernel"):
+        gna.kernel_tiles((64, 64), 16, kernel="portable sideways")
+    with pytest.raises(ValueError, match="window"):
+        gna.kernel_tiles((10,), 12)
+    with pytest.raises(ValueError, match="head_dim"):
+        gna.kernel_tiles((64, 64), 16, head_dim=2**40)
