@@ -106,9 +106,10 @@ def model_ms(r, cfg):
     return cfg.double_blocks * r["double_ms"] + cfg.single_blocks * r["single_ms"] + r["embed_ms"]
 
 
-def summarize(cfg, variants, results, tiles, checked=None, depth=None):
+def summarize(cfg, variants, results, checked=None, depth=None):
     """Rows: model ms, speedup over dense, attention share of the dense model, the
-    simulator's end-to-end predictions (tile-wise bound, and the measured operator speedup)."""
+    simulator's end-to-end predictions (tile-wise bound at the Q / KV tiles the Hopper forward
+    chooses for the window, and the measured operator speedup)."""
     dense = results["dense"]
     dense_model = model_ms(dense, cfg)
     blocks = cfg.double_blocks + cfg.single_blocks
@@ -123,9 +124,11 @@ def summarize(cfg, variants, results, tiles, checked=None, depth=None):
         row["op_speedup"] = dense["attention_ms"] / r["attention_ms"]
         if window is not None:
             w, s, d, c = window.resolve(cfg.layout)
-            q_tile, kv_tile = tiles[name]
-            sim = gna.simulate(cfg.layout, w, stride=s, dilation=d, is_causal=c, q_tile=q_tile,
-                               kv_tile=kv_tile, attention_share=share)
+            sim = gna.simulate(cfg.layout, w, stride=s, dilation=d, is_causal=c,
+                               kernel="hopper forward", head_dim=cfg.head_dim,
+                               attention_share=share)
+            row["q_tile"], row["kv_tile"], row["kv_tiling"] = (
+                list(sim["q_tile"]), list(sim["kv_tile"]), sim["kv_tiling"])
             row["tile_bound"] = sim["tile_speedup"]
             row["sim_e2e_tile"] = sim["end_to_end_speedup"]
             row["sim_e2e_measured_op"] = gna.end_to_end_speedup(share, row["op_speedup"])
@@ -175,14 +178,14 @@ def parser(description, defaults):
     return p
 
 
-def main(args, cfg, variants, tiles):
+def main(args, cfg, variants):
     if not torch.cuda.is_available():
         sys.exit("this example times CUDA kernels: it needs a CUDA GPU")
     start = time.time()
     results = measure(cfg, variants, args.reps)
     checked = check_depth(cfg, variants, args.check_depth, args.reps) if args.check_depth \
         else None
-    rows = summarize(cfg, variants, results, tiles, checked, args.check_depth)
+    rows = summarize(cfg, variants, results, checked, args.check_depth)
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, layout "
           f"{'x'.join(map(str, cfg.layout))} + {cfg.text_len} text tokens, hidden {cfg.hidden}, "
           f"{cfg.heads} heads, {cfg.double_blocks} dual + {cfg.single_blocks} single blocks, "

@@ -17,10 +17,8 @@ LAYOUT = (30, 48, 80)
 VARIANTS = {"dense": None,
             "gna NA 18x24x24": gna.Window((18, 24, 24)),
             "gna 18x24x24 stride 16x8x8": gna.Window((18, 24, 24), stride=(16, 8, 8))}
-# Q / KV tiles the Hopper forward runs for these windows (docs/performance.md): the simulator's
-# tile-wise bound is taken at the same tiles.
-TILES = {"gna NA 18x24x24": ((8, 4, 4), (4, 8, 4)),
-         "gna 18x24x24 stride 16x8x8": ((2, 8, 8), (2, 8, 8))}
+# The simulator's tile-wise bound is taken at the Q / KV tiles the Hopper forward chooses for
+# each window (gna.kernel_tiles, in dit_timing.summarize).
 
 if __name__ == "__main__":
     args = dit_timing.parser(__doc__.split("\n\n")[0],
@@ -29,4 +27,4 @@ if __name__ == "__main__":
                        heads=args.heads, double_blocks=args.double_blocks,
                        single_blocks=args.single_blocks, in_channels=16 * 4, text_dim=4096,
                        vector_dim=768, rope_axes=(16, 56, 56), rope_theta=256.0)
-    dit_timing.main(args, cfg, VARIANTS, TILES)
+    dit_timing.main(args, cfg, VARIANTS)
