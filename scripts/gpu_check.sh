@@ -15,9 +15,12 @@
 #   bench     gna-kernel-bench (every device backend, forward and backward, JSON)
 #   peers     python3 -m gna.bench: gna against cuDNN SDPA dense, FlashAttention SDPA dense and
 #             FlexAttention in one process (needs a Python with torch; skipped without one)
+#   python    the package's pytest suite against this build, in PYTEST_SHARDS shards at once
+#             (default 3; the transformers DiNAT tests alone take minutes), each capped at
+#             PYTEST_TIMEOUT seconds (default 400); fails on any failed test or a shard cut off
 #
 # Environment:
-#   STEPS        default "build test sanitize sass bench"
+#   STEPS        default "build test sanitize sass bench" (also: profile, peers, python)
 #   BUILD        build folder (default build-gpu); OUT log folder (default $BUILD/gpu-check-out)
 #   JOBS         build parallelism (default 16)
 #   TARGETS      build only these targets (e.g. "gna-kernel-bench test_halo")
@@ -234,11 +237,38 @@ step_peers() {
     "rc $rc, peers/bench.md" "$(since $t)"
 }
 
+step_python() {
+  local t=$(date +%s) py=${GNA_PYTHON:-python3} shards=${PYTEST_SHARDS:-3} i files=() pids=()
+  if ! "$py" -c "import torch, pytest" 2>/dev/null; then
+    record python "pytest python/tests" skip "$py has no torch and pytest" 0
+    return
+  fi
+  mapfile -t files < <(ls python/tests/test_*.py)
+  # Shard i takes every shards-th file: the slow DiNAT / compat / compile files spread out.
+  for ((i = 0; i < shards; i++)); do
+    local mine=()
+    for ((j = i; j < ${#files[@]}; j += shards)); do mine+=("${files[j]}"); done
+    GNA_LIBRARY="$BUILD/lib/libgna.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
+      timeout "${PYTEST_TIMEOUT:-400}" "$py" -m pytest -q -p no:cacheprovider -rfEs "${mine[@]}" \
+      >"$OUT/pytest_$i.log" 2>&1 &
+    pids+=($!)
+  done
+  local rcs=() summary=() bad=0
+  for i in "${!pids[@]}"; do
+    wait "${pids[i]}"
+    rcs+=($?)
+    summary+=("$(grep -E "^[0-9]+ (passed|failed)|passed|failed" "$OUT/pytest_$i.log" | tail -1)")
+    [ "${rcs[i]}" != 0 ] && bad=1
+  done
+  record python "pytest python/tests ($shards shards)" "$([ $bad = 0 ] && echo ok || echo FAIL)" \
+    "rc ${rcs[*]}; $(IFS='|'; echo "${summary[*]}")" "$(since $t)"
+}
+
 for step in $STEPS; do
   case $step in
     build) step_build || break ;;  # nothing else is worth running on a failed build
-    test|sanitize|sass|profile|bench|peers) "step_$step" ;;
-    *) record "$step" "unknown step" FAIL "steps: build test sanitize sass profile bench peers" 0 ;;
+    test|sanitize|sass|profile|bench|peers|python) "step_$step" ;;
+    *) record "$step" "unknown step" FAIL "steps: build test sanitize sass profile bench peers python" 0 ;;
   esac
 done
 
