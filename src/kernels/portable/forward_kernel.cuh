@@ -13,6 +13,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "gna/core/kernel_tiles.hpp"
 #include "gna/core/tiling.hpp"
 #include "kernels/common/element.cuh"
 #include "kernels/common/token_tensor.cuh"
@@ -22,7 +23,7 @@
 namespace gna::portable {
 
 constexpr int kForwardWarps = 4;
-constexpr int kForwardRowsKV = 64;
+constexpr int kForwardRowsKV = kPortableForwardRowsKV;  // the tile chooser's KV tile
 // The walk's steps (KV tile offsets in the box and pair class) are tabulated this many at a time
 // (see ForwardCta::build_table) and the table is refilled as the walk passes its end; only boxes
 // with an axis too long for the entries' bits work them out per tile.
