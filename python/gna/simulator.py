@@ -99,9 +99,8 @@ def simulate(shape, window, stride=1, dilation=1, is_causal=False, q_tile=None, 
     "hopper forward"), with head_dim (default 128): the tiles and KV tiling that kernel chooses
     (kernel_tiles()) instead of q_tile, kv_tile, tiling and kv_tiling, which are then an error;
     the result also holds them ("q_tile", "kv_tile", "kv_tiling"). With attention_share (the
-    share of a
-    model's runtime spent in attention), the result also holds "end_to_end_speedup" for
-    dense_steps of total_steps diffusion steps kept dense, taking the tile-wise bound as the
+    share of a model's runtime spent in attention), the result also holds "end_to_end_speedup"
+    for dense_steps of total_steps diffusion steps kept dense, taking the tile-wise bound as the
     operator's speedup.
 
     Returns a dict of the simulator's numbers (see include/gna/sim/simulator.hpp).
