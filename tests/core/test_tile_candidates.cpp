@@ -11,12 +11,20 @@
 namespace gna::test {
 namespace {
 
-// A random axis inside one dilation group (the pair statistics are per group).
-AxisRule random_group_axis(std::mt19937_64& rng) {
-  AxisRule a = random_axis(rng, 64);
-  a.extent = group_length(a, 0);
-  a.dilation = 1;
-  return a;
+// Calls f(a, tq, tk) for `count` random axes inside one dilation group (the pair statistics are
+// per group) with Q / KV tile sizes of 1 to 17, drawn from a fresh seed that failures name.
+template <typename F>
+void for_random_axes_and_tiles(int count, F&& f) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (int t = 0; t < count; ++t) {
+    AxisRule a = random_axis(rng, 64);
+    a.extent = group_length(a, 0);
+    a.dilation = 1;
+    const int tq = rand_int(rng, 1, 17), tk = rand_int(rng, 1, 17);
+    f(a, tq, tk);
+  }
 }
 
 TEST(TileCandidates, PowerOfTwoShapesAreEveryFactorisationOnce) {
@@ -46,13 +54,8 @@ TEST(TileCandidates, PowerOfTwoShapesAreEveryFactorisationOnce) {
 }
 
 TEST(TileCandidates, AxisPairStatsCountTheNonEmptyAndFullPairs) {
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  for (int t = 0; t < 2000; ++t) {
-    const AxisRule a = random_group_axis(rng);
+  for_random_axes_and_tiles(2000, [](const AxisRule& a, int tq, int tk) {
     const int n = a.extent;
-    const int tq = rand_int(rng, 1, 17), tk = rand_int(rng, 1, 17);
     double nonempty = 0, full = 0;
     std::vector<int> per_q(tiles_along(n, tq)), per_kv(tiles_along(n, tk));
     for (int qt = 0; qt < tiles_along(n, tq); ++qt)
@@ -83,19 +86,14 @@ TEST(TileCandidates, AxisPairStatsCountTheNonEmptyAndFullPairs) {
     EXPECT_EQ(bwd.max_box, *std::max_element(per_kv.begin(), per_kv.end()));
     EXPECT_EQ(fwd.q_tiles, tiles_along(n, tq));
     EXPECT_EQ(fwd.kv_tiles, tiles_along(n, tk));
-  }
+  });
 }
 
 // With placed KV tiles a Q tile visits the tiles of tk keys from its first attended key up to
 // its last (brute force); full ones are those every query attends whole, padding excluded.
 TEST(TileCandidates, AxisPairStatsOfPlacedKvTiles) {
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  for (int t = 0; t < 2000; ++t) {
-    const AxisRule a = random_group_axis(rng);
+  for_random_axes_and_tiles(2000, [](const AxisRule& a, int tq, int tk) {
     const int n = a.extent;
-    const int tq = rand_int(rng, 1, 17), tk = rand_int(rng, 1, 17);
     double visited = 0, full = 0, most = 0;
     for (int qt = 0; qt < tiles_along(n, tq); ++qt) {
       const Range qs = tile_rows(n, tq, qt);
@@ -125,7 +123,7 @@ TEST(TileCandidates, AxisPairStatsOfPlacedKvTiles) {
     EXPECT_EQ(st.max_box, most);
     EXPECT_EQ(st.q_tiles, tiles_along(n, tq));
     EXPECT_EQ(st.kv_tiles, tiles_along(n, tk));
-  }
+  });
 }
 
 }  // namespace
