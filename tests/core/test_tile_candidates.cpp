@@ -23,6 +23,9 @@ void for_random_axes_and_tiles(int count, F&& f) {
     a.extent = group_length(a, 0);
     a.dilation = 1;
     const int tq = rand_int(rng, 1, 17), tk = rand_int(rng, 1, 17);
+    SCOPED_TRACE("L=" + std::to_string(a.extent) + " K=" + std::to_string(a.window) + " s=" +
+                 std::to_string(a.stride) + " c=" + std::to_string(a.causal) + " tq=" +
+                 std::to_string(tq) + " tk=" + std::to_string(tk));
     f(a, tq, tk);
   }
 }
@@ -75,9 +78,6 @@ TEST(TileCandidates, AxisPairStatsCountTheNonEmptyAndFullPairs) {
       }
     const auto fwd = axis_pair_stats(a, n, tq, tk, PairWalk::per_q_tile);
     const auto bwd = axis_pair_stats(a, n, tq, tk, PairWalk::per_kv_tile);
-    SCOPED_TRACE("L=" + std::to_string(n) + " K=" + std::to_string(a.window) + " s=" +
-                 std::to_string(a.stride) + " c=" + std::to_string(a.causal) + " tq=" +
-                 std::to_string(tq) + " tk=" + std::to_string(tk));
     EXPECT_EQ(fwd.visited, nonempty);
     EXPECT_EQ(bwd.visited, nonempty);
     EXPECT_EQ(fwd.full, full);
@@ -115,9 +115,6 @@ TEST(TileCandidates, AxisPairStatsOfPlacedKvTiles) {
       }
     }
     const auto st = axis_pair_stats(a, n, tq, tk, PairWalk::per_q_tile, KvPlacement::placed);
-    SCOPED_TRACE("L=" + std::to_string(n) + " K=" + std::to_string(a.window) + " s=" +
-                 std::to_string(a.stride) + " c=" + std::to_string(a.causal) + " tq=" +
-                 std::to_string(tq) + " tk=" + std::to_string(tk));
     EXPECT_EQ(st.visited, visited);
     EXPECT_EQ(st.full, full);
     EXPECT_EQ(st.max_box, most);
