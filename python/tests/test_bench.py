@@ -130,3 +130,18 @@ def test_case_table_rejects_bad_indices():
             _lib.check(_lib.lib.gna_sim_bench_case_at(bad, c), _lib.lib.gna_sim_last_error)
     _lib.check(_lib.lib.gna_sim_bench_case_at(n - 1, c), _lib.lib.gna_sim_last_error)
     assert c.name.decode() == cases.table()[-1].key
+
+
+def test_rows_record_their_wall_time(monkeypatch, capsys):
+    """Each row keeps what it cost the run (first call, benchmark), so a slow peer shows."""
+    from types import SimpleNamespace
+    from gna.bench import __main__ as bench_main
+    monkeypatch.setattr(bench_main.torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(bench_main, "bench_ms", lambda fn, warmup, rep: 1.5)
+    runner = bench_main.Runner(SimpleNamespace(slow_s=60.0, warmup_ms=1, rep_ms=1))
+    case = cases.Case("x", (8,), 1, 16, (3,))
+    row = runner.record(case, "fwd", "gna end-to-end", lambda: None, 3e9, backend="halo")
+    assert row["ms"] == 1.5 and row["wall_s"] >= 0.0
+    assert "[" in capsys.readouterr().out
+    failed = runner.record(case, "fwd", "FlexAttention", lambda: None, 3e9, skip="not here")
+    assert failed["ms"] is None and "wall_s" in failed

@@ -41,6 +41,7 @@ class Runner:
 
     def record(self, case, pass_name, impl, fn, flops, backend=None, note="", skip=None):
         row = dict(case=case.label, pass_=pass_name, impl=impl, backend=backend, note=note)
+        row_start = time.time()
         try:
             if skip:
                 raise RuntimeError(skip)
@@ -65,11 +66,12 @@ class Runner:
             if isinstance(e, torch.cuda.OutOfMemoryError):
                 torch.cuda.empty_cache()
         row["pass"] = row.pop("pass_")
+        row["wall_s"] = time.time() - row_start  # the row's own cost to the run (a slow peer)
         self.rows.append(row)
         ms = "error " + row["error"][:90] if row.get("error") else (
             f"{row['ms']:10.3f} ms {row['tflops']:7.1f} TFLOP/s")
-        print(f"{case.label[:58]:58s} {pass_name:7s} {impl:22s} {backend or '':14s} {ms} {note}",
-              flush=True)
+        print(f"{case.label[:58]:58s} {pass_name:7s} {impl:22s} {backend or '':14s} {ms} {note} "
+              f"[{row['wall_s']:.1f} s]", flush=True)
         return row
 
     def run_case(self, case):
