@@ -43,7 +43,8 @@ struct BackwardPass {
 
   void compute_delta() {
     delta.assign(int64_t{p.batch} * tokens * p.heads_q, Acc(0));
-    parallel_for(static_cast<int64_t>(delta.size()), opt.threads, [&](int64_t begin, int64_t end) {
+    const int64_t rows = static_cast<int64_t>(delta.size());
+    parallel_for(rows, threads_for(rows, opt.threads, p.dim_v), [&](int64_t begin, int64_t end) {
       for (int64_t idx = begin; idx < end; ++idx) {
         const Row row = split_row(p, idx, tokens, p.heads_q);
         const int64_t b = row.b;
@@ -66,7 +67,8 @@ struct BackwardPass {
 
   void compute_dq() {
     const int64_t total = int64_t{p.batch} * tokens * p.heads_q;
-    parallel_for(total, opt.threads, [&](int64_t begin, int64_t end) {
+    const int64_t row_work = keys_per_query_bound(p) * (2 * p.dim_qk + p.dim_v);
+    parallel_for(total, threads_for(total, opt.threads, row_work), [&](int64_t begin, int64_t end) {
       std::vector<int> keys[kMaxRank];
       std::vector<Acc> acc(p.dim_qk);
       for (int64_t idx = begin; idx < end; ++idx) {
@@ -114,7 +116,9 @@ struct BackwardPass {
 
   void compute_dkv() {
     const int64_t total = int64_t{p.batch} * tokens * p.heads_kv;
-    parallel_for(total, opt.threads, [&](int64_t begin, int64_t end) {
+    // About as many queries attend a key as keys a query (the inverse rule), per query head.
+    const int64_t row_work = keys_per_query_bound(p) * group * 2 * (p.dim_qk + p.dim_v);
+    parallel_for(total, threads_for(total, opt.threads, row_work), [&](int64_t begin, int64_t end) {
       std::vector<int> queries[kMaxRank];
       for (int64_t idx = begin; idx < end; ++idx) {
         const Row row = split_row(p, idx, tokens, p.heads_kv);
@@ -135,7 +139,8 @@ struct BackwardPass {
   void compute_additional() {
     if (p.additional_kv == 0) return;
     const int64_t total = int64_t{p.batch} * p.additional_kv * p.heads_kv;
-    parallel_for(total, opt.threads, [&](int64_t begin, int64_t end) {
+    const int64_t row_work = tokens * group * 2 * (p.dim_qk + p.dim_v);
+    parallel_for(total, threads_for(total, opt.threads, row_work), [&](int64_t begin, int64_t end) {
       for (int64_t idx = begin; idx < end; ++idx) {
         const int hk = static_cast<int>(idx % p.heads_kv);
         const int64_t j = (idx / p.heads_kv) % p.additional_kv;

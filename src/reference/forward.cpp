@@ -20,7 +20,8 @@ void forward_impl(const Problem& p, const AttentionTensors& in, TensorRef& out, 
   const int64_t tokens = p.tokens();
   const int64_t total = int64_t{p.batch} * tokens * p.heads_q;
 
-  parallel_for(total, opt.threads, [&](int64_t begin, int64_t end) {
+  const int64_t row_work = keys_per_query_bound(p) * (p.dim_qk + p.dim_v);
+  parallel_for(total, threads_for(total, opt.threads, row_work), [&](int64_t begin, int64_t end) {
     std::vector<int> keys[kMaxRank];
     std::vector<const T*> k_rows, v_rows;
     std::vector<Acc> scores, acc(p.dim_v);

@@ -1,6 +1,8 @@
 // Index arithmetic for heads-last tensors on the host, shared by the reference's passes.
 #pragma once
 
+#include <algorithm>
+
 #include <cstdint>
 #include <vector>
 
@@ -42,6 +44,14 @@ inline int64_t token_offset(const TensorRef& t, int rank, int64_t b, const int* 
 // Element offset of (b, i, h, 0) in an additional-KV tensor [B, N, H, D].
 inline int64_t extra_offset(const TensorRef& t, int64_t b, int64_t i, int64_t h) {
   return b * t.strides[0] + i * t.strides[1] + h * t.strides[2];
+}
+
+// Keys a query attends at most: the window clipped to each axis, plus the additional keys (for
+// choosing how many threads a pass is worth).
+inline int64_t keys_per_query_bound(const Problem& p) {
+  int64_t keys = 1;
+  for (int a = 0; a < p.rank; ++a) keys *= std::min(p.axes[a].window, p.axes[a].extent);
+  return keys + p.additional_kv;
 }
 
 template <typename T>

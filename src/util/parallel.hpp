@@ -15,6 +15,16 @@ inline int default_thread_count() {
   return hc == 0 ? 1 : static_cast<int>(hc);
 }
 
+// Threads worth starting for n items of about work_per_item units each (multiply-adds in the CPU
+// reference), at most `threads` (0: one per hardware thread): a thread costs tens of microseconds
+// to start, so each gets at least kThreadWork units; small calls run on the calling thread.
+constexpr int64_t kThreadWork = int64_t{1} << 16;
+inline int threads_for(int64_t n, int threads, int64_t work_per_item) {
+  if (threads <= 0) threads = default_thread_count();
+  const int64_t per_thread = std::max<int64_t>(1, kThreadWork / std::max<int64_t>(1, work_per_item));
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, (n + per_thread - 1) / per_thread)));
+}
+
 // Calls body(begin, end) on chunks of [0, n); chunks are claimed dynamically so uneven work
 // balances. The first exception thrown by a body is rethrown on the calling thread.
 template <typename Body>
