@@ -2,7 +2,8 @@
 shape, strides and dtype) the gna_tensor structs, the options and the argument list are built
 once; a call then only sets the data pointers, the stream and the deterministic flag. Building
 them on every call was most of the Python layer's host time in an eager training step, which on
-small image problems is longer than the kernels."""
+small image problems is longer than the kernels. The fused attention ops and the unfused
+operators both call through here."""
 import ctypes
 import threading
 
@@ -14,7 +15,7 @@ from ._tensors import _stream_of, options, view
 _FORWARD_NAMES = ("query", "key", "value", "additional_keys", "additional_values", "out", "lse")
 _BACKWARD_NAMES = ("query", "key", "value", "additional_keys", "additional_values", "out", "lse",
                    "d_out", "dq", "dk", "dv", "d_additional_keys", "d_additional_values")
-_MAX_CALLS = 1024  # signatures kept per entry point (a long-running process with varying shapes)
+_MAX_CALLS = 1024  # signatures kept per thread (a long-running process with varying shapes)
 
 
 class _Call:
@@ -46,37 +47,35 @@ def _signature(t):
     return None if t is None else (t.shape, t.stride(), t.dtype)
 
 
-def _call(cache, entry, names, params, tensors, backend):
-    device = tensors[0].device
-    # ctypes structs do not hash: the key holds the params' id, and the call the params
-    # themselves, so a recycled id is noticed.
-    key = (id(params), backend, device) + tuple(_signature(t) for t in tensors)
-    call = cache.get(key)
-    if call is None or call.params is not params:
-        if len(cache) >= _MAX_CALLS:
-            cache.clear()
-        call = cache[key] = _Call(entry, params, tensors, names, device, backend)
-    call(tensors)
-
-
 # Per thread: a call's structs are written before the C call, which runs without the GIL, so two
 # threads must not share them (autograd runs backward passes on its own threads).
 _local = threading.local()
 
 
-def _caches():
-    try:
-        return _local.forward, _local.backward
-    except AttributeError:
-        _local.forward, _local.backward = {}, {}
-        return _local.forward, _local.backward
+def call(entry, names, params, tensors, backend="auto"):
+    """entry(params, tensors..., options) through the call prebuilt for this signature: the
+    C ABI's attention and unfused entry points. tensors: one per name, None where absent; the
+    device is the first tensor's."""
+    cache = getattr(_local, "calls", None)
+    if cache is None:
+        cache = _local.calls = {}
+    device = tensors[0].device
+    # ctypes structs and function pointers do not hash: the key holds their ids, and the call
+    # the objects themselves, so a recycled id is noticed.
+    key = (id(entry), id(params), backend, device) + tuple(_signature(t) for t in tensors)
+    prebuilt = cache.get(key)
+    if prebuilt is None or prebuilt.params is not params or prebuilt.entry is not entry:
+        if len(cache) >= _MAX_CALLS:
+            cache.clear()
+        prebuilt = cache[key] = _Call(entry, params, tensors, names, device, backend)
+    prebuilt(tensors)
 
 
 def forward(params, tensors, backend):
     """gna_forward on (q, k, v, ak, av, out, lse); None for absent additional tokens / lse."""
-    _call(_caches()[0], _lib.lib.gna_forward, _FORWARD_NAMES, params, tensors, backend)
+    call(_lib.lib.gna_forward, _FORWARD_NAMES, params, tensors, backend)
 
 
 def backward(params, tensors, backend):
     """gna_backward on (q, k, v, ak, av, out, lse, d_out, dq, dk, dv, dak, dav)."""
-    _call(_caches()[1], _lib.lib.gna_backward, _BACKWARD_NAMES, params, tensors, backend)
+    call(_lib.lib.gna_backward, _BACKWARD_NAMES, params, tensors, backend)

@@ -19,13 +19,12 @@ own dtype (for example a float32 parameter beside float16 activations): it is ca
 query's dtype for the call and its gradient is returned in its own dtype.
 """
 import contextlib
-import ctypes
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from . import _lib
-from ._tensors import kernel_ready, options, ref, view
+from . import _calls, _lib
+from ._tensors import kernel_ready
 
 __all__ = ["na_qk", "na_av"]
 
@@ -68,11 +67,10 @@ def _inputs(dtype, *tensors):
 def _call(function, params, device, *tensors):
     """Calls a C entry point with (params, tensors..., options); tensors are (tensor, name)
     pairs or None."""
-    views = [ref(None if t is None else view(t[0], t[1])) for t in tensors]
+    names = tuple(None if t is None else t[1] for t in tensors)
     guard = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
     with guard:
-        status = function(ctypes.byref(params), *views, ctypes.byref(options(device)))
-    _lib.check(status)
+        _calls.call(function, names, params, tuple(None if t is None else t[0] for t in tensors))
 
 
 def _empty_like_shape(t, last, dtype):
