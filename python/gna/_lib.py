@@ -62,14 +62,19 @@ class Options(ctypes.Structure):
     ]
 
 
+# A layout and its rule per axis, laid out alike in gna_sim_config and gna_sim_bench_case.
+_RULE_FIELDS = [
+    ("rank", ctypes.c_int32),
+    ("extent", ctypes.c_int32 * MAX_RANK),
+    ("window", ctypes.c_int32 * MAX_RANK),
+    ("stride", ctypes.c_int32 * MAX_RANK),
+    ("dilation", ctypes.c_int32 * MAX_RANK),
+    ("causal", ctypes.c_int32 * MAX_RANK),
+]
+
+
 class SimConfig(ctypes.Structure):
-    _fields_ = [
-        ("rank", ctypes.c_int32),
-        ("extent", ctypes.c_int32 * MAX_RANK),
-        ("window", ctypes.c_int32 * MAX_RANK),
-        ("stride", ctypes.c_int32 * MAX_RANK),
-        ("dilation", ctypes.c_int32 * MAX_RANK),
-        ("causal", ctypes.c_int32 * MAX_RANK),
+    _fields_ = _RULE_FIELDS + [
         ("q_tile", ctypes.c_int32 * MAX_RANK),
         ("kv_tile", ctypes.c_int32 * MAX_RANK),
         ("tiling", ctypes.c_int32),
@@ -114,12 +119,7 @@ class SimBenchCase(ctypes.Structure):
         ("model", ctypes.c_char * 32),
         ("sets", ctypes.c_char * 96),
         ("dtype", ctypes.c_char * 8),
-        ("rank", ctypes.c_int32),
-        ("extent", ctypes.c_int32 * MAX_RANK),
-        ("window", ctypes.c_int32 * MAX_RANK),
-        ("stride", ctypes.c_int32 * MAX_RANK),
-        ("dilation", ctypes.c_int32 * MAX_RANK),
-        ("causal", ctypes.c_int32 * MAX_RANK),
+    ] + _RULE_FIELDS + [
         ("batch", ctypes.c_int32),
         ("heads", ctypes.c_int32),
         ("head_dim", ctypes.c_int32),
