@@ -1,6 +1,7 @@
 // Dispatch: validates a call once, then runs it on the highest-priority registered backend that
 // supports it (or on the one the caller names), explaining every refusal when none can.
 #include <sstream>
+#include <string>
 
 #include "backend/backend.hpp"
 #include "gna/gna.hpp"
@@ -19,6 +20,9 @@ const Backend& choose(const Call& call, bool device, const std::string& wanted, 
       if (wanted == "auto") continue;
       why = b.name + ": runs on " + (b.device ? "CUDA" : "host") + " tensors, got " +
             (device ? "CUDA" : "host") + " tensors";
+    } else if (call.problem.head_rules.groups > 0 && !b.head_rules) {
+      why = b.name + ": does not run per-head rules (head_rules.groups=" +
+            std::to_string(call.problem.head_rules.groups) + ")";
     } else if (supports(b) && supports(b)(call, &why)) {
       if (wanted != "auto" || !b.preferred || b.preferred(call.problem, &why)) return b;
     }

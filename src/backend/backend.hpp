@@ -38,6 +38,7 @@ struct Backend {
   std::string name;
   int priority = 0;          // higher is tried first
   bool device = false;       // runs on CUDA tensors (false: host tensors)
+  bool head_rules = false;   // runs problems with per-head rules (Problem::head_rules)
   // Return true when the call can run; otherwise write the reason (which parameter, which limit).
   std::function<bool(const ForwardCall&, std::string* why)> supports_forward;
   std::function<void(const ForwardCall&)> forward;

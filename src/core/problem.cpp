@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <sstream>
+#include <string>
 
 #include "gna/core/error.hpp"
 
@@ -32,19 +33,60 @@ double effective_scale(const Problem& p) {
   return p.scale != 0.f ? double(p.scale) : 1.0 / std::sqrt(static_cast<double>(p.dim_qk));
 }
 
+namespace {
+
+// `where` names the rule in messages: "" for Problem::axes, "head rule group g: " otherwise.
+void validate_axes(const AxisRule* axes, int rank, const std::string& where) {
+  for (int i = 0; i < rank; ++i) {
+    const AxisRule& a = axes[i];
+    if (a.extent < 1) fail_invalid(where, "axis ", i, ": extent must be >= 1, got ", a.extent);
+    if (a.window < 2)
+      fail_invalid(where, "axis ", i, ": window (kernel_size) must be >= 2, got ", a.window);
+    if (a.dilation < 1) fail_invalid(where, "axis ", i, ": dilation must be >= 1, got ", a.dilation);
+    if (a.stride < 1 || a.stride > a.window)
+      fail_invalid(where, "axis ", i, ": stride must be in [1, window=", a.window, "], got ",
+                   a.stride);
+    if (static_cast<int64_t>(a.window) * a.dilation > a.extent)
+      fail_invalid(where, "axis ", i, ": window*dilation must be <= extent=", a.extent,
+                   ", got window=", a.window, " dilation=", a.dilation);
+  }
+}
+
+void validate_head_rules(const Problem& p) {
+  const HeadRules& r = p.head_rules;
+  if (r.groups < 0 || r.groups > kMaxHeadGroups)
+    fail_invalid("head rules: groups must be in [0, ", kMaxHeadGroups, "], got ", r.groups);
+  if (r.groups == 0) return;
+  if (p.heads_q > kMaxHeadsWithRules)
+    fail_invalid("head rules: query heads must be <= ", kMaxHeadsWithRules, " with head rules, got ",
+                 p.heads_q);
+  for (int g = 0; g < r.groups; ++g) {
+    for (int a = 0; a < p.rank; ++a)
+      if (r.axes[g][a].extent != p.axes[a].extent)
+        fail_invalid("head rules: group ", g, " axis ", a, ": extent must equal the layout's (",
+                     p.axes[a].extent, "), got ", r.axes[g][a].extent);
+    validate_axes(r.axes[g], p.rank, "head rules: group " + std::to_string(g) + " ");
+  }
+  for (int h = 0; h < p.heads_q; ++h)
+    if (r.group_of_head[h] >= r.groups)
+      fail_invalid("head rules: group of head ", h, " must be < groups=", r.groups, ", got ",
+                   int(r.group_of_head[h]));
+}
+
+}  // namespace
+
+Problem problem_of_group(const Problem& p, int g) {
+  if (g < 0 || g >= p.head_rules.groups)
+    fail_invalid("head rules: group must be in [0, ", p.head_rules.groups, "), got ", g);
+  Problem q = p;
+  for (int a = 0; a < p.rank; ++a) q.axes[a] = p.head_rules.axes[g][a];
+  q.head_rules = HeadRules{};
+  return q;
+}
+
 void validate(const Problem& p) {
   if (p.rank < 1 || p.rank > kMaxRank) fail_invalid("rank must be 1, 2 or 3, got ", p.rank);
-  for (int i = 0; i < p.rank; ++i) {
-    const AxisRule& a = p.axes[i];
-    if (a.extent < 1) fail_invalid("axis ", i, ": extent must be >= 1, got ", a.extent);
-    if (a.window < 2) fail_invalid("axis ", i, ": window (kernel_size) must be >= 2, got ", a.window);
-    if (a.dilation < 1) fail_invalid("axis ", i, ": dilation must be >= 1, got ", a.dilation);
-    if (a.stride < 1 || a.stride > a.window)
-      fail_invalid("axis ", i, ": stride must be in [1, window=", a.window, "], got ", a.stride);
-    if (static_cast<int64_t>(a.window) * a.dilation > a.extent)
-      fail_invalid("axis ", i, ": window*dilation must be <= extent=", a.extent, ", got window=",
-                   a.window, " dilation=", a.dilation);
-  }
+  validate_axes(p.axes, p.rank, "");
   int64_t tokens = 1;
   for (int i = 0; i < p.rank; ++i)
     if (__builtin_mul_overflow(tokens, int64_t{p.axes[i].extent}, &tokens) || tokens > INT32_MAX) {
@@ -65,22 +107,23 @@ void validate(const Problem& p) {
     fail_invalid("additional key/value count must be >= 0, got ", p.additional_kv);
   if (!std::isfinite(p.scale)) fail_invalid("scale must be finite, got ", p.scale);
   if (p.scale < 0.f) fail_invalid("scale must be > 0 (or 0 for 1/sqrt(dim)), got ", p.scale);
+  validate_head_rules(p);
 }
 
-std::vector<int> rule_signature(const Problem& p) {
-  std::vector<int> s{p.rank};
-  for (int a = 0; a < p.rank; ++a) {
-    const AxisRule& r = p.axes[a];
+namespace {
+
+void append_axes(std::vector<int>& s, const AxisRule* axes, int rank) {
+  for (int a = 0; a < rank; ++a) {
+    const AxisRule& r = axes[a];
     s.insert(s.end(), {r.extent, r.window, r.dilation, r.stride, r.causal ? 1 : 0});
   }
-  return s;
 }
 
-double mean_keys_per_query(const Problem& p) {
-  // The rule is a product over axes and queries form a product grid, so the mean factorizes.
+// The rule is a product over axes and queries form a product grid, so the mean factorizes.
+double mean_keys_of_axes(const AxisRule* axes, int rank) {
   double mean = 1.0;
-  for (int i = 0; i < p.rank; ++i) {
-    const AxisRule& a = p.axes[i];
+  for (int i = 0; i < rank; ++i) {
+    const AxisRule& a = axes[i];
     double total = 0;
     for (int g = 0; g < a.dilation; ++g) {
       const int n = group_length(a, g);
@@ -89,6 +132,27 @@ double mean_keys_per_query(const Problem& p) {
     mean *= total / a.extent;
   }
   return mean;
+}
+
+}  // namespace
+
+std::vector<int> rule_signature(const Problem& p) {
+  std::vector<int> s{p.rank};
+  append_axes(s, p.axes, p.rank);
+  const HeadRules& r = p.head_rules;
+  if (r.groups > 0) {
+    s.push_back(r.groups);
+    for (int g = 0; g < r.groups; ++g) append_axes(s, r.axes[g], p.rank);
+    s.insert(s.end(), r.group_of_head, r.group_of_head + p.heads_q);
+  }
+  return s;
+}
+
+double mean_keys_per_query(const Problem& p) {
+  if (p.head_rules.groups == 0) return mean_keys_of_axes(p.axes, p.rank);
+  double sum = 0;
+  for (int h = 0; h < p.heads_q; ++h) sum += mean_keys_of_axes(axes_of_head(p, h), p.rank);
+  return sum / p.heads_q;
 }
 
 AxisRule sta_axis_rule(const StaAxis& sta, int axis) {

@@ -65,6 +65,61 @@ TEST(Validation, ProblemErrorsNameAxisParameterAndValue) {
   expect_problem_error([](Problem& p) { p.scale = std::numeric_limits<float>::infinity(); }, "scale must be finite, got inf");
 }
 
+// Two head-rule groups over good_problem()'s layout: group 1 a 3x3 window, heads 1 and 3.
+Problem problem_with_head_rules() {
+  Problem p = good_problem();
+  p.head_rules.groups = 2;
+  for (int a = 0; a < p.rank; ++a) {
+    p.head_rules.axes[0][a] = p.axes[a];
+    p.head_rules.axes[1][a] = AxisRule{p.axes[a].extent, 3, 1, 1, false};
+  }
+  p.head_rules.group_of_head[1] = p.head_rules.group_of_head[3] = 1;
+  return p;
+}
+
+TEST(Validation, HeadRules) {
+  EXPECT_NO_THROW(validate(problem_with_head_rules()));
+  const auto expect_rules_error = [](auto mutate, const std::string& needle) {
+    Problem p = problem_with_head_rules();
+    mutate(p);
+    expect_error([&] { validate(p); }, needle);
+  };
+  expect_rules_error([](Problem& p) { p.head_rules.groups = 9; },
+                     "head rules: groups must be in [0, 8], got 9");
+  expect_rules_error([](Problem& p) { p.head_rules.groups = -1; },
+                     "head rules: groups must be in [0, 8], got -1");
+  expect_rules_error([](Problem& p) { p.head_rules.group_of_head[2] = 2; },
+                     "head rules: group of head 2 must be < groups=2, got 2");
+  expect_rules_error([](Problem& p) { p.head_rules.axes[1][1].window = 13; },
+                     "head rules: group 1 axis 1: window*dilation must be <= extent=12");
+  expect_rules_error([](Problem& p) { p.head_rules.axes[1][0].extent = 15; },
+                     "head rules: group 1 axis 0: extent must equal the layout's (16), got 15");
+  expect_rules_error([](Problem& p) { p.heads_q = 258; p.heads_kv = 2; },
+                     "head rules: query heads must be <= 256 with head rules, got 258");
+}
+
+TEST(HeadRules, HeadsFollowTheirGroup) {
+  const Problem p = problem_with_head_rules();
+  EXPECT_EQ(axes_of_head(p, 0), p.head_rules.axes[0]);
+  EXPECT_EQ(axes_of_head(p, 1), p.head_rules.axes[1]);
+  EXPECT_EQ(axes_of_head(p, 3)[1].window, 3);
+  const Problem plain = good_problem();
+  EXPECT_EQ(axes_of_head(plain, 3), plain.axes);
+  const Problem g1 = problem_of_group(p, 1);
+  EXPECT_EQ(g1.head_rules.groups, 0);
+  EXPECT_EQ(g1.axes[0].window, 3);
+  EXPECT_EQ(g1.axes[0].extent, 16);
+  expect_error([&] { problem_of_group(p, 2); }, "head rules: group must be in [0, 2), got 2");
+  // Mean keys per query: the heads' mean (2 heads at 5x4 windows' exact means, 2 at 3x3 = 9).
+  const double mean = mean_keys_per_query(p);
+  EXPECT_NEAR(mean, (mean_keys_per_query(problem_of_group(p, 0)) + 9.0) / 2, 1e-9);
+  // The cache key tells problems apart by their head rules.
+  Problem other = p;
+  other.head_rules.group_of_head[2] = 1;
+  EXPECT_NE(rule_signature(p), rule_signature(other));
+  EXPECT_NE(rule_signature(p), rule_signature(good_problem()));
+}
+
 TEST(Validation, StaErrors) {
   expect_error([] { sta_axis_rule(StaAxis{30, 4, 12}, 2); }, "axis 2: STA extent must be a multiple of tile=4, got 30");
   expect_error([] { sta_axis_rule(StaAxis{32, 4, 10}, 0); }, "axis 0: STA window must be a multiple of tile=4, got 10");

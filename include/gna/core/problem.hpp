@@ -14,10 +14,23 @@ enum class DType : int32_t { f32 = 0, f64 = 1, f16 = 2, bf16 = 3 };
 const char* dtype_name(DType t);
 int dtype_size(DType t);
 
+// Per-head rules (STA's searched plans give each head its own window): query head h follows the
+// per-axis rules of group group_of_head[h]; the groups share Problem::axes' extents. groups == 0:
+// every head follows Problem::axes. A backend runs them only where it says so
+// (Backend::head_rules); dispatch refuses them elsewhere.
+constexpr int kMaxHeadGroups = 8;
+constexpr int kMaxHeadsWithRules = 256;
+struct HeadRules {
+  int groups = 0;
+  AxisRule axes[kMaxHeadGroups][kMaxRank];
+  uint8_t group_of_head[kMaxHeadsWithRules] = {};
+};
+
 // A rank-1..3 token layout with the rule of each axis. Plain data, copyable to the device.
 struct Problem {
   int rank = 1;
-  AxisRule axes[kMaxRank];
+  AxisRule axes[kMaxRank];  // with head rules: the extents, and the rule of group 0
+  HeadRules head_rules;
   int batch = 1;
   int heads_q = 1;
   int heads_kv = 1;
@@ -34,6 +47,14 @@ struct Problem {
   }
 };
 
+// The per-axis rules query head h follows.
+GNA_HD const AxisRule* axes_of_head(const Problem& p, int h) {
+  return p.head_rules.groups > 0 ? p.head_rules.axes[p.head_rules.group_of_head[h]] : p.axes;
+}
+
+// The problem with every head following the rule of head-rule group g (groups 0).
+Problem problem_of_group(const Problem& p, int g);
+
 // Softmax scale (double so that the float64 reference is exact; kernels round it to float).
 double effective_scale(const Problem& p);
 
@@ -41,11 +62,11 @@ double effective_scale(const Problem& p);
 void validate(const Problem& p);
 
 // The rule as a key for caches of per-problem choices (tile shapes): rank, then per axis extent,
-// window, dilation, stride and causal flag.
+// window, dilation, stride and causal flag; then, with head rules, each group's and the head map.
 std::vector<int> rule_signature(const Problem& p);
 
-// Keys attended per query, averaged over queries (exact, by per-axis sums), excluding
-// additional KV tokens. For non-causal problems this is prod(window).
+// Keys attended per query, averaged over queries (and over heads, with head rules; exact, by
+// per-axis sums), excluding additional KV tokens. For non-causal problems this is prod(window).
 double mean_keys_per_query(const Problem& p);
 
 // Sliding Tile Attention parameters (docs/rule.md section 4), per axis: tile T and window W in
