@@ -127,5 +127,36 @@ TEST(HaloPlan, DispatchRule) {
   }
 }
 
+// The launch grid: every slice covered, grid.y within its limit, runs of at most
+// kMaxSlicesPerCta slices (longer only where grid.y demands), and the image shapes in whole waves.
+TEST(HaloPlan, SliceGrid) {
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 2000; ++i) {
+    const int64_t x = std::uniform_int_distribution<int64_t>(1, 5000)(rng);
+    const int64_t slices = i % 10 == 0 ? std::uniform_int_distribution<int64_t>(1, int64_t(1) << 32)(rng)
+                                        : std::uniform_int_distribution<int64_t>(1, 4096)(rng);
+    const int64_t resident = std::uniform_int_distribution<int64_t>(1, 1200)(rng);
+    const SliceGrid g = slice_grid(x, slices, resident);
+    ASSERT_GE(g.slices_per_cta, 1);
+    ASSERT_GE(g.rows, 1);
+    ASSERT_LE(g.rows, kMaxGridY) << x << " " << slices << " " << resident;
+    ASSERT_GE(int64_t(g.rows) * g.slices_per_cta, slices);
+    ASSERT_LT(int64_t(g.rows - 1) * g.slices_per_cta, slices) << "no empty row";
+    ASSERT_TRUE(g.slices_per_cta <= kMaxSlicesPerCta || g.slices_per_cta == (slices + kMaxGridY - 1) / kMaxGridY)
+        << x << " " << slices << " " << resident;
+    ASSERT_EQ(g.waves, (x * g.rows + resident - 1) / resident);
+  }
+  // nat 56x56 b128 h2 forward (49 boxes, 256 slices, 5 CTAs x 132 SMs): one wave of 13 x 49 CTAs.
+  const SliceGrid nat56 = slice_grid(49, 256, 660);
+  EXPECT_EQ(nat56.slices_per_cta, 20);
+  EXPECT_EQ(nat56.rows, 13);
+  EXPECT_EQ(nat56.waves, 1);
+  // nat 14x14 b128 h8 (4 boxes, 1024 slices): one wave.
+  EXPECT_EQ(slice_grid(4, 1024, 660).waves, 1);
+  // More boxes than resident CTAs (hdit 128x128 b16 h4, 256 boxes, 1 CTA per SM): whole waves.
+  const SliceGrid hdit = slice_grid(256, 64, 132);
+  EXPECT_LT(hdit.waves * 132 - 256 * hdit.rows, 132 / 4) << "the last wave is nearly full";
+}
+
 }  // namespace
 }  // namespace gna::halo

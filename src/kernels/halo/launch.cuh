@@ -31,17 +31,13 @@ inline Geometry geometry(const Problem& p, const Plan& plan) {
   return g;
 }
 
-// (Batch item, head) slices per CTA: about four waves of resident CTAs, so that each CTA's setup
-// (geometry, walk tables, row tables) serves several slices while enough CTAs remain to balance
-// the last wave; more where the grid's second dimension would exceed 65535.
+// The grid of a kernel (plan.hpp, slice_grid) from its occupancy at `bytes` of shared memory.
 template <typename Kernel>
-int slices_per_cta(Kernel kernel, int bytes, int64_t x_blocks, int64_t slices, int device) {
+SliceGrid launch_grid(Kernel kernel, int bytes, int64_t x_blocks, int64_t slices, int device) {
   int per_sm = 1, sms = 132;
   GNA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, bytes));
   GNA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int64_t resident = int64_t(std::max(per_sm, 1)) * sms;
-  int64_t per = std::max<int64_t>(1, std::min<int64_t>(16, x_blocks * slices / (4 * resident)));
-  return static_cast<int>(std::max(per, (slices + 65534) / 65535));
+  return slice_grid(x_blocks, slices, int64_t(std::max(per_sm, 1)) * sms);
 }
 
 // The layout the kernel computes must match the bytes the plan promised dispatch.
@@ -81,8 +77,9 @@ void launch_forward(const ForwardCall& call, const Plan& plan) {
   set_shared(kernel, bytes);
   const int64_t x_blocks = int64_t(P.geo.boxes_total) * dilation_groups(p);
   const int64_t slices = int64_t(p.batch) * p.heads_q;
-  P.geo.slices_per_cta = slices_per_cta(kernel, bytes, x_blocks, slices, call.in.q.device);
-  const dim3 grid(static_cast<unsigned>(x_blocks), static_cast<unsigned>((slices + P.geo.slices_per_cta - 1) / P.geo.slices_per_cta));
+  const SliceGrid sg = launch_grid(kernel, bytes, x_blocks, slices, call.in.q.device);
+  P.geo.slices_per_cta = sg.slices_per_cta;
+  const dim3 grid(static_cast<unsigned>(x_blocks), static_cast<unsigned>(sg.rows));
   kernel<<<grid, kWarps * 32, bytes, static_cast<cudaStream_t>(call.stream)>>>(P);
   GNA_CUDA_CHECK_LAUNCH();
 }
@@ -114,9 +111,9 @@ void launch_backward(const BackwardCall& call, const Plan& keys_plan, const Plan
   const int groups = dilation_groups(p);
   const int device = call.in.q.device;
   const int64_t q_blocks = int64_t(Q.geo.boxes_total) * groups, q_slices = int64_t(p.batch) * p.heads_q;
-  Q.geo.slices_per_cta = slices_per_cta(dq_kernel, dq_bytes, q_blocks, q_slices, device);
-  dq_kernel<<<dim3(static_cast<unsigned>(q_blocks), static_cast<unsigned>((q_slices + Q.geo.slices_per_cta - 1) / Q.geo.slices_per_cta)),
-              kWarps * 32, dq_bytes, stream>>>(Q);
+  const SliceGrid q_grid = launch_grid(dq_kernel, dq_bytes, q_blocks, q_slices, device);
+  Q.geo.slices_per_cta = q_grid.slices_per_cta;
+  dq_kernel<<<dim3(static_cast<unsigned>(q_blocks), static_cast<unsigned>(q_grid.rows)), kWarps * 32, dq_bytes, stream>>>(Q);
   GNA_CUDA_CHECK_LAUNCH();
 
   DkdvParams<T> K;
@@ -137,9 +134,9 @@ void launch_backward(const BackwardCall& call, const Plan& keys_plan, const Plan
   auto kv_kernel = halo_dkdv_kernel<T, D>;
   set_shared(kv_kernel, kv_bytes);
   const int64_t kv_blocks = int64_t(K.geo.boxes_total) * groups, kv_slices = int64_t(p.batch) * p.heads_kv;
-  K.geo.slices_per_cta = slices_per_cta(kv_kernel, kv_bytes, kv_blocks, kv_slices, device);
-  kv_kernel<<<dim3(static_cast<unsigned>(kv_blocks), static_cast<unsigned>((kv_slices + K.geo.slices_per_cta - 1) / K.geo.slices_per_cta)),
-              kWarps * 32, kv_bytes, stream>>>(K);
+  const SliceGrid kv_grid = launch_grid(kv_kernel, kv_bytes, kv_blocks, kv_slices, device);
+  K.geo.slices_per_cta = kv_grid.slices_per_cta;
+  kv_kernel<<<dim3(static_cast<unsigned>(kv_blocks), static_cast<unsigned>(kv_grid.rows)), kWarps * 32, kv_bytes, stream>>>(K);
   GNA_CUDA_CHECK_LAUNCH();
   cuda::scratch_free(delta, stream);
 }

@@ -98,6 +98,41 @@ int dkdv_shared_bytes(const Plan& plan, int d) {
          2 * kBoxTokens * 4 + 4 * plan.halo_rows * 4;
 }
 
+namespace {
+int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+SliceGrid slice_grid(int64_t x_blocks, int64_t slices, int64_t resident) {
+  x_blocks = std::max<int64_t>(x_blocks, 1);
+  slices = std::max<int64_t>(slices, 1);
+  resident = std::max<int64_t>(resident, 1);
+  // The longest run allowed (longer where grid.y would exceed its limit) and the fewest waves
+  // that runs of that length need.
+  const int64_t longest = std::max<int64_t>(kMaxSlicesPerCta, ceil_div64(slices, kMaxGridY));
+  const int64_t first_wave = ceil_div64(x_blocks * ceil_div64(slices, longest), resident);
+  SliceGrid best;
+  int64_t best_cost = -1;
+  // Past a few dozen waves more waves only add setups.
+  for (int64_t w = first_wave; w < first_wave + 64; ++w) {
+    // The most rows that fill w waves, and the runs that cover the slices in them.
+    const int64_t rows = std::clamp<int64_t>(w * resident / x_blocks, 1, slices);
+    const int64_t per = std::max(ceil_div64(slices, rows), ceil_div64(slices, kMaxGridY));
+    if (per <= longest) {
+      SliceGrid g;
+      g.slices_per_cta = static_cast<int>(per);
+      g.rows = static_cast<int>(ceil_div64(slices, per));
+      g.waves = ceil_div64(x_blocks * g.rows, resident);
+      const int64_t cost = g.waves * (per + kSetupSlices);
+      if (best_cost < 0 || cost < best_cost) {
+        best = g;
+        best_cost = cost;
+      }
+    }
+    if (rows >= slices) break;
+  }
+  return best;
+}
+
 double tile_keys_per_query(const Problem& p) {
   constexpr int kTile = 128;
   const std::vector<TileShape> shapes = power_of_two_tile_shapes(p.rank, kTile);

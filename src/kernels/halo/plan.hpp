@@ -57,6 +57,23 @@ int dkdv_shared_bytes(const Plan& queries_plan, int d);
 // Q tiles need, from the core's tiling math).
 double tile_keys_per_query(const Problem& p);
 
+// The launch grid of a halo kernel: grid.x = boxes x dilation groups (x_blocks), grid.y = runs of
+// slices_per_cta (batch item, head) slices. A CTA builds its box's tables once and then takes its
+// run of slices, so long runs spend less on setup; the grid is sized so that its CTAs fill whole
+// waves of the resident CTAs (no partial wave leaves SMs idle). Cost in units of one slice:
+// waves x (slices per CTA + kSetupSlices), over the grids that fill 1, 2, ... waves; runs of at
+// most kMaxSlicesPerCta slices, so that CTAs of cheaper (edge) boxes still balance the others.
+constexpr int kSetupSlices = 1;
+constexpr int kMaxSlicesPerCta = 32;
+constexpr int kMaxGridY = 65535;
+struct SliceGrid {
+  int slices_per_cta = 1;
+  int rows = 1;  // grid.y: ceil(slices / slices_per_cta)
+  int64_t waves = 1;  // ceil(x_blocks * rows / resident)
+};
+// resident: CTAs of the kernel resident on the device at once (CTAs per SM x SMs).
+SliceGrid slice_grid(int64_t x_blocks, int64_t slices, int64_t resident);
+
 // Dispatch's rule: the halo kernels run when a warp walks at most 1 / kPreferRatio of the keys per
 // query that the 128-token tile kernels visit. The ratio accounts for the tile kernels' cheaper
 // keys (dense tiles without per-element masks; wgmma on Hopper).
