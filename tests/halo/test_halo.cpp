@@ -3,7 +3,7 @@
 // extent / window, causal and strided axes, batch up to 256, GQA, head dims 32 / 64), fp16 and
 // bf16, forward (O, LSE) and backward (dQ, dK, dV) into poisoned outputs; every instantiation
 // must be reached, and (2-D, 3-D) walks of every length modulo the 4-chunk step (the walks'
-// partial first step) and of more than one step. Then bitwise determinism of forward and backward.
+// partial first step) and of more than one step, and 2-D boxes of each shape (8x8, 4x16 / 16x4). Then bitwise determinism of forward and backward.
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -127,6 +127,7 @@ void sweep(int rank, int configs) {
   // whether a walk took more than one step.
   std::set<int> walk_residues;
   int multi_step = 0;
+  int long_boxes = 0;  // 2-D configurations on 4x16 or 16x4 boxes
   for (int i = 0; i < configs && failures < 5; ++i) {
     const Config c = image_config(rng, rank);
     for (DType t : {DType::f16, DType::bf16}) {
@@ -144,6 +145,7 @@ void sweep(int rank, int configs) {
         multi_step += chunks > 4;
       }
       ++instances[std::string(dtype_name(t)) + " d" + std::to_string(c.dim_qk)];
+      long_boxes += rank == 2 && halo::box_shape(problem).cta[0] != halo::box_shape(problem).cta[1];
       for (int a = 0; a < rank; ++a) {
         dilated += c.params.dilation[a] > 1;
         causal += c.params.causal[a];
@@ -159,8 +161,8 @@ void sweep(int rank, int configs) {
     }
   }
   std::printf("rank %d: %d runs (%d refused), dilated axes %d, causal %d, strided %d, GQA %d, "
-              "batch >= 64 %d, walk residues %zu, multi-step %d, seed %llu;", rank, ran, refused,
-              dilated, causal, strided, gqa, big_batch, walk_residues.size(), multi_step,
+              "batch >= 64 %d, walk residues %zu, multi-step %d, 4x16 / 16x4 boxes %d, seed %llu;", rank, ran,
+              refused, dilated, causal, strided, gqa, big_batch, walk_residues.size(), multi_step, long_boxes,
               static_cast<unsigned long long>(seed));
   for (const auto& [name, n] : instances) std::printf(" %s: %d", name.c_str(), n);
   std::printf("\n");
@@ -178,6 +180,7 @@ void sweep(int rank, int configs) {
       EXPECT_EQ(walk_residues.size(), 4u) << "walk lengths of every residue modulo 4 chunks must be reached";
       EXPECT_GT(multi_step, 0);
     }
+    if (rank == 2) EXPECT_GT(long_boxes, 0) << "4x16 / 16x4 boxes not reached";
   }
 }
 

@@ -39,8 +39,11 @@ Range brute_union(const AxisRule& a, int n, int b, int e, Side side) {
 }
 
 TEST(HaloPlan, BoxShapesTileTheWarps) {
-  for (int rank = 1; rank <= 3; ++rank) {
-    const BoxShape s = box_shape(rank);
+  for (const Problem& p : {image_problem({100}, {7}, 32), image_problem({56, 56}, {7, 7}, 32),
+                           image_problem({28, 28}, {7, 7}, 32), image_problem({20, 28}, {7, 7}, 32),
+                           image_problem({16, 32, 32}, {7, 7, 7}, 64)}) {
+    const int rank = p.rank;
+    const BoxShape s = box_shape(p);
     int cta = 1, warp = 1;
     for (int a = 0; a < kMaxRank; ++a) {
       cta *= s.cta[a];
@@ -77,6 +80,26 @@ TEST(HaloPlan, UnionsMatchBruteForce) {
       }
   }
   EXPECT_GT(checked, 10000);
+}
+
+// 2-D boxes: 8x8 unless 4x16 or 16x4 tiles the extents in fewer boxes (28 = 7 x 4 rows).
+TEST(HaloPlan, BoxShapeOfTheExtents) {
+  const auto cta = [](std::vector<int> extent, std::vector<int> dilation = {}) {
+    const BoxShape s = box_shape(image_problem(extent, {7, 7}, 32, dilation));
+    return std::vector<int>{s.cta[0], s.cta[1]};
+  };
+  EXPECT_EQ(cta({56, 56}), (std::vector<int>{8, 8}));
+  EXPECT_EQ(cta({14, 14}), (std::vector<int>{8, 8}));
+  EXPECT_EQ(cta({128, 128}), (std::vector<int>{8, 8}));
+  EXPECT_EQ(cta({28, 28}), (std::vector<int>{4, 16}));
+  EXPECT_EQ(cta({28, 16}), (std::vector<int>{4, 16}));
+  EXPECT_EQ(cta({16, 28}), (std::vector<int>{16, 4}));
+  EXPECT_EQ(cta({28, 56}), (std::vector<int>{8, 8}));  // 28 boxes either way: the smaller halo
+  EXPECT_EQ(cta({28, 28}, {4, 4}), (std::vector<int>{8, 8}));  // groups of 7: one 8x8 box each
+  const Plan nat28 = make_plan(image_problem({28, 28}, {7, 7}, 32), Side::keys_of_queries);
+  EXPECT_EQ(nat28.boxes[0] * nat28.boxes[1], 14);
+  EXPECT_EQ(nat28.halo_rows, 10 * 19);  // 4 + 6 rows; 16 + 3 columns (two boxes, each at an edge)
+  EXPECT_EQ(nat28.walk_rows, 112);  // the same 4x4 patches: the same walks
 }
 
 TEST(HaloPlan, ImageShapes) {

@@ -98,9 +98,9 @@ bool supports_problem(const Problem& p, const AttentionTensors& in, const Kernel
   if (p.batch > 65535) return refuse(why, str("batch ", p.batch, " exceeds 65535"));
   if (p.heads_q > 65535) return refuse(why, str("heads ", p.heads_q, " exceed 65535"));
   int64_t blocks = 1;
+  const BoxShape shape = box_shape(p);
   for (int a = 0; a < p.rank; ++a)
-    blocks *= int64_t(tiles_along(group_length(p.axes[a], 0), box_shape(p.rank).cta[a])) *
-              p.axes[a].dilation;
+    blocks *= int64_t(tiles_along(group_length(p.axes[a], 0), shape.cta[a])) * p.axes[a].dilation;
   if (blocks > 0x7fffffff) return refuse(why, str("boxes x dilation groups ", blocks, " exceed 2^31 - 1"));
   return aligned_rows(in.q, "query", why) && aligned_rows(in.k, "key", why) &&
          aligned_rows(in.v, "value", why) && slice_fits(in.q, p.rank, "query", why) &&

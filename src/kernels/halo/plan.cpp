@@ -9,14 +9,30 @@
 
 namespace gna::halo {
 
-BoxShape box_shape(int rank) {
+namespace {
+// Boxes of dilation group 0 (the grid's first dimension, per group).
+int64_t boxes_of(const Problem& p, const BoxShape& s) {
+  int64_t boxes = 1;
+  for (int a = 0; a < p.rank; ++a) boxes *= tiles_along(group_length(p.axes[a], 0), s.cta[a]);
+  return boxes;
+}
+}  // namespace
+
+BoxShape box_shape(const Problem& p) {
   BoxShape s;
-  if (rank == 1) {
+  if (p.rank == 1) {
     s.cta[0] = 64;
     s.warp[0] = 16;
-  } else if (rank == 2) {
+  } else if (p.rank == 2) {
+    // 8x8 (the smallest halo) unless a 4x16 or 16x4 box of the same 4x4 patches needs fewer boxes.
     s.cta[0] = s.cta[1] = 8;
     s.warp[0] = s.warp[1] = 4;
+    for (const int long_axis : {1, 0}) {
+      BoxShape t = s;
+      t.cta[long_axis] = 16;
+      t.cta[1 - long_axis] = 4;
+      if (boxes_of(p, t) < boxes_of(p, s)) s = t;
+    }
   } else {
     s.cta[0] = s.cta[1] = s.cta[2] = 4;
     s.warp[0] = s.warp[1] = 2;
@@ -56,7 +72,7 @@ AxisUnion axis_union(const AxisRule& a, int patch, Side side) {
 
 Plan make_plan(const Problem& p, Side side) {
   Plan plan;
-  plan.shape = box_shape(p.rank);
+  plan.shape = box_shape(p);
   plan.halo_rows = 1;
   int walk = 1;
   double walked = 1;

@@ -22,12 +22,13 @@ constexpr int kMaxHeadDim = 64;
 constexpr int walk_mask_bytes(int walk_rows) { return (walk_rows / kChunk + 3) / 4 * 32 * 4; }
 
 // The CTA's box and the warp's patch per axis (products kBoxTokens and kWarpTokens; unused axes
-// 1): 64 in 1-D, 8x8 in 2-D, 4x4x4 in 3-D; warps take 16, 4x4 and 2x2x4.
+// 1): 64 in 1-D, 8x8 in 2-D (or 4x16 / 16x4 where they tile the extents in fewer boxes, as 4x16
+// does 28x28: no half-empty boxes), 4x4x4 in 3-D; warps take 16, 4x4 and 2x2x4.
 struct BoxShape {
   int cta[kMaxRank] = {1, 1, 1};
   int warp[kMaxRank] = {1, 1, 1};
 };
-BoxShape box_shape(int rank);
+BoxShape box_shape(const Problem& p);
 
 // Which way a box looks through the rule: the keys its queries attend (forward, dQ) or the
 // queries that attend its keys (dK / dV, the inverse rule).
