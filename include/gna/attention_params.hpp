@@ -5,11 +5,21 @@
 #pragma once
 
 #include <initializer_list>
+#include <vector>
 
 #include "gna/core/problem.hpp"
 #include "gna/tensor.hpp"
 
 namespace gna {
+
+// The rule of one group of query heads, per axis (extents come from the query, as for
+// AttentionParams' own rule).
+struct HeadGroupRule {
+  int window[kMaxRank] = {2, 2, 2};
+  int stride[kMaxRank] = {1, 1, 1};
+  int dilation[kMaxRank] = {1, 1, 1};
+  bool causal[kMaxRank] = {false, false, false};
+};
 
 struct AttentionParams {
   int rank = 1;
@@ -18,6 +28,12 @@ struct AttentionParams {
   int dilation[kMaxRank] = {1, 1, 1};
   bool causal[kMaxRank] = {false, false, false};
   float scale = 0.f;  // 0: 1/sqrt(head dim)
+  // Per-head rules (STA's searched plans give each head its own window): query head h follows
+  // head_groups[group_of_head[h]], and window / stride / dilation / causal above are not read.
+  // Empty: every head follows the rule above. At most kMaxHeadGroups groups and
+  // kMaxHeadsWithRules query heads; group_of_head holds one entry per query head.
+  std::vector<HeadGroupRule> head_groups;
+  std::vector<int> group_of_head;
 };
 
 struct AttentionTensors {

@@ -10,9 +10,11 @@
 extern "C" {
 #endif
 
-#define GNA_ABI_VERSION 3
+#define GNA_ABI_VERSION 4
 #define GNA_MAX_RANK 3
 #define GNA_MAX_TENSOR_RANK 8
+#define GNA_MAX_HEAD_GROUPS 8         /* per-head rules: groups (since ABI version 4) */
+#define GNA_MAX_HEADS_WITH_RULES 256  /* per-head rules: query heads */
 
 typedef enum gna_status {
   GNA_STATUS_OK = 0,
@@ -48,6 +50,23 @@ typedef struct gna_params {
   int32_t causal[GNA_MAX_RANK];
   float scale; /* 0: 1/sqrt(head dim) */
 } gna_params;
+
+/* Per-head rules (since ABI version 4): each group of query heads its own window, stride,
+ * dilation and causal flag per axis (STA's searched plans give each head its own window), in one
+ * call. Query head h follows group group_of_head[h]; entry [g][a] is group g's value on axis a
+ * (axes past the rank are not read). The layout's extents come from the query tensor, as for
+ * gna_params; rank and scale come from gna_params, whose own window, stride, dilation and causal
+ * are not read when head rules are given. groups in [1, GNA_MAX_HEAD_GROUPS], heads (the
+ * length of group_of_head) must equal the query heads (at most GNA_MAX_HEADS_WITH_RULES). */
+typedef struct gna_head_rules {
+  int32_t groups;
+  int32_t heads;
+  int32_t window[GNA_MAX_HEAD_GROUPS][GNA_MAX_RANK];
+  int32_t stride[GNA_MAX_HEAD_GROUPS][GNA_MAX_RANK];
+  int32_t dilation[GNA_MAX_HEAD_GROUPS][GNA_MAX_RANK];
+  int32_t causal[GNA_MAX_HEAD_GROUPS][GNA_MAX_RANK];
+  const int32_t* group_of_head; /* heads entries, each in [0, groups) */
+} gna_head_rules;
 
 typedef struct gna_options {
   const char* backend; /* NULL or "auto", or a backend name */
@@ -87,6 +106,31 @@ gna_status gna_select_backend(const gna_params* params, const gna_tensor* q, con
                               const gna_tensor* v, const gna_tensor* additional_k,
                               const gna_tensor* additional_v, int32_t backward,
                               const gna_options* options, char* name, int32_t capacity);
+
+/* The four calls above with per-head rules (since ABI version 4): the same arguments, and
+ * head_rules after params. head_rules NULL: exactly the call without _heads. A backend that does
+ * not run per-head rules refuses the call (GNA_STATUS_UNSUPPORTED, the message names it), so
+ * gna_select_backend_heads tells a caller whether one call can run them or whether it must call
+ * once per group instead. */
+gna_status gna_validate_heads(const gna_params* params, const gna_head_rules* head_rules,
+                              const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
+                              const gna_tensor* additional_k, const gna_tensor* additional_v);
+gna_status gna_forward_heads(const gna_params* params, const gna_head_rules* head_rules,
+                             const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
+                             const gna_tensor* additional_k, const gna_tensor* additional_v,
+                             gna_tensor* out, gna_tensor* lse, const gna_options* options);
+gna_status gna_backward_heads(const gna_params* params, const gna_head_rules* head_rules,
+                              const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
+                              const gna_tensor* additional_k, const gna_tensor* additional_v,
+                              const gna_tensor* out, const gna_tensor* lse,
+                              const gna_tensor* d_out, gna_tensor* dq, gna_tensor* dk,
+                              gna_tensor* dv, gna_tensor* d_additional_k,
+                              gna_tensor* d_additional_v, const gna_options* options);
+gna_status gna_select_backend_heads(const gna_params* params, const gna_head_rules* head_rules,
+                                    const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
+                                    const gna_tensor* additional_k,
+                                    const gna_tensor* additional_v, int32_t backward,
+                                    const gna_options* options, char* name, int32_t capacity);
 
 /* Exact merge of count partial outputs by their logsumexp (host float32/float64). */
 gna_status gna_merge_attentions(int32_t count, const gna_tensor* outputs, const gna_tensor* lses,

@@ -35,7 +35,30 @@ gna::TensorRef to_ref(const gna_tensor* t, const char* name) {
   return r;
 }
 
-gna::AttentionParams to_params(const gna_params* p) {
+// Per-head rules into params (rank already set). The group map is read only within the limits,
+// so a wrong `heads` cannot make the library read past GNA_MAX_HEADS_WITH_RULES entries.
+void add_head_rules(const gna_head_rules& r, gna::AttentionParams& a) {
+  if (r.groups < 1 || r.groups > GNA_MAX_HEAD_GROUPS)
+    gna::fail_invalid("head rules: groups must be in [1, ", GNA_MAX_HEAD_GROUPS, "], got ",
+                      r.groups);
+  if (r.heads < 1 || r.heads > GNA_MAX_HEADS_WITH_RULES)
+    gna::fail_invalid("head rules: heads (entries of group_of_head) must be in [1, ",
+                      GNA_MAX_HEADS_WITH_RULES, "], got ", r.heads);
+  if (r.group_of_head == nullptr)
+    gna::fail_invalid("head rules: group_of_head is required, got NULL");
+  a.head_groups.resize(r.groups);
+  for (int g = 0; g < r.groups; ++g)
+    for (int i = 0; i < a.rank; ++i) {
+      gna::HeadGroupRule& rule = a.head_groups[g];
+      rule.window[i] = r.window[g][i];
+      rule.stride[i] = r.stride[g][i];
+      rule.dilation[i] = r.dilation[g][i];
+      rule.causal[i] = r.causal[g][i] != 0;
+    }
+  a.group_of_head.assign(r.group_of_head, r.group_of_head + r.heads);
+}
+
+gna::AttentionParams to_params(const gna_params* p, const gna_head_rules* head_rules = nullptr) {
   if (p == nullptr) gna::fail_invalid("params: required, got NULL");
   if (p->rank < 1 || p->rank > GNA_MAX_RANK) gna::fail_invalid("rank must be 1, 2 or 3, got ", p->rank);
   gna::AttentionParams a;
@@ -47,6 +70,7 @@ gna::AttentionParams to_params(const gna_params* p) {
     a.causal[i] = p->causal[i] != 0;
   }
   a.scale = p->scale;
+  if (head_rules) add_head_rules(*head_rules, a);
   return a;
 }
 
@@ -114,12 +138,32 @@ const char* gna_backend_names(void) {
   return names.c_str();
 }
 
+gna_status gna_validate_heads(const gna_params* params, const gna_head_rules* head_rules,
+                              const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
+                              const gna_tensor* additional_k, const gna_tensor* additional_v) {
+  return guarded([&] {
+    Inputs in(q, k, v, additional_k, additional_v);
+    gna::make_problem(to_params(params, head_rules), in.t);
+  });
+}
+
 gna_status gna_validate(const gna_params* params, const gna_tensor* q, const gna_tensor* k,
                         const gna_tensor* v, const gna_tensor* additional_k,
                         const gna_tensor* additional_v) {
+  return gna_validate_heads(params, nullptr, q, k, v, additional_k, additional_v);
+}
+
+gna_status gna_forward_heads(const gna_params* params, const gna_head_rules* head_rules,
+                             const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
+                             const gna_tensor* additional_k, const gna_tensor* additional_v,
+                             gna_tensor* out, gna_tensor* lse, const gna_options* options) {
   return guarded([&] {
     Inputs in(q, k, v, additional_k, additional_v);
-    gna::make_problem(to_params(params), in.t);
+    gna::TensorRef o = to_ref(out, "out");
+    gna::TensorRef l;
+    if (lse) l = to_ref(lse, "lse");
+    gna::attention_forward(to_params(params, head_rules), in.t, o, lse ? &l : nullptr,
+                           to_options(options));
   });
 }
 
@@ -127,21 +171,17 @@ gna_status gna_forward(const gna_params* params, const gna_tensor* q, const gna_
                        const gna_tensor* v, const gna_tensor* additional_k,
                        const gna_tensor* additional_v, gna_tensor* out, gna_tensor* lse,
                        const gna_options* options) {
-  return guarded([&] {
-    Inputs in(q, k, v, additional_k, additional_v);
-    gna::TensorRef o = to_ref(out, "out");
-    gna::TensorRef l;
-    if (lse) l = to_ref(lse, "lse");
-    gna::attention_forward(to_params(params), in.t, o, lse ? &l : nullptr, to_options(options));
-  });
+  return gna_forward_heads(params, nullptr, q, k, v, additional_k, additional_v, out, lse,
+                           options);
 }
 
-gna_status gna_backward(const gna_params* params, const gna_tensor* q, const gna_tensor* k,
-                        const gna_tensor* v, const gna_tensor* additional_k,
-                        const gna_tensor* additional_v, const gna_tensor* out,
-                        const gna_tensor* lse, const gna_tensor* d_out, gna_tensor* dq,
-                        gna_tensor* dk, gna_tensor* dv, gna_tensor* d_additional_k,
-                        gna_tensor* d_additional_v, const gna_options* options) {
+gna_status gna_backward_heads(const gna_params* params, const gna_head_rules* head_rules,
+                              const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
+                              const gna_tensor* additional_k, const gna_tensor* additional_v,
+                              const gna_tensor* out, const gna_tensor* lse,
+                              const gna_tensor* d_out, gna_tensor* dq, gna_tensor* dk,
+                              gna_tensor* dv, gna_tensor* d_additional_k,
+                              gna_tensor* d_additional_v, const gna_options* options) {
   return guarded([&] {
     Inputs in(q, k, v, additional_k, additional_v);
     gna::AttentionGradients g{to_ref(dq, "dq"), to_ref(dk, "dk"), to_ref(dv, "dv")};
@@ -154,8 +194,35 @@ gna_status gna_backward(const gna_params* params, const gna_tensor* q, const gna
       dav = to_ref(d_additional_v, "d_additional_v");
       g.d_additional_v = &dav;
     }
-    gna::attention_backward(to_params(params), in.t, to_ref(out, "out"), to_ref(lse, "lse"),
-                            to_ref(d_out, "d_out"), g, to_options(options));
+    gna::attention_backward(to_params(params, head_rules), in.t, to_ref(out, "out"),
+                            to_ref(lse, "lse"), to_ref(d_out, "d_out"), g, to_options(options));
+  });
+}
+
+gna_status gna_backward(const gna_params* params, const gna_tensor* q, const gna_tensor* k,
+                        const gna_tensor* v, const gna_tensor* additional_k,
+                        const gna_tensor* additional_v, const gna_tensor* out,
+                        const gna_tensor* lse, const gna_tensor* d_out, gna_tensor* dq,
+                        gna_tensor* dk, gna_tensor* dv, gna_tensor* d_additional_k,
+                        gna_tensor* d_additional_v, const gna_options* options) {
+  return gna_backward_heads(params, nullptr, q, k, v, additional_k, additional_v, out, lse, d_out,
+                            dq, dk, dv, d_additional_k, d_additional_v, options);
+}
+
+gna_status gna_select_backend_heads(const gna_params* params, const gna_head_rules* head_rules,
+                                    const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
+                                    const gna_tensor* additional_k,
+                                    const gna_tensor* additional_v, int32_t backward,
+                                    const gna_options* options, char* name, int32_t capacity) {
+  return guarded([&] {
+    if (name == nullptr || capacity < 1) gna::fail_invalid("name buffer: capacity must be >= 1");
+    Inputs in(q, k, v, additional_k, additional_v);
+    const gna::AttentionParams a = to_params(params, head_rules);
+    const std::string chosen =
+        backward ? gna::select_backward_backend(a, in.t, to_options(options))
+                 : gna::select_forward_backend(a, in.t, to_options(options));
+    std::strncpy(name, chosen.c_str(), capacity - 1);
+    name[capacity - 1] = '\0';
   });
 }
 
@@ -163,15 +230,8 @@ gna_status gna_select_backend(const gna_params* params, const gna_tensor* q, con
                               const gna_tensor* v, const gna_tensor* additional_k,
                               const gna_tensor* additional_v, int32_t backward,
                               const gna_options* options, char* name, int32_t capacity) {
-  return guarded([&] {
-    if (name == nullptr || capacity < 1) gna::fail_invalid("name buffer: capacity must be >= 1");
-    Inputs in(q, k, v, additional_k, additional_v);
-    const std::string chosen =
-        backward ? gna::select_backward_backend(to_params(params), in.t, to_options(options))
-                 : gna::select_forward_backend(to_params(params), in.t, to_options(options));
-    std::strncpy(name, chosen.c_str(), capacity - 1);
-    name[capacity - 1] = '\0';
-  });
+  return gna_select_backend_heads(params, nullptr, q, k, v, additional_k, additional_v, backward,
+                                  options, name, capacity);
 }
 
 gna_status gna_merge_attentions(int32_t count, const gna_tensor* outputs, const gna_tensor* lses,

@@ -167,6 +167,65 @@ int checked_size(const char* name, const TensorRef& t, int dim, const char* what
   return static_cast<int>(t.shape[dim]);
 }
 
+namespace {
+
+// Problem::head_rules from params' head groups (the layout's extents already in p.axes), and
+// Problem::axes with group 0's rule. What the fixed-size HeadRules cannot hold is refused here;
+// the rules themselves are validated by the core.
+void set_head_rules(const AttentionParams& params, Problem& p) {
+  const size_t groups = params.head_groups.size();
+  if (groups == 0) {
+    if (!params.group_of_head.empty())
+      fail_invalid("head rules: group_of_head must be empty without head groups, got ",
+                   params.group_of_head.size(), " entries");
+    return;
+  }
+  if (groups > static_cast<size_t>(kMaxHeadGroups))
+    fail_invalid("head rules: groups must be in [1, ", kMaxHeadGroups, "], got ", groups);
+  if (p.heads_q > kMaxHeadsWithRules)
+    fail_invalid("head rules: query heads must be <= ", kMaxHeadsWithRules,
+                 " with head rules, got ", p.heads_q);
+  if (params.group_of_head.size() != static_cast<size_t>(p.heads_q))
+    fail_invalid("head rules: group_of_head must hold one group per query head (", p.heads_q,
+                 "), got ", params.group_of_head.size(), " entries");
+  HeadRules& rules = p.head_rules;
+  rules.groups = static_cast<int>(groups);
+  for (size_t g = 0; g < groups; ++g) {
+    const HeadGroupRule& rule = params.head_groups[g];
+    for (int a = 0; a < p.rank; ++a) {
+      AxisRule& axis = rules.axes[g][a];
+      axis.extent = p.axes[a].extent;
+      axis.window = rule.window[a];
+      axis.stride = rule.stride[a];
+      axis.dilation = rule.dilation[a];
+      axis.causal = rule.causal[a];
+    }
+  }
+  for (int h = 0; h < p.heads_q; ++h) {
+    const int g = params.group_of_head[h];
+    if (g < 0 || g >= rules.groups)
+      fail_invalid("head rules: group of head ", h, " must be in [0, ", rules.groups, "), got ", g);
+    rules.group_of_head[h] = static_cast<uint8_t>(g);
+  }
+  // Each group's rule alone first, so that an error names its group (the core's validation
+  // reports group 0's as Problem::axes'). Too many tokens are the layout's error, left to it.
+  double tokens = 1;
+  for (int a = 0; a < p.rank; ++a) tokens *= p.axes[a].extent;
+  for (int g = 0; g < rules.groups && tokens <= INT32_MAX; ++g) {
+    Problem alone;
+    alone.rank = p.rank;
+    for (int a = 0; a < p.rank; ++a) alone.axes[a] = rules.axes[g][a];
+    try {
+      validate(alone);
+    } catch (const Error& e) {
+      fail_invalid("head rules: group ", g, " ", e.what());
+    }
+  }
+  for (int a = 0; a < p.rank; ++a) p.axes[a] = rules.axes[0][a];
+}
+
+}  // namespace
+
 Problem make_problem(const AttentionParams& params, const AttentionTensors& t) {
   if (params.rank < 1 || params.rank > kMaxRank)
     fail_invalid("rank must be 1, 2 or 3, got ", params.rank);
@@ -192,6 +251,7 @@ Problem make_problem(const AttentionParams& params, const AttentionTensors& t) {
     p.axes[a].causal = params.causal[a];
   }
   p.heads_q = narrow("query", t.q, r + 1, "heads");
+  set_head_rules(params, p);
   p.dim_qk = narrow("query", t.q, r + 2, "head dim");
   p.heads_kv = narrow("key", t.k, r + 1, "heads");
   p.dim_v = narrow("value", t.v, r + 2, "head dim");

@@ -10,6 +10,9 @@ Problem make_neighborhood_problem(const AttentionParams& params, const TensorRef
   if (params.rank < 1 || params.rank > kMaxRank)
     fail_invalid("rank must be 1, 2 or 3, got ", params.rank);
   const int r = params.rank;
+  if (!params.head_groups.empty())
+    fail_invalid("head rules: the unfused operators take one rule for every head, got ",
+                 params.head_groups.size(), " head groups");
   if (tokens.rank != r + 3)
     fail_invalid(name, ": expected ", r + 3, " dims [batch, heads, ", r, " spatial dims, dim], got ",
                  tokens.rank, " dims");

@@ -1,4 +1,5 @@
-// The CPU reference as the host backend: float32/float64 host tensors, any valid problem.
+// The CPU reference as the host backend: float32/float64 host tensors, any valid problem (per-head
+// rules included).
 #include "backend/backend.hpp"
 #include "backend/registration.hpp"
 #include "gna/reference/reference.hpp"
@@ -11,7 +12,7 @@ bool host_float(DType t, std::string* why) {
 }
 
 Backend make_reference_backend() {
-  return backend_from(
+  Backend b = backend_from(
       "reference", 0, false,
       [](const ForwardCall& c, std::string* why) { return host_float(c.problem.dtype, why); },
       [](const ForwardCall& c) {
@@ -23,6 +24,8 @@ Backend make_reference_backend() {
         reference::Gradients g{c.dq, c.dk, c.dv, c.d_additional_k, c.d_additional_v};
         reference::backward(c.problem, c.in, c.out, c.lse, c.d_out, g);
       });
+  b.head_rules = true;  // every pass reads the rule of each query head (axes_of_head)
+  return b;
 }
 
 GNA_REGISTER_BACKEND(make_reference_backend);

@@ -86,20 +86,22 @@ struct BackwardPass {
           const Acc ds = pair(q_row, do_row, lse_q, delta_q, k_row, v_row, &prob);
           for (int c = 0; c < p.dim_qk; ++c) acc[c] += ds * Acc(k_row[c]);
         };
-        for_each_attended_key_row<T>(p, in, b, x, hk, keys, add_key);
+        for_each_attended_key_row<T>(p, in, b, x, h, hk, keys, add_key);
         T* dq_row = typed<T>(g.dq) + token_offset(g.dq, r, b, x, h);
         for (int c = 0; c < p.dim_qk; ++c) dq_row[c] = static_cast<T>(scale * acc[c]);
       }
     });
   }
 
-  // dK/dV of one key row (k_row, v_row of KV head hk in batch b) from the given queries.
+  // dK/dV of one key row (k_row, v_row of KV head hk in batch b) from the queries of each of
+  // its query heads h that attend it: for_each_query(h, f) calls f(x) for each (whatever the
+  // heads' rule groups: the sum runs over every query head of the KV head).
   template <typename ForEachQuery>
   void key_gradients(int64_t b, int hk, const T* k_row, const T* v_row, ForEachQuery for_each_query,
                      T* dk_row, T* dv_row) const {
     std::vector<Acc> dk(p.dim_qk, Acc(0)), dv(p.dim_v, Acc(0));
     for (int h = hk * group; h < (hk + 1) * group; ++h) {
-      for_each_query([&](const int* x) {
+      for_each_query(h, [&](const int* x) {
         const T* q_row = typed<T>(in.q) + token_offset(in.q, r, b, x, h);
         const T* do_row = typed<T>(d_out) + token_offset(d_out, r, b, x, h);
         const Acc lse_q = load_scalar(lse, lse_offset(lse, r, b, x, h));
@@ -125,11 +127,20 @@ struct BackwardPass {
         const int64_t b = row.b;
         const int hk = row.h;
         const int* y = row.x;
-        attending_queries_per_axis(p, y, queries);
+        // The attending queries per rule, recomputed only where the head's rule changes (once
+        // per key row without head rules).
+        const AxisRule* queries_of = nullptr;
         key_gradients(
             b, hk, typed<T>(in.k) + token_offset(in.k, r, b, y, hk),
             typed<T>(in.v) + token_offset(in.v, r, b, y, hk),
-            [&](auto f) { for_each_in_product(r, queries, f); },
+            [&](int h, auto f) {
+              const AxisRule* axes = axes_of_head(p, h);
+              if (axes != queries_of) {
+                attending_queries_per_axis(p, axes, y, queries);
+                queries_of = axes;
+              }
+              for_each_in_product(r, queries, f);
+            },
             typed<T>(g.dk) + token_offset(g.dk, r, b, y, hk),
             typed<T>(g.dv) + token_offset(g.dv, r, b, y, hk));
       }
@@ -148,7 +159,7 @@ struct BackwardPass {
         key_gradients(
             b, hk, typed<T>(*in.additional_k) + extra_offset(*in.additional_k, b, j, hk),
             typed<T>(*in.additional_v) + extra_offset(*in.additional_v, b, j, hk),
-            [&](auto f) {
+            [&](int, auto f) {  // every query attends every additional key
               int x[kMaxRank];
               for (int64_t t = 0; t < tokens; ++t) {
                 token_coordinates(p, t, x);

@@ -34,7 +34,7 @@ void forward_impl(const Problem& p, const AttentionTensors& in, TensorRef& out, 
 
       k_rows.clear();
       v_rows.clear();
-      for_each_attended_key_row<T>(p, in, b, x, hk, keys, [&](const T* k_row, const T* v_row) {
+      for_each_attended_key_row<T>(p, in, b, x, h, hk, keys, [&](const T* k_row, const T* v_row) {
         k_rows.push_back(k_row);
         v_rows.push_back(v_row);
       });

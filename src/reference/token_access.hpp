@@ -46,11 +46,17 @@ inline int64_t extra_offset(const TensorRef& t, int64_t b, int64_t i, int64_t h)
   return b * t.strides[0] + i * t.strides[1] + h * t.strides[2];
 }
 
-// Keys a query attends at most: the window clipped to each axis, plus the additional keys (for
-// choosing how many threads a pass is worth).
+// Keys a query attends at most: the window clipped to each axis (the largest of the head-rule
+// groups'), plus the additional keys (for choosing how many threads a pass is worth).
 inline int64_t keys_per_query_bound(const Problem& p) {
-  int64_t keys = 1;
-  for (int a = 0; a < p.rank; ++a) keys *= std::min(p.axes[a].window, p.axes[a].extent);
+  const auto window_keys = [&](const AxisRule* axes) {
+    int64_t keys = 1;
+    for (int a = 0; a < p.rank; ++a) keys *= std::min(axes[a].window, axes[a].extent);
+    return keys;
+  };
+  int64_t keys = window_keys(p.axes);
+  for (int g = 0; g < p.head_rules.groups; ++g)
+    keys = std::max(keys, window_keys(p.head_rules.axes[g]));
   return keys + p.additional_kv;
 }
 
@@ -59,11 +65,12 @@ T* typed(const TensorRef& t) {
   return static_cast<T*>(t.data);
 }
 
-// Full coordinates of every key (per axis) that query x attends, as per-axis lists whose
-// product is the attended set.
-inline void attended_keys_per_axis(const Problem& p, const int* x, std::vector<int>* keys) {
+// Full coordinates of every key (per axis) that query x attends under the per-axis rules
+// `axes` (axes_of_head of the query's head), as per-axis lists whose product is the attended set.
+inline void attended_keys_per_axis(const Problem& p, const AxisRule* axes, const int* x,
+                                   std::vector<int>* keys) {
   for (int a = 0; a < p.rank; ++a) {
-    const AxisRule& r = p.axes[a];
+    const AxisRule& r = axes[a];
     const int g = dilation_group(r, x[a]);
     const Range w = key_window(r, group_length(r, g), index_in_group(r, x[a]));
     keys[a].clear();
@@ -71,10 +78,12 @@ inline void attended_keys_per_axis(const Problem& p, const int* x, std::vector<i
   }
 }
 
-// Full coordinates of every query (per axis) attending key y, by the inverse rule.
-inline void attending_queries_per_axis(const Problem& p, const int* y, std::vector<int>* queries) {
+// Full coordinates of every query (per axis) attending key y under the per-axis rules `axes`,
+// by the inverse rule.
+inline void attending_queries_per_axis(const Problem& p, const AxisRule* axes, const int* y,
+                                       std::vector<int>* queries) {
   for (int a = 0; a < p.rank; ++a) {
-    const AxisRule& r = p.axes[a];
+    const AxisRule& r = axes[a];
     const int g = dilation_group(r, y[a]);
     const Range w = query_window(r, group_length(r, g), index_in_group(r, y[a]));
     queries[a].clear();
@@ -101,12 +110,13 @@ void for_each_in_product(int rank, const std::vector<int>* lists, F f) {
   }
 }
 
-// Calls f(k_row, v_row) for every key query x of batch item b attends through KV head hk: the
-// window's keys in order, then the additional keys. keys: per-axis scratch lists.
+// Calls f(k_row, v_row) for every key query x of batch item b and query head h attends
+// through KV head hk: the window's keys (of the head's rule) in order, then the additional keys.
+// keys: per-axis scratch lists.
 template <typename T, typename F>
 void for_each_attended_key_row(const Problem& p, const AttentionTensors& in, int64_t b,
-                               const int* x, int hk, std::vector<int>* keys, F f) {
-  attended_keys_per_axis(p, x, keys);
+                               const int* x, int h, int hk, std::vector<int>* keys, F f) {
+  attended_keys_per_axis(p, axes_of_head(p, h), x, keys);
   for_each_in_product(p.rank, keys, [&](const int* y) {
     f(typed<T>(in.k) + token_offset(in.k, p.rank, b, y, hk),
       typed<T>(in.v) + token_offset(in.v, p.rank, b, y, hk));

@@ -192,6 +192,80 @@ TEST(Validation, TensorErrorsNameTensorAndShape) {
   }
 }
 
+// Per-head rules through make_problem: Problem::head_rules filled with the query's extents,
+// Problem::axes with group 0's rule, and what HeadRules cannot hold refused by name and value.
+TEST(Validation, HeadRulesOfAttentionParams) {
+  const auto with_rules = [] {
+    Tensors t;
+    HeadGroupRule wide, narrow;
+    wide.window[0] = 5;
+    wide.window[1] = 4;
+    wide.stride[1] = 2;
+    wide.causal[0] = true;
+    narrow.window[0] = narrow.window[1] = 2;
+    narrow.dilation[0] = 3;
+    t.params.head_groups = {wide, narrow};
+    t.params.group_of_head = {1, 0};
+    return t;
+  };
+  {
+    const Tensors t = with_rules();
+    const Problem p = make_problem(t.params, t.in());
+    ASSERT_EQ(p.head_rules.groups, 2);
+    EXPECT_EQ(p.head_rules.group_of_head[0], 1);
+    EXPECT_EQ(p.head_rules.group_of_head[1], 0);
+    EXPECT_EQ(p.head_rules.axes[0][0].extent, 6);
+    EXPECT_EQ(p.head_rules.axes[0][0].window, 5);
+    EXPECT_TRUE(p.head_rules.axes[0][0].causal);
+    EXPECT_EQ(p.head_rules.axes[0][1].stride, 2);
+    EXPECT_EQ(p.head_rules.axes[1][1].extent, 5);
+    EXPECT_EQ(p.head_rules.axes[1][0].dilation, 3);
+    EXPECT_EQ(p.axes[0].window, 5);  // group 0's rule, not params.window (3)
+    EXPECT_EQ(p.axes[1].window, 4);
+    EXPECT_EQ(axes_of_head(p, 0)[0].dilation, 3);
+  }
+  const auto rules_error = [&](auto mutate, const std::string& needle) {
+    Tensors t = with_rules();
+    mutate(t.params);
+    expect_error([&] { make_problem(t.params, t.in()); }, needle);
+  };
+  rules_error([](AttentionParams& a) { a.head_groups.resize(9); a.group_of_head = {0, 0}; },
+              "head rules: groups must be in [1, 8], got 9");
+  rules_error([](AttentionParams& a) { a.group_of_head = {0}; },
+              "head rules: group_of_head must hold one group per query head (2), got 1 entries");
+  rules_error([](AttentionParams& a) { a.group_of_head = {0, 1, 1}; },
+              "head rules: group_of_head must hold one group per query head (2), got 3 entries");
+  rules_error([](AttentionParams& a) { a.group_of_head[1] = -1; },
+              "head rules: group of head 1 must be in [0, 2), got -1");
+  rules_error([](AttentionParams& a) { a.group_of_head[0] = 2; },
+              "head rules: group of head 0 must be in [0, 2), got 2");
+  rules_error([](AttentionParams& a) { a.group_of_head[0] = 256 + 1; },
+              "head rules: group of head 0 must be in [0, 2), got 257");
+  rules_error([](AttentionParams& a) { a.head_groups[1].window[1] = 6; },
+              "head rules: group 1 axis 1: window*dilation must be <= extent=5, got window=6");
+  rules_error([](AttentionParams& a) { a.head_groups[0].stride[0] = 7; },
+              "head rules: group 0 axis 0: stride must be in [1, window=5], got 7");
+  rules_error([](AttentionParams& a) { a.head_groups[1].dilation[0] = 0; },
+              "head rules: group 1 axis 0: dilation must be >= 1, got 0");
+  rules_error([](AttentionParams& a) { a.head_groups.clear(); },
+              "head rules: group_of_head must be empty without head groups, got 2 entries");
+  {
+    HostTensor<float> q({1, 6, 257, 2}), k({1, 6, 1, 2});
+    AttentionParams a;
+    a.window[0] = 3;
+    a.head_groups.resize(1);
+    a.group_of_head.assign(257, 0);
+    expect_error([&] { make_problem(a, AttentionTensors{q.ref, k.ref, k.ref}); },
+                 "head rules: query heads must be <= 256 with head rules, got 257");
+  }
+  {  // the unfused operators take one rule
+    Tensors t = with_rules();
+    HostTensor<float> q({1, 2, 6, 5, 4}), attn({1, 2, 6, 5, 9});
+    expect_error([&] { na_qk(t.params, q.ref, q.ref, nullptr, attn.ref); },
+                 "head rules: the unfused operators take one rule for every head, got 2 head groups");
+  }
+}
+
 // Hostile tensor views: every one is refused with its name and value before anything is read.
 TEST(Validation, HostileTensorViews) {
   const auto problem_error = [](auto mutate, const std::string& needle) {
