@@ -1,7 +1,8 @@
 // Random malformed calls through the C ABI, each in a forked child: every call must return a
 // status (with a message when it is not GNA_STATUS_OK) and never crash or hang. A case starts
-// from a valid host call (attention, or an unfused neighborhood operator) and applies one to
-// three random mutations (tensors, parameters, options, the entry point's own arguments).
+// from a valid host call (attention, attention with per-head rules, or an unfused neighborhood
+// operator) and applies one to three random mutations (tensors, parameters, head rules,
+// options, the entry point's own arguments).
 //
 // Runs for GNA_FUZZ_SECONDS (default 8) from seed GNA_FUZZ_SEED (default: fresh, printed);
 // prints the number of calls, distinct cases (entry point, mutation kinds, status) and distinct
@@ -62,12 +63,20 @@ struct Case {
   int32_t count = 1;
   int32_t sta[3][3] = {{8, 12, 16}, {2, 4, 4}, {6, 4, 12}};  // extent, tile, window per axis
   bool sta_null = false;
+  // Per-head rules (the _heads entry points): NULL unless use_rules. The map always holds
+  // GNA_MAX_HEADS_WITH_RULES entries, so any `heads` the library accepts is readable.
+  gna_head_rules rules{};
+  bool use_rules = false;
+  std::vector<int32_t> group_map = std::vector<int32_t>(GNA_MAX_HEADS_WITH_RULES, 0);
 };
 
 const char* const kEntries[] = {"validate", "select_backend", "forward", "backward", "merge",
                                 "sta_params", "na_qk", "na_av", "na_qk_backward",
-                                "na_av_backward"};
+                                "na_av_backward", "validate_heads", "select_backend_heads",
+                                "forward_heads", "backward_heads"};
 constexpr int kFusedEntries = 6;
+constexpr int kHeadsEntries = 10;  // the _heads entry points: kHeadsEntries + plain entry
+bool unfused_entry(int e) { return e >= kFusedEntries && e < kHeadsEntries; }
 
 int64_t pick64(std::mt19937_64& rng, std::initializer_list<int64_t> values) {
   std::vector<int64_t> v(values);
@@ -126,6 +135,30 @@ Case valid_case(std::mt19937_64& rng) {
   }
   c.params.scale = 0.f;
   c.entry = static_cast<int>(pick64(rng, {0, 1, 2, 2, 2, 3, 3, 3, 4, 5}));
+  return c;
+}
+
+// A random valid attention call with per-head rules: up to GNA_MAX_HEAD_GROUPS groups, each a
+// valid rule of the layout, and a group for each query head.
+Case valid_heads_case(std::mt19937_64& rng) {
+  Case c = valid_case(rng);
+  const int rank = c.params.rank;
+  const int heads = static_cast<int>(c.t[Q].shape[rank + 1]);
+  gna_head_rules& r = c.rules;
+  r.groups = rand_int(rng, 1, std::min(GNA_MAX_HEAD_GROUPS, heads + 1));
+  r.heads = heads;
+  for (int g = 0; g < r.groups; ++g)
+    for (int a = 0; a < rank; ++a) {
+      const int extent = static_cast<int>(c.t[Q].shape[1 + a]);
+      r.window[g][a] = rand_int(rng, 2, extent);
+      r.stride[g][a] = rand_int(rng, 1, r.window[g][a]);
+      r.dilation[g][a] = r.window[g][a] * 2 <= extent ? rand_int(rng, 1, 2) : 1;
+      r.causal[g][a] = rand_int(rng, 0, 3) == 0;
+    }
+  for (int h = 0; h < heads; ++h) c.group_map[h] = rand_int(rng, 0, r.groups - 1);
+  r.group_of_head = c.group_map.data();
+  c.use_rules = true;
+  c.entry = static_cast<int>(pick64(rng, {10, 11, 12, 12, 12, 13, 13, 13}));
   return c;
 }
 
@@ -194,7 +227,8 @@ void mutate(Case& c, std::mt19937_64& rng) {
   const int32_t small = static_cast<int32_t>(
       pick64(rng, {INT32_MIN, -7, -1, 0, 1, 2, 3, 64, 1 << 20, INT32_MAX}));
   std::string kind;
-  switch (rand_int(rng, 0, 22)) {
+  // The head-rule mutations (23-28) only where a case has rules to change.
+  switch (rand_int(rng, 0, c.entry >= kHeadsEntries ? 28 : 22)) {
     case 0: c.present[s] = false; kind = "tensor NULL"; break;
     case 1: t.data = nullptr; c.buffer_of[s] = -1; kind = "data NULL"; break;
     case 2: t.data = static_cast<char*>(t.data) + rand_int(rng, 1, 3); kind = "data misaligned"; break;
@@ -220,6 +254,21 @@ void mutate(Case& c, std::mt19937_64& rng) {
                                           -0.f}[rand_int(rng, 0, 7)];
       kind = "scale";
       break;
+    case 23: c.rules.groups = small; kind = "head rules groups"; break;
+    case 24: c.rules.heads = small; kind = "head rules heads"; break;
+    case 25: c.rules.group_of_head = nullptr; kind = "head rules map NULL"; break;
+    case 26:
+      c.group_map[rand_int(rng, 0, GNA_MAX_HEADS_WITH_RULES - 1)] = small;
+      kind = "head rules map entry";
+      break;
+    case 27: {
+      const int g = rand_int(rng, 0, GNA_MAX_HEAD_GROUPS - 1);
+      (std::vector<int32_t*>{c.rules.window[g], c.rules.stride[g], c.rules.dilation[g],
+                             c.rules.causal[g]}[rand_int(rng, 0, 3)])[axis] = small;
+      kind = "head rules value";
+      break;
+    }
+    case 28: c.use_rules = false; kind = "head rules NULL"; break;
     case 16:
       c.use_options = true;
       c.options.backend = std::vector<const char*>{nullptr, "", "auto", "reference", "portable",
@@ -287,14 +336,33 @@ gna_tensor* mut(Case& c, int s) { return c.present[s] ? &c.t[s] : nullptr; }
 // Runs the call (in the child); the entry actually called may be downgraded to validate.
 int32_t run_case(Case& c, int* entry) {
   const gna_options* o = c.use_options ? &c.options : nullptr;
+  const gna_head_rules* rules = c.use_rules ? &c.rules : nullptr;
   *entry = c.entry;
-  if ((c.entry == 2 && !memory_safe(c, {Q, K, V, AK, AV, OUT, LSE})) ||
-      (c.entry == 3 && !memory_safe(c, {Q, K, V, AK, AV, OUT, LSE, DOUT, DQ, DK, DV, DAK, DAV})) ||
-      (c.entry == 4 && (c.count > 2 || !memory_safe(c, {OUT, LSE, DOUT}))) ||
-      (c.entry >= kFusedEntries &&
+  const int plain = c.entry >= kHeadsEntries ? c.entry - kHeadsEntries : c.entry;
+  if ((plain == 2 && !memory_safe(c, {Q, K, V, AK, AV, OUT, LSE})) ||
+      (plain == 3 && !memory_safe(c, {Q, K, V, AK, AV, OUT, LSE, DOUT, DQ, DK, DV, DAK, DAV})) ||
+      (plain == 4 && (c.count > 2 || !memory_safe(c, {OUT, LSE, DOUT}))) ||
+      (unfused_entry(c.entry) &&
        !memory_safe(c, {Q, K, V, OUT, DOUT, DQ, DK, DV, ATTN, RPB, D_ATTN, D_RPB})))
-    *entry = c.entry >= kFusedEntries ? -1 : 0;
+    *entry = unfused_entry(c.entry) ? -1 : c.entry >= kHeadsEntries ? kHeadsEntries : 0;
   switch (*entry) {
+    case kHeadsEntries:
+      return gna_validate_heads(&c.params, rules, ptr(c, Q), ptr(c, K), ptr(c, V), ptr(c, AK),
+                                ptr(c, AV));
+    case kHeadsEntries + 1: {
+      char name[32];
+      return gna_select_backend_heads(&c.params, rules, ptr(c, Q), ptr(c, K), ptr(c, V),
+                                      ptr(c, AK), ptr(c, AV), 1, o,
+                                      c.null_name ? nullptr : name,
+                                      std::min<int32_t>(c.capacity, sizeof name));
+    }
+    case kHeadsEntries + 2:
+      return gna_forward_heads(&c.params, rules, ptr(c, Q), ptr(c, K), ptr(c, V), ptr(c, AK),
+                               ptr(c, AV), mut(c, OUT), mut(c, LSE), o);
+    case kHeadsEntries + 3:
+      return gna_backward_heads(&c.params, rules, ptr(c, Q), ptr(c, K), ptr(c, V), ptr(c, AK),
+                                ptr(c, AV), ptr(c, OUT), ptr(c, LSE), ptr(c, DOUT), mut(c, DQ),
+                                mut(c, DK), mut(c, DV), mut(c, DAK), mut(c, DAV), o);
     case 1: {
       char name[32];
       return gna_select_backend(&c.params, ptr(c, Q), ptr(c, K), ptr(c, V), ptr(c, AK),
@@ -369,7 +437,8 @@ TEST(CAbiFuzz, MalformedCallsNeverCrashOrHang) {
   int calls = 0, failures = 0;
   const auto start = std::chrono::steady_clock::now();
   while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
-    Case c = rand_int(rng, 0, 2) == 0 ? valid_unfused_case(rng) : valid_case(rng);
+    const int kind = rand_int(rng, 0, 5);
+    Case c = kind == 0 ? valid_unfused_case(rng) : kind <= 2 ? valid_heads_case(rng) : valid_case(rng);
     const int n = rand_int(rng, 1, 3);
     for (int i = 0; i < n; ++i) mutate(c, rng);
     int fds[2];
@@ -422,6 +491,12 @@ TEST(CAbiFuzz, MalformedCallsNeverCrashOrHang) {
     for (const auto& k : kinds) key += "/" + k;
     cases.insert(key);
     if (!msg.empty()) messages.insert(message_kind(msg));
+    // A call refused for its head rules alone says so.
+    bool rules_only = true;
+    for (const auto& k : kinds) rules_only &= k.rfind("head rules", 0) == 0 && k != "head rules NULL";
+    if (status == GNA_STATUS_INVALID_ARGUMENT && rules_only && msg.find("head rules") == std::string::npos)
+      ADD_FAILURE() << describe(c) << " (seed " << seed << "): the message does not name the head "
+                    << "rules: " << msg;
   }
   std::ostringstream summary;
   summary << "c_abi fuzz: " << calls << " calls in forked children (seed " << seed << "): "
