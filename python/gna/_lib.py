@@ -8,6 +8,8 @@ from pathlib import Path
 
 MAX_RANK = 3
 MAX_TENSOR_RANK = 8
+MAX_HEAD_GROUPS = 8
+MAX_HEADS_WITH_RULES = 256
 
 STATUS_OK = 0
 STATUS_INVALID_ARGUMENT = 1
@@ -48,6 +50,22 @@ class Params(ctypes.Structure):
         ("dilation", ctypes.c_int32 * MAX_RANK),
         ("causal", ctypes.c_int32 * MAX_RANK),
         ("scale", ctypes.c_float),
+    ]
+
+
+_GroupValues = (ctypes.c_int32 * MAX_RANK) * MAX_HEAD_GROUPS
+
+
+class HeadRules(ctypes.Structure):
+    """gna_head_rules (ABI version 4): per-head rules, entry [g][a] for group g on axis a."""
+    _fields_ = [
+        ("groups", ctypes.c_int32),
+        ("heads", ctypes.c_int32),
+        ("window", _GroupValues),
+        ("stride", _GroupValues),
+        ("dilation", _GroupValues),
+        ("causal", _GroupValues),
+        ("group_of_head", ctypes.POINTER(ctypes.c_int32)),
     ]
 
 
@@ -189,6 +207,21 @@ lib.gna_na_qk_backward.argtypes = [_P(Params), _T, _T, _T, _T, _T, _T, _P(Option
 lib.gna_na_av_backward.restype = _status
 lib.gna_na_av_backward.argtypes = [_P(Params), _T, _T, _T, _T, _T, _P(Options)]
 
+# Per-head rules in one call (ABI version 4): the plain entry points with gna_head_rules after
+# the parameters.
+has_head_rules = int(lib.gna_abi_version()) >= 4 and hasattr(lib, "gna_forward_heads")
+if has_head_rules:
+    _R = _P(HeadRules)
+    lib.gna_validate_heads.restype = _status
+    lib.gna_validate_heads.argtypes = [_P(Params), _R, _T, _T, _T, _T, _T]
+    lib.gna_forward_heads.restype = _status
+    lib.gna_forward_heads.argtypes = [_P(Params), _R, _T, _T, _T, _T, _T, _T, _T, _P(Options)]
+    lib.gna_backward_heads.restype = _status
+    lib.gna_backward_heads.argtypes = [_P(Params), _R] + [_T] * 13 + [_P(Options)]
+    lib.gna_select_backend_heads.restype = _status
+    lib.gna_select_backend_heads.argtypes = [_P(Params), _R, _T, _T, _T, _T, _T, ctypes.c_int32,
+                                             _P(Options), ctypes.c_char_p, ctypes.c_int32]
+
 has_simulator = hasattr(lib, "gna_simulate")
 if has_simulator:
     lib.gna_sim_last_error.restype = ctypes.c_char_p
@@ -269,6 +302,34 @@ def make_params(window, stride, dilation, causal, scale):
     p.causal = int_array([1 if c else 0 for c in causal], "causal")
     p.scale = float(scale)
     return p
+
+
+def make_head_rules(rank, window, stride, dilation, causal, group_of_head):
+    """gna_head_rules from per-group values flattened group-major (group g's axis a at
+    g * rank + a) and a group per query head. The struct keeps its group map alive."""
+    groups = len(window) // rank if rank > 0 else 0
+    if not 1 <= groups <= MAX_HEAD_GROUPS or len(window) != groups * rank:
+        raise ValueError(f"head rules: groups must be in [1, {MAX_HEAD_GROUPS}] with {rank} "
+                         f"values each, got {len(window)} window values")
+    if not 1 <= len(group_of_head) <= MAX_HEADS_WITH_RULES:
+        raise ValueError(f"head rules: query heads must be in [1, {MAX_HEADS_WITH_RULES}], got "
+                         f"{len(group_of_head)}")
+    r = HeadRules()
+    r.groups = groups
+    r.heads = len(group_of_head)
+    for name, values in (("window", window), ("stride", stride), ("dilation", dilation),
+                         ("causal", [1 if c else 0 for c in causal])):
+        if len(values) != groups * rank:
+            raise ValueError(f"head rules: {name} must hold {groups * rank} values ({groups} "
+                             f"groups x {rank} axes), got {len(values)}")
+        table = getattr(r, name)
+        for i, v in enumerate(values):
+            table[i // rank][i % rank] = int32(v, f"head rules: {name}")
+    group_map = (ctypes.c_int32 * len(group_of_head))(
+        *[int32(g, "head rules: group_of_head") for g in group_of_head])
+    r.group_of_head = ctypes.cast(group_map, ctypes.POINTER(ctypes.c_int32))
+    r._group_map = group_map  # the pointer's storage lives as long as the struct
+    return r
 
 
 def sta_params(extent, tile, window):

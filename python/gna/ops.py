@@ -10,6 +10,14 @@ gna::na_forward(q, k, v, additional_k?, additional_v?, window, stride, dilation,
 gna::na_backward(q, k, v, additional_k?, additional_v?, out, lse, d_out, window, stride,
                  dilation, causal, scale, backend) -> (dq, dk, dv, d_additional_k, d_additional_v)
 
+With per-head rules (ABI version 4), one call for every head whatever its group's rule:
+gna::na_forward_heads(q, k, v, additional_k?, additional_v?, window, stride, dilation, causal,
+                      group_of_head, scale, backend, lse_grad) -> (out, lse)
+gna::na_backward_heads(q, k, v, additional_k?, additional_v?, out, lse, d_out, window, stride,
+                       dilation, causal, group_of_head, scale, backend) -> (dq, .., d_additional_v)
+where window, stride, dilation, causal hold each group's per-axis values, group-major (group g's
+axis a at g * rank + a), and group_of_head a group per query head.
+
 Host tensors run on the CPU reference (float16/bfloat16 host tensors are computed in float32),
 CUDA tensors on the backend dispatch chooses, on the current CUDA stream.
 """
@@ -57,7 +65,7 @@ def _is_static(*tensors):
     return all(isinstance(s, int) for t in tensors if t is not None for s in t.shape)
 
 
-def _validate_metadata(params, q, k, v, ak, av):
+def _validate_metadata(params, q, k, v, ak, av, rules=None):
     """The core's validation on shapes, dtypes and strides alone (for the fake implementation,
     so that tracing reports the same errors as running)."""
     if not _is_static(q, k, v, ak, av):
@@ -65,7 +73,11 @@ def _validate_metadata(params, q, k, v, ak, av):
     g = [view(t, n, metadata_only=True) for t, n in
          ((q, "query"), (k, "key"), (v, "value"), (ak, "additional_keys"),
           (av, "additional_values"))]
-    _lib.check(_lib.lib.gna_validate(ctypes.byref(params), *[ref(x) for x in g]))
+    if rules is None:
+        _lib.check(_lib.lib.gna_validate(ctypes.byref(params), *[ref(x) for x in g]))
+    else:
+        _lib.check(_lib.lib.gna_validate_heads(ctypes.byref(params), ctypes.byref(rules),
+                                               *[ref(x) for x in g]))
 
 
 def _empty_outputs(q, v):
@@ -87,13 +99,27 @@ def _params(window, stride, dilation, causal, scale):
     return params
 
 
-def _na_forward(query: Tensor, key: Tensor, value: Tensor, additional_keys: Optional[Tensor],
-                additional_values: Optional[Tensor], window: List[int], stride: List[int],
-                dilation: List[int], causal: List[bool], scale: float, backend: str,
-                lse_grad: bool) -> Tuple[Tensor, Tensor]:
-    """The forward through the C ABI: (out, lse). lse_grad only tells autograd whether gradients
-    flow through lse."""
-    params = _params(window, stride, dilation, causal, scale)
+_head_rules_cache = {}
+
+
+def _head_rules(rank, window, stride, dilation, causal, group_of_head, scale):
+    """The C parameter struct (rank, scale and group 0's rule) and the gna_head_rules of a set of
+    per-head rules, built once per distinct set (the prebuilt calls key on their identity)."""
+    key = (rank, tuple(window), tuple(stride), tuple(dilation), tuple(causal),
+           tuple(group_of_head), scale)
+    structs = _head_rules_cache.get(key)
+    if structs is None:
+        if len(_head_rules_cache) > 4096:
+            _head_rules_cache.clear()
+        params = _lib.make_params(window[:rank], stride[:rank], dilation[:rank], causal[:rank],
+                                  scale)
+        rules = _lib.make_head_rules(rank, window, stride, dilation, causal, group_of_head)
+        structs = _head_rules_cache.setdefault(key, (params, rules))
+    return structs
+
+
+def _forward_through(run, query, key, value, additional_keys, additional_values):
+    """(out, lse) of run((q, k, v, ak, av, out, lse)), a forward entry point of the C ABI."""
     inputs = [query, key, value, additional_keys, additional_values]
     out_dtype = query.dtype
     host_dtype = _host_compute_dtype(inputs)
@@ -102,10 +128,33 @@ def _na_forward(query: Tensor, key: Tensor, value: Tensor, additional_keys: Opti
     q, k, v, ak, av = [kernel_ready(t) for t in inputs]
     out, lse = _empty_outputs(q, v)
     with _device_guard(q.device):
-        _calls.forward(params, (q, k, v, ak, av, out, lse), backend)
+        run((q, k, v, ak, av, out, lse))
     if out.dtype != out_dtype:
         out = out.to(out_dtype)
     return out, lse
+
+
+def _na_forward(query: Tensor, key: Tensor, value: Tensor, additional_keys: Optional[Tensor],
+                additional_values: Optional[Tensor], window: List[int], stride: List[int],
+                dilation: List[int], causal: List[bool], scale: float, backend: str,
+                lse_grad: bool) -> Tuple[Tensor, Tensor]:
+    """The forward through the C ABI: (out, lse). lse_grad only tells autograd whether gradients
+    flow through lse."""
+    params = _params(window, stride, dilation, causal, scale)
+    return _forward_through(lambda t: _calls.forward(params, t, backend), query, key, value,
+                            additional_keys, additional_values)
+
+
+def _na_forward_heads(query: Tensor, key: Tensor, value: Tensor,
+                      additional_keys: Optional[Tensor], additional_values: Optional[Tensor],
+                      window: List[int], stride: List[int], dilation: List[int],
+                      causal: List[bool], group_of_head: List[int], scale: float, backend: str,
+                      lse_grad: bool) -> Tuple[Tensor, Tensor]:
+    """The forward with per-head rules, one call through the C ABI: (out, lse)."""
+    params, rules = _head_rules(query.dim() - 3, window, stride, dilation, causal, group_of_head,
+                                scale)
+    return _forward_through(lambda t: _calls.forward_heads(params, rules, t, backend), query, key,
+                            value, additional_keys, additional_values)
 
 
 def _na_forward_fake(query, key, value, additional_keys, additional_values, window, stride,
@@ -115,11 +164,37 @@ def _na_forward_fake(query, key, value, additional_keys, additional_values, wind
     return _empty_outputs(query, value)
 
 
+def _na_forward_heads_fake(query, key, value, additional_keys, additional_values, window, stride,
+                           dilation, causal, group_of_head, scale, backend, lse_grad):
+    params, rules = _head_rules(query.dim() - 3, window, stride, dilation, causal, group_of_head,
+                                scale)
+    _validate_metadata(params, query, key, value, additional_keys, additional_values, rules)
+    return _empty_outputs(query, value)
+
+
 def _na_backward_eager(query, key, value, additional_keys, additional_values, out, lse, d_out,
                        window, stride, dilation, causal, scale, backend):
     """The backward through the C ABI: (dq, dk, dv, d_additional_keys, d_additional_values), the
     last two None without additional tokens."""
     params = _params(window, stride, dilation, causal, scale)
+    return _backward_through(lambda t: _calls.backward(params, t, backend), query, key, value,
+                             additional_keys, additional_values, out, lse, d_out)
+
+
+def _na_backward_heads_eager(query, key, value, additional_keys, additional_values, out, lse,
+                             d_out, window, stride, dilation, causal, group_of_head, scale,
+                             backend):
+    """The backward with per-head rules, one call through the C ABI (as _na_backward_eager)."""
+    params, rules = _head_rules(query.dim() - 3, window, stride, dilation, causal, group_of_head,
+                                scale)
+    return _backward_through(lambda t: _calls.backward_heads(params, rules, t, backend), query,
+                             key, value, additional_keys, additional_values, out, lse, d_out)
+
+
+def _backward_through(run, query, key, value, additional_keys, additional_values, out, lse,
+                      d_out):
+    """The gradients of run((q, k, v, ak, av, out, lse, d_out, dq, dk, dv, dak, dav)), a backward
+    entry point of the C ABI."""
     inputs = [query, key, value, additional_keys, additional_values, out, d_out]
     grad_dtype = query.dtype
     host_dtype = _host_compute_dtype(inputs)
@@ -131,7 +206,7 @@ def _na_backward_eager(query, key, value, additional_keys, additional_values, ou
     extra = [None if t is None else torch.empty(t.shape, dtype=t.dtype, device=t.device)
              for t in (ak, av)]
     with _device_guard(q.device):
-        _calls.backward(params, (q, k, v, ak, av, o, lse, do, *grads, *extra), backend)
+        run((q, k, v, ak, av, o, lse, do, *grads, *extra))
     return tuple(None if t is None else t.to(grad_dtype) if t.dtype != grad_dtype else t
                  for t in grads + extra)
 
@@ -147,6 +222,19 @@ def _na_backward(query: Tensor, key: Tensor, value: Tensor, additional_keys: Opt
     return tuple(query.new_empty(0) if t is None else t for t in grads)
 
 
+def _na_backward_heads(query: Tensor, key: Tensor, value: Tensor,
+                       additional_keys: Optional[Tensor], additional_values: Optional[Tensor],
+                       out: Tensor, lse: Tensor, d_out: Tensor, window: List[int],
+                       stride: List[int], dilation: List[int], causal: List[bool],
+                       group_of_head: List[int], scale: float,
+                       backend: str) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The backward op with per-head rules (as _na_backward)."""
+    grads = _na_backward_heads_eager(query, key, value, additional_keys, additional_values, out,
+                                     lse, d_out, window, stride, dilation, causal, group_of_head,
+                                     scale, backend)
+    return tuple(query.new_empty(0) if t is None else t for t in grads)
+
+
 def _na_backward_fake(query, key, value, additional_keys, additional_values, out, lse, d_out,
                       window, stride, dilation, causal, scale, backend):
     grads = [t.new_empty(t.shape) for t in (query, key, value)]
@@ -155,12 +243,22 @@ def _na_backward_fake(query, key, value, additional_keys, additional_values, out
     return tuple(grads + extra)
 
 
+def _na_backward_heads_fake(query, key, value, additional_keys, additional_values, out, lse,
+                            d_out, window, stride, dilation, causal, group_of_head, scale,
+                            backend):
+    return _na_backward_fake(query, key, value, additional_keys, additional_values, out, lse,
+                             d_out, window, stride, dilation, causal, scale, backend)
+
+
 def _setup_context(ctx, inputs, output):
-    (q, k, v, ak, av, window, stride, dilation, causal, scale, backend, lse_grad) = inputs
+    """inputs: q, k, v, ak, av, the rule's arguments (with group_of_head for per-head rules),
+    scale, backend, lse_grad."""
+    q, k, v, ak, av = inputs[:5]
     out, lse = output
     ctx.save_for_backward(q, k, v, ak, av, out, lse)
-    ctx.rule = (window, stride, dilation, causal, scale, backend)
-    ctx.lse_grad = lse_grad
+    ctx.rule = tuple(inputs[5:-1])
+    ctx.heads = len(ctx.rule) == 7  # window, stride, dilation, causal, group_of_head, scale, backend
+    ctx.lse_grad = inputs[-1]
     ctx.has_additional = ak is not None
 
 
@@ -172,12 +270,13 @@ def _backward(ctx, d_out, d_lse):
     q, k, v, ak, av, out, lse = ctx.saved_tensors
     if d_out is None:
         d_out = torch.zeros_like(out)
-    dq, dk, dv, dak, dav = _backward_op_for(q)(q, k, v, ak, av, out, lse, d_out, *ctx.rule)
+    dq, dk, dv, dak, dav = _backward_op_for(q, ctx.heads)(q, k, v, ak, av, out, lse, d_out,
+                                                          *ctx.rule)
     if ctx.lse_grad and d_lse is not None:
         dq, dk, dak = _add_lse_gradient(ctx, q, k, ak, lse, d_lse, dq, dk, dak)
     if not ctx.has_additional:
         dak = dav = None
-    return (dq, dk, dv, dak, dav) + (None,) * 7
+    return (dq, dk, dv, dak, dav) + (None,) * (len(ctx.rule) + 1)
 
 
 def _add_lse_gradient(ctx, q, k, ak, lse, d_lse, dq, dk, dak):
@@ -186,13 +285,13 @@ def _add_lse_gradient(ctx, q, k, ak, lse, d_lse, dq, dk, dak):
     dk_j += sum_i P_ij (scale * g_i * q_i) (the value gradient of a backward with values = keys
     and incoming gradient scale * g * q)."""
     rule = ctx.rule
-    c = _effective_scale(rule[4], q.shape[-1])
+    c = _effective_scale(rule[-2], q.shape[-1])
     g = (c * d_lse.to(torch.float32)).unsqueeze(-1)
-    out_k, _ = _forward_op_for(q)(q, k, k, ak, ak, *rule, False)
+    out_k, _ = _forward_op_for(q, ctx.heads)(q, k, k, ak, ak, *rule, False)
     dq = dq + (g * out_k.to(torch.float32)).to(dq.dtype)
     d_out_k = (g * q.to(torch.float32)).to(q.dtype)
-    _, _, dk_extra, _, dak_extra = _backward_op_for(q)(q, k, k, ak, ak, out_k, lse, d_out_k,
-                                                        *rule)
+    _, _, dk_extra, _, dak_extra = _backward_op_for(q, ctx.heads)(q, k, k, ak, ak, out_k, lse,
+                                                                  d_out_k, *rule)
     dk = dk + dk_extra
     if ak is not None:
         dak = dak + dak_extra
@@ -207,6 +306,22 @@ class _Attention(torch.autograd.Function):
     def forward(ctx, *inputs):
         ctx.set_materialize_grads(False)  # unused outputs' gradients arrive as None
         output = _na_forward(*inputs)
+        _setup_context(ctx, inputs, output)
+        return output
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out, d_lse):
+        return _backward(ctx, d_out, d_lse)
+
+
+class _AttentionHeads(torch.autograd.Function):
+    """_Attention with per-head rules."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        ctx.set_materialize_grads(False)
+        output = _na_forward_heads(*inputs)
         _setup_context(ctx, inputs, output)
         return output
 
@@ -238,8 +353,18 @@ if HAS_CUSTOM_OPS:
     _backward_op.register_fake(_na_backward_fake)
     na_forward = torch.ops.gna.na_forward
     na_backward = torch.ops.gna.na_backward
+    _forward_heads_op = torch.library.custom_op("gna::na_forward_heads",
+                                                mutates_args=())(_na_forward_heads)
+    _forward_heads_op.register_fake(_na_forward_heads_fake)
+    _forward_heads_op.register_autograd(_backward, setup_context=_setup_context)
+    _backward_heads_op = torch.library.custom_op("gna::na_backward_heads",
+                                                 mutates_args=())(_na_backward_heads)
+    _backward_heads_op.register_fake(_na_backward_heads_fake)
+    na_forward_heads = torch.ops.gna.na_forward_heads
+    na_backward_heads = torch.ops.gna.na_backward_heads
 else:
     na_forward, na_backward = _na_forward, _na_backward
+    na_forward_heads, na_backward_heads = _na_forward_heads, _na_backward_heads
 
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
@@ -253,11 +378,15 @@ def _runs_eagerly(query):
     return not _is_compiling() and type(query) is torch.Tensor and not _functorch_active()
 
 
-def _forward_op_for(query):
+def _forward_op_for(query, heads=False):
+    if heads:
+        return _na_forward_heads if _runs_eagerly(query) else na_forward_heads
     return _na_forward if _runs_eagerly(query) else na_forward
 
 
-def _backward_op_for(query):
+def _backward_op_for(query, heads=False):
+    if heads:
+        return _na_backward_heads_eager if _runs_eagerly(query) else na_backward_heads
     return _na_backward_eager if _runs_eagerly(query) else na_backward
 
 
@@ -272,6 +401,17 @@ def attention(query, key, value, additional_keys, additional_values, window, str
     if not HAS_CUSTOM_OPS or _runs_eagerly(query):
         return _Attention.apply(*args)
     return na_forward(*args)
+
+
+def attention_heads(query, key, value, additional_keys, additional_values, window, stride,
+                    dilation, causal, group_of_head, scale, backend, lse_grad):
+    """(out, lse) with per-head rules in one library call (arguments as gna::na_forward_heads),
+    differentiable as `attention`."""
+    args = (query, key, value, additional_keys, additional_values, window, stride, dilation,
+            causal, group_of_head, scale, backend, lse_grad)
+    if not HAS_CUSTOM_OPS or _runs_eagerly(query):
+        return _AttentionHeads.apply(*args)
+    return na_forward_heads(*args)
 
 
 def select_backend(query, key, value, additional_keys, additional_values, window, stride,
