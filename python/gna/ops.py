@@ -298,37 +298,28 @@ def _add_lse_gradient(ctx, q, k, ak, lse, d_lse, dq, dk, dak):
     return dq, dk, dak
 
 
-class _Attention(torch.autograd.Function):
-    """Autograd of the ops without torch.library custom ops: the same forward, context and
-    backward as the custom op's registration."""
+def _autograd_function(name, forward_op, doc):
+    """A torch.autograd.Function running forward_op, with the context and backward of the custom
+    ops' registration (the ops' autograd where torch.library custom ops do not exist)."""
 
-    @staticmethod
     def forward(ctx, *inputs):
         ctx.set_materialize_grads(False)  # unused outputs' gradients arrive as None
-        output = _na_forward(*inputs)
+        output = forward_op(*inputs)
         _setup_context(ctx, inputs, output)
         return output
 
-    @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_out, d_lse):
         return _backward(ctx, d_out, d_lse)
 
+    return type(name, (torch.autograd.Function,), {
+        "__doc__": doc, "forward": staticmethod(forward), "backward": staticmethod(backward)})
 
-class _AttentionHeads(torch.autograd.Function):
-    """_Attention with per-head rules."""
 
-    @staticmethod
-    def forward(ctx, *inputs):
-        ctx.set_materialize_grads(False)
-        output = _na_forward_heads(*inputs)
-        _setup_context(ctx, inputs, output)
-        return output
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, d_out, d_lse):
-        return _backward(ctx, d_out, d_lse)
+_Attention = _autograd_function("_Attention", _na_forward,
+                                "Autograd of the ops without torch.library custom ops.")
+_AttentionHeads = _autograd_function("_AttentionHeads", _na_forward_heads,
+                                     "_Attention with per-head rules.")
 
 
 def eager_attention(query, key, value, additional_keys, additional_values, window, stride,

@@ -7,23 +7,11 @@
 #include <vector>
 
 #include "gna/gna.h"
+#include "support/c_tensor.hpp"
 #include "support/test_support.hpp"
 
 namespace gna::test {
 namespace {
-
-gna_tensor to_c(const TensorRef& r) {
-  gna_tensor t{};
-  t.data = r.data;
-  t.dtype = static_cast<int32_t>(r.dtype);
-  t.rank = r.rank;
-  t.device = r.device;
-  for (int i = 0; i < r.rank; ++i) {
-    t.shape[i] = r.shape[i];
-    t.strides[i] = r.strides[i];
-  }
-  return t;
-}
 
 gna_params params_2d(int k0, int k1) {
   gna_params p{};

@@ -10,6 +10,7 @@
 #include "backend/backend.hpp"
 #include "gna/gna.h"
 #include "gna/gna.hpp"
+#include "support/c_tensor.hpp"
 #include "support/test_support.hpp"
 
 namespace gna::test {
@@ -31,19 +32,6 @@ Backend make_backend_without_head_rules() {
   return b;
 }
 GNA_REGISTER_BACKEND(make_backend_without_head_rules);
-
-gna_tensor to_c(const TensorRef& t) {
-  gna_tensor c{};
-  c.data = t.data;
-  c.dtype = static_cast<int32_t>(t.dtype);
-  c.rank = t.rank;
-  c.device = t.device;
-  for (int i = 0; i < t.rank; ++i) {
-    c.shape[i] = t.shape[i];
-    c.strides[i] = t.strides[i];
-  }
-  return c;
-}
 
 // A 2-D layout 7x6 with 4 query heads over 2 KV heads and two additional tokens; group 0 a
 // causal dilated window, group 1 a strided one; heads 0 and 3 in group 1 (KV heads shared

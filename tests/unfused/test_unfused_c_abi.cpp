@@ -6,23 +6,11 @@
 #include <string>
 
 #include "gna/gna.h"
+#include "support/c_tensor.hpp"
 #include "support/test_support.hpp"
 
 namespace gna::test {
 namespace {
-
-gna_tensor to_c(const TensorRef& r) {
-  gna_tensor t{};
-  t.data = r.data;
-  t.dtype = static_cast<int32_t>(r.dtype);
-  t.rank = r.rank;
-  t.device = r.device;
-  for (int i = 0; i < r.rank; ++i) {
-    t.shape[i] = r.shape[i];
-    t.strides[i] = r.strides[i];
-  }
-  return t;
-}
 
 // 2-D, 3x5 window over 6x7 tokens, 2 heads, head dim 4: q, k, v [1, 2, 6, 7, 4],
 // weights [1, 2, 6, 7, 15], bias [2, 5, 9].
