@@ -62,6 +62,44 @@ ScoredTiles score(const Problem& p, const TileKernel& k, const TileShape& q, con
   return placed.cost < grid.cost ? placed : grid;
 }
 
+// The candidate scored over weighted problems with one placement: weighted means of the pair
+// counts and the cost, the largest box. memo holds kMaxRank entries per problem.
+ScoredTiles score_groups_placed(const std::vector<WeightedProblem>& ps, const TileKernel& k,
+                                const TileShape& q, const TileShape& kv, KvPlacement placement,
+                                AxisMemo* memo) {
+  // Tile counts: the first problem's (the problems share the extents).
+  ScoredTiles mean = score_placed(ps[0].problem, k, q, kv, placement, memo);
+  if (ps.size() == 1 && ps[0].weight == 1) return mean;
+  double weights = ps[0].weight;
+  mean.visited_pairs *= weights;
+  mean.full_pairs *= weights;
+  mean.cost *= weights;
+  for (size_t i = 1; i < ps.size(); ++i) {
+    const ScoredTiles s = score_placed(ps[i].problem, k, q, kv, placement, memo + i * kMaxRank);
+    const double w = ps[i].weight;
+    mean.visited_pairs += w * s.visited_pairs;
+    mean.full_pairs += w * s.full_pairs;
+    mean.cost += w * s.cost;
+    mean.max_box = std::max(mean.max_box, s.max_box);
+    weights += w;
+  }
+  mean.visited_pairs /= weights;
+  mean.full_pairs /= weights;
+  mean.cost /= weights;
+  return mean;
+}
+
+ScoredTiles score_groups(const std::vector<WeightedProblem>& ps, const TileKernel& k,
+                         const TileShape& q, const TileShape& kv, AxisMemo* memo) {
+  const bool per_q = k.walk == PairWalk::per_q_tile;
+  if (!per_q || k.kv_placements == KvPlacements::grid)
+    return score_groups_placed(ps, k, q, kv, KvPlacement::grid, memo);
+  const ScoredTiles placed = score_groups_placed(ps, k, q, kv, KvPlacement::placed, memo);
+  if (k.kv_placements == KvPlacements::placed) return placed;
+  const ScoredTiles grid = score_groups_placed(ps, k, q, kv, KvPlacement::grid, memo);
+  return placed.cost < grid.cost ? placed : grid;
+}
+
 // The forced shape with the axes past the rank at 1, like every candidate's.
 TileShape on_rank(const TileShape& t, int rank) {
   TileShape s;
@@ -157,6 +195,77 @@ ScoredTiles tile_choice(const Problem& p, const TileKernel& k, const TileShape& 
     if (it != cache.end()) return it->second;
   }
   const ScoredTiles best = ranked_tile_choices(p, k, forced_q, forced_kv).front();
+  std::lock_guard<std::mutex> lock(mu);
+  cache.emplace(std::move(key), best);
+  return best;
+}
+
+std::vector<WeightedProblem> head_rule_groups(const Problem& p) {
+  if (p.head_rules.groups == 0) return {WeightedProblem{p, 1}};
+  std::vector<int> heads(p.head_rules.groups, 0);
+  for (int h = 0; h < p.heads_q; ++h) ++heads[p.head_rules.group_of_head[h]];
+  std::vector<WeightedProblem> out;
+  for (int g = 0; g < p.head_rules.groups; ++g)
+    if (heads[g] > 0) out.push_back(WeightedProblem{problem_of_group(p, g), double(heads[g])});
+  return out;
+}
+
+std::vector<ScoredTiles> ranked_tile_choices_for_groups(const std::vector<WeightedProblem>& ps,
+                                                        const TileKernel& k,
+                                                        const TileShape& forced_q,
+                                                        const TileShape& forced_kv) {
+  if (ps.empty()) fail_invalid("tile choice: no problems to score");
+  const int rank = ps[0].problem.rank;
+  for (const WeightedProblem& w : ps) {
+    if (w.problem.rank != rank)
+      fail_invalid("tile choice: problems must share the rank (", rank, "), got ", w.problem.rank);
+    if (!(w.weight > 0)) fail_invalid("tile choice: problem weights must be > 0, got ", w.weight);
+  }
+  check_forced_tiles(k, rank, forced_q, forced_kv);
+  const std::vector<TileShape> qs = tile_forced(forced_q, rank)
+                                        ? std::vector<TileShape>{on_rank(forced_q, rank)}
+                                        : power_of_two_tile_shapes(rank, k.q_rows);
+  const std::vector<TileShape> kvs = tile_forced(forced_kv, rank)
+                                         ? std::vector<TileShape>{on_rank(forced_kv, rank)}
+                                         : power_of_two_tile_shapes(rank, k.kv_rows);
+  std::vector<AxisMemo> memo(ps.size() * kMaxRank);
+  std::vector<ScoredTiles> ranked;
+  ranked.reserve(qs.size() * kvs.size());
+  for (const TileShape& q : qs)
+    for (const TileShape& kv : kvs) ranked.push_back(score_groups(ps, k, q, kv, memo.data()));
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const ScoredTiles& a, const ScoredTiles& b) { return a.cost < b.cost; });
+  return ranked;
+}
+
+ScoredTiles tile_choice_for_groups(const std::vector<WeightedProblem>& ps, const TileKernel& k,
+                                   const TileShape& forced_q, const TileShape& forced_kv) {
+  if (ps.size() == 1 && ps[0].weight == 1) return tile_choice(ps[0].problem, k, forced_q, forced_kv);
+  if (ps.empty()) fail_invalid("tile choice: no problems to score");
+  const int rank = ps[0].problem.rank;
+  check_forced_tiles(k, rank, forced_q, forced_kv);
+  std::vector<int64_t> key{static_cast<int64_t>(ps.size())};
+  for (const WeightedProblem& w : ps) {
+    const std::vector<int> sig = rule_signature(w.problem);
+    key.push_back(static_cast<int64_t>(sig.size()));
+    key.insert(key.end(), sig.begin(), sig.end());
+    key.push_back(bits_of(w.weight));
+  }
+  key.insert(key.end(),
+             {k.q_rows, k.kv_rows, static_cast<int64_t>(k.walk), bits_of(k.weights.partial),
+              bits_of(k.weights.rows), bits_of(k.weights.speedup),
+              static_cast<int64_t>(k.kv_placements)});
+  const bool fq = tile_forced(forced_q, rank), fkv = tile_forced(forced_kv, rank);
+  for (int a = 0; a < rank; ++a)
+    key.insert(key.end(), {fq ? forced_q.size[a] : 0, fkv ? forced_kv.size[a] : 0});
+  static std::mutex mu;
+  static std::map<std::vector<int64_t>, ScoredTiles> cache;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  const ScoredTiles best = ranked_tile_choices_for_groups(ps, k, forced_q, forced_kv).front();
   std::lock_guard<std::mutex> lock(mu);
   cache.emplace(std::move(key), best);
   return best;

@@ -243,5 +243,81 @@ TEST(TileChoice, KvPlacements) {
   }
 }
 
+// Head-rule groups: every candidate's pair counts and cost are the head-weighted means of the
+// groups' own scores with one placement for all groups (the cheaper summed cost under `either`);
+// one problem of weight 1 ranks exactly as the plain chooser; the cached choice is the ranking's
+// first; a problem without head rules is its own single group.
+TEST(TileChoice, GroupsScoreTheHeadWeightedSum) {
+  Problem p = layout();
+  p.heads_q = 6;
+  p.head_rules.groups = 3;
+  const AxisRule group_axes[3][3] = {
+      {{30, 18, 1, 1, false}, {48, 24, 1, 8, false}, {80, 24, 2, 1, true}},
+      {{30, 6, 1, 2, false}, {48, 9, 1, 1, false}, {80, 5, 2, 1, false}},
+      {{30, 30, 1, 1, true}, {48, 48, 1, 1, false}, {80, 12, 2, 4, false}}};
+  for (int g = 0; g < 3; ++g)
+    for (int a = 0; a < 3; ++a) p.head_rules.axes[g][a] = group_axes[g][a];
+  const uint8_t map[6] = {0, 1, 1, 2, 1, 0};  // heads: 2, 3, 1
+  std::copy(map, map + 6, p.head_rules.group_of_head);
+  validate(p);
+  const std::vector<WeightedProblem> groups = head_rule_groups(p);
+  ASSERT_EQ(groups.size(), 3u);
+  EXPECT_EQ(groups[0].weight, 2);
+  EXPECT_EQ(groups[1].weight, 3);
+  EXPECT_EQ(groups[2].weight, 1);
+  for (int g = 0; g < 3; ++g) EXPECT_EQ(groups[g].problem.axes[0].window, group_axes[g][0].window);
+
+  for (KvPlacements placements :
+       {KvPlacements::grid, KvPlacements::placed, KvPlacements::either}) {
+    TileKernel k = kernel();
+    k.kv_placements = placements;
+    const std::vector<ScoredTiles> ranked =
+        ranked_tile_choices_for_groups(groups, k, kNoForcedTile, kNoForcedTile);
+    ASSERT_EQ(ranked.size(), power_of_two_tile_shapes(3, 64).size() *
+                                 power_of_two_tile_shapes(3, 128).size());
+    for (size_t i = 1; i < ranked.size(); ++i) EXPECT_LE(ranked[i - 1].cost, ranked[i].cost);
+    for (const ScoredTiles& c : ranked) {
+      double cost[2] = {0, 0}, visited[2] = {0, 0}, full[2] = {0, 0}, box[2] = {0, 0};
+      for (int pl = 0; pl < 2; ++pl) {
+        TileKernel one = k;
+        one.kv_placements = pl == 0 ? KvPlacements::grid : KvPlacements::placed;
+        for (const WeightedProblem& w : groups) {
+          const ScoredTiles s = score_tile_choice(w.problem, one, c.q, c.kv);
+          cost[pl] += w.weight * s.cost / 6;
+          visited[pl] += w.weight * s.visited_pairs / 6;
+          full[pl] += w.weight * s.full_pairs / 6;
+          box[pl] = std::max(box[pl], s.max_box);
+        }
+      }
+      const int pl = placements == KvPlacements::grid     ? 0
+                     : placements == KvPlacements::placed ? 1
+                     : cost[1] < cost[0]                  ? 1
+                                                          : 0;
+      EXPECT_EQ(c.kv_placement, pl == 0 ? KvPlacement::grid : KvPlacement::placed);
+      EXPECT_NEAR(c.cost, cost[pl], 1e-9 * cost[pl]);
+      EXPECT_NEAR(c.visited_pairs, visited[pl], 1e-9 * visited[pl]);
+      EXPECT_NEAR(c.full_pairs, full[pl], 1e-9 * std::max(1.0, full[pl]));
+      EXPECT_EQ(c.max_box, box[pl]);
+    }
+    expect_same(tile_choice_for_groups(groups, k, kNoForcedTile, kNoForcedTile), ranked.front());
+    // Forced tiles replace the candidates, as for one problem.
+    const std::vector<ScoredTiles> forced =
+        ranked_tile_choices_for_groups(groups, k, shape(4, 4, 4), shape(2, 8, 8));
+    ASSERT_EQ(forced.size(), 1u);
+    EXPECT_EQ(forced[0].kv.size[1], 8);
+  }
+
+  const Problem plain = layout();
+  const std::vector<WeightedProblem> one = head_rule_groups(plain);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].weight, 1);
+  const std::vector<ScoredTiles> a =
+      ranked_tile_choices_for_groups(one, kernel(), kNoForcedTile, kNoForcedTile);
+  const std::vector<ScoredTiles> b = ranked_tile_choices(plain, kernel(), kNoForcedTile, kNoForcedTile);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) expect_same(a[i], b[i]);
+  EXPECT_THROW(ranked_tile_choices_for_groups({}, kernel(), kNoForcedTile, kNoForcedTile), Error);
+}
+
 }  // namespace
 }  // namespace gna

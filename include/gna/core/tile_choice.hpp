@@ -82,4 +82,31 @@ std::vector<ScoredTiles> ranked_tile_choices(const Problem& p, const TileKernel&
 ScoredTiles tile_choice(const Problem& p, const TileKernel& k, const TileShape& forced_q,
                         const TileShape& forced_kv);
 
+// Several problems sharing one tile shape and one KV placement (a launch running every head-rule
+// group of a problem: a TMA box is fixed per launch), each with a weight (its heads). They share
+// the rank and the extents.
+struct WeightedProblem {
+  Problem problem;
+  double weight = 1;
+};
+
+// The groups of a problem with head rules (problem_of_group), each weighted by its query heads;
+// groups without heads are left out. Without head rules: the problem itself, weight 1.
+std::vector<WeightedProblem> head_rule_groups(const Problem& p);
+
+// Every candidate scored over the problems: pair counts and cost are the weighted means over the
+// problems (per image and head, as for one problem), max_box the largest of theirs; with
+// KvPlacements::either each candidate keeps the placement whose summed cost is lower (the grid
+// on ties), one placement for all problems. One problem of weight 1 ranks as
+// ranked_tile_choices.
+std::vector<ScoredTiles> ranked_tile_choices_for_groups(const std::vector<WeightedProblem>& ps,
+                                                        const TileKernel& k,
+                                                        const TileShape& forced_q,
+                                                        const TileShape& forced_kv);
+
+// The cheapest candidate over the problems, kept per rules, weights, kernel parameters and forced
+// tiles for the process (thread-safe).
+ScoredTiles tile_choice_for_groups(const std::vector<WeightedProblem>& ps, const TileKernel& k,
+                                   const TileShape& forced_q, const TileShape& forced_kv);
+
 }  // namespace gna

@@ -27,7 +27,7 @@ bool supports(const Problem& p, const TensorRef& q, std::string* why) {
 namespace {
 
 Backend make_backend() {
-  return backend_from(
+  Backend b = backend_from(
       "gpu_reference", 10, true,
       [](const ForwardCall& c, std::string* why) { return supports(c.problem, c.in.q, why); },
       forward,
@@ -37,6 +37,8 @@ Backend make_backend() {
         return supports(c.problem, c.in.q, why);
       },
       backward);
+  b.head_rules = true;  // every kernel takes each query head's rules (axes_of_head)
+  return b;
 }
 
 }  // namespace

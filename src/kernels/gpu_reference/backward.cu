@@ -111,7 +111,7 @@ __global__ void dq_kernel(BackwardArgs<T> args, int64_t rows) {
       if (d < p.dim_qk) dq[i] += ds * cuda::to_float(key[d]);
     }
   };
-  const AxisRanges keys = keys_of_query(p, x);
+  const AxisRanges keys = keys_of_query(p, r.h, x);
   const int n_keys = keys.count();
   for (int idx = 0; idx < n_keys; ++idx) {
     int y[kMaxRank];
@@ -169,14 +169,15 @@ __global__ void dkv_kernel(BackwardArgs<T> args, int64_t layout_rows, int64_t ro
     token_coordinates(p, token, y);
     load_row(key, args.k.at(b, y, p.rank, hk), p.dim_qk, lane);
     load_row(value, args.v.at(b, y, p.rank, hk), p.dim_v, lane);
-    const AxisRanges queries = queries_of_key(p, y);
-    const int n_queries = queries.count();
-    for (int idx = 0; idx < n_queries; ++idx) {
-      int x[kMaxRank];
-      queries.coordinates(idx, x);
-      int64_t qtoken = 0;
-      for (int a = 0; a < p.rank; ++a) qtoken = qtoken * p.axes[a].extent + x[a];
-      for (int h = hk * group_size; h < (hk + 1) * group_size; ++h) {
+    // Each query head of the KV head walks the inverse rule of its own rules (head rules).
+    for (int h = hk * group_size; h < (hk + 1) * group_size; ++h) {
+      const AxisRanges queries = queries_of_key(p, h, y);
+      const int n_queries = queries.count();
+      for (int idx = 0; idx < n_queries; ++idx) {
+        int x[kMaxRank];
+        queries.coordinates(idx, x);
+        int64_t qtoken = 0;
+        for (int a = 0; a < p.rank; ++a) qtoken = qtoken * p.axes[a].extent + x[a];
         const int64_t qrow = (int64_t(b) * p.tokens() + qtoken) * p.heads_q + h;
         accumulate_query(args, b, x, h, qrow, key, value, dk, dv, lane);
       }

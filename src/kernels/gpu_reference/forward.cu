@@ -72,7 +72,7 @@ __global__ void forward_kernel(ForwardArgs<T> args, int64_t rows) {
     r.q[i] = d < p.dim_qk ? cuda::to_float(qrow[d]) : 0.f;
     r.acc[i] = 0.f;
   }
-  const AxisRanges keys = keys_of_query(p, x);
+  const AxisRanges keys = keys_of_query(p, h, x);
   const int n_keys = keys.count();
   for (int idx = 0; idx < n_keys; ++idx) {
     int y[kMaxRank];

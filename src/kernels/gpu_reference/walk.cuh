@@ -29,14 +29,16 @@ struct AxisRanges {
   }
 };
 
-// Per-axis ranges around full coordinates x, each axis's range given by window(rule, n, ig) in
-// group coordinates (the core's key_window or query_window).
+// Per-axis ranges around full coordinates x under the rules `axes` (a head's: axes_of_head), each
+// axis's range given by window(rule, n, ig) in group coordinates (the core's key_window or
+// query_window).
 template <typename Window>
-__device__ inline AxisRanges ranges_around(const Problem& p, const int* x, Window window) {
+__device__ inline AxisRanges ranges_around(const AxisRule* axes, int rank, const int* x,
+                                           Window window) {
   AxisRanges out;
-  out.rank = p.rank;
-  for (int a = 0; a < p.rank; ++a) {
-    const AxisRule& rule = p.axes[a];
+  out.rank = rank;
+  for (int a = 0; a < rank; ++a) {
+    const AxisRule& rule = axes[a];
     const int g = dilation_group(rule, x[a]);
     out.group[a] = g;
     out.dilation[a] = rule.dilation;
@@ -45,14 +47,16 @@ __device__ inline AxisRanges ranges_around(const Problem& p, const int* x, Windo
   return out;
 }
 
-// Keys attended by the query at full coordinates x.
-__device__ inline AxisRanges keys_of_query(const Problem& p, const int* x) {
-  return ranges_around(p, x, [](const AxisRule& r, int n, int ig) { return key_window(r, n, ig); });
+// Keys attended by the query of head h at full coordinates x.
+__device__ inline AxisRanges keys_of_query(const Problem& p, int h, const int* x) {
+  return ranges_around(axes_of_head(p, h), p.rank, x,
+                       [](const AxisRule& r, int n, int ig) { return key_window(r, n, ig); });
 }
 
-// Queries attending the key at full coordinates x (inverse rule).
-__device__ inline AxisRanges queries_of_key(const Problem& p, const int* x) {
-  return ranges_around(p, x, [](const AxisRule& r, int n, int jg) { return query_window(r, n, jg); });
+// Queries of head h attending the key at full coordinates x (inverse rule).
+__device__ inline AxisRanges queries_of_key(const Problem& p, int h, const int* x) {
+  return ranges_around(axes_of_head(p, h), p.rank, x,
+                       [](const AxisRule& r, int n, int jg) { return query_window(r, n, jg); });
 }
 
 // Row-major token index -> full coordinates.
