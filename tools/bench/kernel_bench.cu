@@ -6,7 +6,8 @@
 // windows, batches, dilation), also reporting bytes moved per time against a device copy measured
 // in the same run; --graph times CUDA-graph replays of each call (kernels only, without the
 // host's dispatch between calls); --schedule times each forward schedule of the Hopper backend
-// (A/B in one run); --tiles forces tile shapes.
+// (A/B in one run); --tiles forces tile shapes; --head-windows times per-head windows in one call
+// against one call per window (head_windows_rows).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -240,6 +242,129 @@ bool parse_tiles(const std::string& text, KernelOptions* k) {
 }
 
 
+// --head-windows W1,W2,..: windows (axes joined by 'x') of head-rule groups; false if malformed.
+bool parse_head_windows(const std::string& text, int rank, std::vector<std::vector<int>>* out) {
+  out->clear();
+  for (const std::string& w : split(text)) {
+    const std::vector<std::string> axes = split(w, 'x');
+    if (static_cast<int>(axes.size()) != rank) return false;
+    std::vector<int> v;
+    for (const std::string& a : axes) v.push_back(std::atoi(a.c_str()));
+    out->push_back(v);
+  }
+  return out->size() >= 1 && static_cast<int>(out->size()) <= kMaxHeadGroups;
+}
+
+// Per-head windows: the case's heads take the windows round robin (head h: window h % groups,
+// the case's stride, dilation and causal flags), timed on `backend` as one call with head rules
+// ("head rules") and as one call per window on that window's heads ("per window"), forward and
+// backward (O and LSE from the same backend's forward).
+void head_windows_rows(const Case& k, const Problem& base, const std::vector<std::vector<int>>& ws,
+                       const Backend& b, const KernelOptions& kopt, int warmup, int reps,
+                       bool want_fwd, bool want_bwd, std::vector<Row>* rows) {
+  const int groups = static_cast<int>(ws.size());
+  Problem p = base;
+  p.head_rules.groups = groups;
+  for (int g = 0; g < groups; ++g)
+    for (int a = 0; a < p.rank; ++a) {
+      p.head_rules.axes[g][a] = p.axes[a];
+      p.head_rules.axes[g][a].window = ws[g][a];
+      if (p.head_rules.axes[g][a].stride > ws[g][a]) p.head_rules.axes[g][a].stride = ws[g][a];
+    }
+  for (int h = 0; h < p.heads_q; ++h) p.head_rules.group_of_head[h] = h % groups;
+  for (int a = 0; a < p.rank; ++a) p.axes[a] = p.head_rules.axes[0][a];
+  try {
+    validate(p);
+  } catch (const Error& e) {
+    std::printf("# %s --head-windows: %s\n", k.name.c_str(), e.what());
+    return;
+  }
+  if (p.heads_kv != p.heads_q || p.additional_kv > 0) {
+    std::printf("# %s --head-windows: needs a case without GQA or additional tokens\n",
+                k.name.c_str());
+    return;
+  }
+  // One set of tensors per call: all heads, and per window its heads.
+  struct Set {
+    Problem p;
+    std::vector<std::unique_ptr<Tensor>> t;  // q, k, v, o, d_o, dq, dk, dv, lse
+  };
+  auto make_set = [&](const Problem& sp, uint32_t seed) {
+    Set s{sp, {}};
+    std::vector<int64_t> shape{sp.batch};
+    for (int a = 0; a < sp.rank; ++a) shape.push_back(sp.axes[a].extent);
+    shape.push_back(sp.heads_q);
+    std::vector<int64_t> lse_shape = shape;
+    shape.push_back(sp.dim_qk);
+    for (int i = 0; i < 8; ++i) s.t.emplace_back(new Tensor(shape, sp.dtype, seed + i));
+    s.t.emplace_back(new Tensor(lse_shape, DType::f32, seed + 8));
+    return s;
+  };
+  std::vector<Set> sets;
+  sets.push_back(make_set(p, 100));
+  for (int g = 0; g < groups; ++g) {
+    Problem pg = problem_of_group(p, g);
+    int heads = 0;
+    for (int h = 0; h < p.heads_q; ++h) heads += p.head_rules.group_of_head[h] == g;
+    if (heads == 0) continue;
+    pg.heads_q = pg.heads_kv = heads;
+    sets.push_back(make_set(pg, 200 + 16 * g));
+  }
+  auto fwd = [&](Set& s) {
+    ForwardCall c;
+    c.problem = s.p;
+    c.in = AttentionTensors{s.t[0]->ref, s.t[1]->ref, s.t[2]->ref};
+    c.out = s.t[3]->ref;
+    c.lse = &s.t[8]->ref;
+    c.options = kopt;
+    b.forward(c);
+  };
+  auto bwd = [&](Set& s) {
+    BackwardCall c;
+    c.problem = s.p;
+    c.in = AttentionTensors{s.t[0]->ref, s.t[1]->ref, s.t[2]->ref};
+    c.out = s.t[3]->ref;
+    c.lse = s.t[8]->ref;
+    c.d_out = s.t[4]->ref;
+    c.dq = s.t[5]->ref;
+    c.dk = s.t[6]->ref;
+    c.dv = s.t[7]->ref;
+    c.options = kopt;
+    b.backward(c);
+  };
+  const double flops = 4.0 * p.batch * p.heads_q * double(p.tokens()) * mean_keys_per_query(p) *
+                       p.dim_qk;
+  const std::string what = k.name + " (head windows " + std::to_string(groups) + ")";
+  try {
+    for (Set& s : sets) fwd(s);  // O and LSE for the backward
+    CHECK(cudaDeviceSynchronize());
+    for (int mode = 0; mode < 2; ++mode) {
+      const std::string label = b.name + (mode == 0 ? " [head rules, 1 call]"
+                                                    : " [per window, " +
+                                                          std::to_string(sets.size() - 1) +
+                                                          " calls]");
+      auto over = [&](auto&& f) {
+        return [&, f] {
+          if (mode == 0) f(sets[0]);
+          else for (size_t i = 1; i < sets.size(); ++i) f(sets[i]);
+        };
+      };
+      if (want_fwd) {
+        const Time t = time_ms(over(fwd), warmup, reps);
+        rows->push_back({what, label, "forward", t.median_ms, flops / t.median_ms / 1e9,
+                         "TFLOP/s", 0, t.min_ms, ""});
+      }
+      if (want_bwd) {
+        const Time t = time_ms(over(bwd), warmup, reps);
+        rows->push_back({what, label, "backward", t.median_ms, 2.5 * flops / t.median_ms / 1e9,
+                         "TFLOP/s", 0, t.min_ms, ""});
+      }
+    }
+  } catch (const Error& e) {
+    std::printf("# %s --head-windows on %s: %s\n", k.name.c_str(), b.name.c_str(), e.what());
+  }
+}
+
 const char kUsage[] =
     "usage: gna-kernel-bench [--set NAME | --image] [--cases a,b] [--list]\n"
     "                        [--backends portable,...] [--passes fwd,bwd,fwd+bwd]\n"
@@ -248,6 +373,7 @@ const char kUsage[] =
     "                        [--shape EXTENTS:WINDOW:STRIDE:HEADS]... [--head-dim D]\n"
     "                        [--tiles Q:KV] [--schedule S,...] [--kv-tiles K,...]\n"
     "                        [--deterministic] [--graph] [--forward-backend NAME]\n"
+    "                        [--head-windows W1,W2,...]\n"
     "  Cases come from the benchmark case table: --set picks a set (kernel, the default; image,\n"
     "  peers, quick, hopper, hopper-bwd), --cases names cases of the whole table instead, --list\n"
     "  lists them with their sets. --shape adds a bf16 case (e.g. 128x128:128x128:1x1:16) with\n"
@@ -264,7 +390,10 @@ const char kUsage[] =
     "  --forward-backend: the backend whose forward gives the backward its O and LSE (and runs\n"
     "  the forward passes; default: the backend under test).\n"
     "  --image is --set image, with bytes moved per time against a device copy of the same run;\n"
-    "  --graph times replays of a CUDA graph of each call (kernels only).\n";
+    "  --graph times replays of a CUDA graph of each call (kernels only).\n"
+    "  --head-windows (e.g. 18x24x24,30x48x48): per-head windows, heads round robin over them,\n"
+    "  on each backend that runs head rules: one call with the rules against one call per\n"
+    "  window on its heads (forward and backward of --passes; cases without GQA).\n";
 
 std::string axes_text(const int* v, int rank) {
   std::string s;
@@ -295,7 +424,7 @@ DType dtype_named(const char* name) {
 
 int main(int argc, char** argv) {
   std::string json_path, only, backends_arg, tiles_text, set, passes_arg = "fwd,bwd";
-  std::string forward_backend;
+  std::string forward_backend, head_windows_arg;
   std::string schedules_arg = "auto", kv_tiles_arg = "either";
   KernelOptions forced;
   int reps = 10, warmup = 2, shape_dim = 128;
@@ -319,6 +448,7 @@ int main(int argc, char** argv) {
     else if (a == "--forward-backend") forward_backend = next();
     else if (a == "--schedule") schedules_arg = next();
     else if (a == "--kv-tiles") kv_tiles_arg = next();
+    else if (a == "--head-windows") head_windows_arg = next();
     else if (a == "--list") {
       list_cases();
       return 0;
@@ -474,6 +604,23 @@ int main(int argc, char** argv) {
       in.additional_v = &av.ref;
     }
     const Problem p = make_problem(params, in);
+    if (!head_windows_arg.empty()) {
+      std::vector<std::vector<int>> ws;
+      if (!parse_head_windows(head_windows_arg, p.rank, &ws)) {
+        std::fprintf(stderr, "gna-kernel-bench: --head-windows '%s': expected 1 to %d windows "
+                     "of %d axes joined by 'x' (case %s)\n", head_windows_arg.c_str(),
+                     kMaxHeadGroups, p.rank, k.name.c_str());
+        return 2;
+      }
+      for (const std::string& be : backends)
+        for (const Backend& b : registered_backends())
+          if (b.name == be && b.head_rules) {
+            KernelOptions kopt = forced;
+            kopt.deterministic = deterministic;
+            head_windows_rows(k, p, ws, b, kopt, warmup, reps, wants("fwd"), wants("bwd"), &rows);
+          }
+      continue;
+    }
     const double flops =
         4.0 * p.batch * p.heads_q * double(p.tokens()) * mean_keys_per_query(p) * c.head_dim;
     // Fewest bytes: forward reads Q, K, V and writes O and LSE; backward reads Q, K, V, O, dO,

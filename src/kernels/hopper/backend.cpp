@@ -18,6 +18,7 @@ Backend make_hopper_backend() {
       [](const BackwardCall& c, std::string* why) { return supports_backward(c, why); },
       [](const BackwardCall& c) { backward(c); });
   b.release_memory = cuda::scratch_release;  // the backward's scratch
+  b.head_rules = true;  // forward and backward run per-head rules (head_rules.hpp)
   return b;
 }
 

@@ -59,8 +59,9 @@ struct SharedStorage {
   alignas(1024) uint8_t ds[kStages][kDsBytes];
   alignas(1024) uint8_t dq[2][dq_columns<D>() / kDqBoxCols][kDqBoxBytes];  // per warpgroup
   // Per key row of the tile: its query window per axis (inverse rule), kept here instead of in
-  // registers (used by partial pairs only); written by lane 0 of the row's quad.
-  int key_q_lo[kBwdKvRows][kAxes], key_q_width[kBwdKvRows][kAxes];
+  // registers (used by partial pairs only); written by lane 0 of the row's quad. With head rules
+  // one set per group (the first without).
+  int key_q_lo[kMaxHeadGroups][kBwdKvRows][kAxes], key_q_width[kMaxHeadGroups][kBwdKvRows][kAxes];
   float lse2[kStages][kBwdQRows];
   float delta[kStages][kBwdQRows];
   uint64_t kv_full;
@@ -70,6 +71,34 @@ struct SharedStorage {
   // among the KV tiles adding into it, computed by a consumer thread for the dQ writer (whose
   // 40 registers do not hold that computation).
   int turn_index[4], turn_rank[4];
+  HeadBoxes heads;  // head rules: each group's Q box for this KV tile (backward_walk.cuh)
+};
+
+// The walk of one role over the CTA's visits. With head rules each query head walks its group's
+// box, loaded into w from shared memory at the head's first visit.
+template <int D>
+struct RoleWalk {
+  const BwdParams& p;
+  const SharedStorage<D>& s;
+  Work& w;
+
+  // Begins `walk`; returns the CTA's visits.
+  __device__ __forceinline__ int begin(QWalk& walk) {
+    const int head0 = w.head_kv * p.heads_per_kv;
+    if (p.rules.groups > 0) {
+      load_head_box(p, s.heads, head0, w, walk.first);
+      walk.begin_at_first(w, head0);
+    } else {
+      walk.begin(w, head0);
+    }
+    return visits_of(p, s.heads, w);
+  }
+  // QWalk::next's hook.
+  __device__ __forceinline__ bool operator()(int head, Work&, int (&first)[kAxes]) {
+    if (p.rules.groups == 0 || head >= (w.head_kv + 1) * p.heads_per_kv) return false;
+    load_head_box(p, s.heads, head, w, first);
+    return true;
+  }
 };
 
 template <int D>
@@ -78,7 +107,7 @@ constexpr int shared_bytes() {
 }
 
 template <int D>
-__device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D>& s, const Work& w,
+__device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D>& s, Work w,
                                          const CUtensorMap* tm_q, const CUtensorMap* tm_do,
                                          const CUtensorMap* tm_k, const CUtensorMap* tm_v) {
   using KvT = TileLayout<D, kBwdKvRows>;
@@ -105,10 +134,10 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D>& s
                   c2, c3, c4);
     }
   }
-  const int total = w.q_count * p.heads_per_kv;
+  RoleWalk<D> heads{p, s, w};
   QWalk walk;
-  walk.begin(w, w.head_kv * p.heads_per_kv);
-  for (int it = 0; it < total; ++it, walk.next(w)) {
+  const int total = heads.begin(walk);
+  for (int it = 0; it < total; ++it, walk.next(w, heads)) {
     const int head = walk.head;
     const int(&qt)[kAxes] = walk.qt;
     const int stage = it % kStages;
@@ -139,7 +168,7 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D>& s
 }
 
 template <int D, typename Tag>
-__device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s, const Work& w,
+__device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s, Work w,
                                          int wg, const CUtensorMap* tm_dk,
                                          const CUtensorMap* tm_dv) {
   using KvT = TileLayout<D, kBwdKvRows>;
@@ -155,34 +184,47 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
   const int row_in_wg = warp * 16 + lane / 4;  // and + 8
   const int wtid = threadIdx.x % 128;
 
-  // This thread's two key rows: validity and the query window per axis (inverse rule).
+  // This thread's two key rows: validity and the query window per axis under the rules `axes`
+  // (inverse rule) into window set `set`.
   bool key_valid[2];
+  auto key_windows = [&](const AxisRule* axes, int set) {
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int r = wg * 64 + row_in_wg + 8 * i;
-    if (p.additional) {
-      key_valid[i] = w.kt[2] * kBwdKvRows + r < p.additional_kv;
+    for (int i = 0; i < 2; ++i) {
+      const int r = wg * 64 + row_in_wg + 8 * i;
+      if (p.additional) {
+        key_valid[i] = w.kt[2] * kBwdKvRows + r < p.additional_kv;
 #pragma unroll
-      for (int a = 0; a < kAxes; ++a)
-        if (quad == 0) s.key_q_lo[r][a] = s.key_q_width[r][a] = 0;
-    } else {
-      int local[kAxes];
-      tile_local(r, p.kv_tile, local);
-      key_valid[i] = true;
+        for (int a = 0; a < kAxes; ++a)
+          if (quad == 0) s.key_q_lo[set][r][a] = s.key_q_width[set][r][a] = 0;
+      } else {
+        int local[kAxes];
+        tile_local(r, p.kv_tile, local);
+        key_valid[i] = true;
 #pragma unroll
-      for (int a = 0; a < kAxes; ++a) {
-        const int n = p.axes[a].extent;
-        const int c = w.kt[a] * p.kv_tile[a] + local[a];
-        const bool ok = c < n;
-        key_valid[i] = key_valid[i] && ok;
-        const Range qw = query_window(p.axes[a], n, min_i(c, n - 1));
-        if (quad == 0) {
-          s.key_q_lo[r][a] = qw.begin;
-          s.key_q_width[r][a] = ok ? max_i(qw.end - qw.begin, 0) : 0;
+        for (int a = 0; a < kAxes; ++a) {
+          const int n = p.axes[a].extent;
+          const int c = w.kt[a] * p.kv_tile[a] + local[a];
+          const bool ok = c < n;
+          key_valid[i] = key_valid[i] && ok;
+          const Range qw = query_window(axes[a], n, min_i(c, n - 1));
+          if (quad == 0) {
+            s.key_q_lo[set][r][a] = qw.begin;
+            s.key_q_width[set][r][a] = ok ? max_i(qw.end - qw.begin, 0) : 0;
+          }
         }
       }
     }
+  };
+  // With head rules every group's key windows, once (the visits of a head read its group's).
+  if (p.rules.groups == 0) {
+    key_windows(p.axes, 0);
+  } else {
+#pragma unroll 1
+    for (int g = 0; g < p.rules.groups; ++g) key_windows(p.rules.axes[g], g);
   }
+  RoleWalk<D> heads{p, s, w};
+  QWalk walk;
+  const int total = heads.begin(walk);
 
   __syncwarp();  // the key windows are read by every lane of the quad
   float dk[kG], dv[kG];
@@ -196,24 +238,31 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
   // The last additional KV tile may hold slots beyond the additional keys: its pairs are masked.
   const bool key_mask = p.additional && (w.kt[2] + 1) * kBwdKvRows > p.additional_kv;
   PairClass axis_class[kAxes];  // per axis, recomputed only where the walk moved
-  const int total = w.q_count * p.heads_per_kv;
-  QWalk walk;
-  walk.begin(w, w.head_kv * p.heads_per_kv);
-  for (int it = 0; it < total; ++it, walk.next(w)) {
+  for (int it = 0; it < total; ++it, walk.next(w, heads)) {
     const int head = walk.head;
     const int(&qt)[kAxes] = walk.qt;
     const int stage = it % kStages;
     const uint32_t phase = (it / kStages) & 1;
     const uint32_t q_base = smem_addr(s.q[stage]), do_base = smem_addr(s.d_o[stage]);
+    // Head rules: the head's group (its rules, its key windows); 0 without.
+    const int group = p.rules.groups > 0 ? p.rules.group_of_head[head] : 0;
 
     // Pair class (spatial mode): the minimum over axes of the per-axis classes.
     bool partial = false;
     if (!p.additional) {
+      if (p.rules.groups == 0) {
 #pragma unroll
-      for (int a = 0; a < kAxes; ++a)
-        if (a >= walk.changed)
-          axis_class[a] = classify_axis_tiles(p.axes[a], p.axes[a].extent, qt[a], w.kt[a],
-                                              p.q_tile[a], p.kv_tile[a]);
+        for (int a = 0; a < kAxes; ++a)
+          if (a >= walk.changed)
+            axis_class[a] = classify_axis_tiles(p.axes[a], p.axes[a].extent, qt[a], w.kt[a],
+                                                p.q_tile[a], p.kv_tile[a]);
+      } else {
+#pragma unroll
+        for (int a = 0; a < kAxes; ++a)
+          if (a >= walk.changed)
+            axis_class[a] = classify_axis_tiles(p.rules.axes[group][a], p.axes[a].extent,
+                                                qt[a], w.kt[a], p.q_tile[a], p.kv_tile[a]);
+      }
       partial = combine(combine(axis_class[0], axis_class[1]), axis_class[2]) != PairClass::full;
     }
     const bool masked = partial || key_mask;
@@ -228,13 +277,19 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
         // The KV tile's index in the Q tile's box, in the CTAs' order (make_work), so that a
         // KV tile's turn never waits for a CTA launched after it.
         int size[kAxes], off[kAxes];
+        auto box_of = [&](const AxisRule* axes) {
 #pragma unroll
-        for (int a = 0; a < kAxes; ++a) {
-          const Range kr = kv_tiles_for_q_tile(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
-                                               p.kv_tile[a]);
-          size[a] = kr.size();
-          off[a] = w.kt[a] - kr.begin;
-        }
+          for (int a = 0; a < kAxes; ++a) {
+            const Range kr = kv_tiles_for_q_tile(axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
+                                                 p.kv_tile[a]);
+            size[a] = kr.size();
+            off[a] = w.kt[a] - kr.begin;
+          }
+        };
+        if (p.rules.groups == 0)
+          box_of(p.axes);
+        else
+          box_of(p.rules.axes[group]);  // the head's group's forward box
         rank = p.kv_outer_axis_fastest ? (off[2] * size[1] + off[1]) * size[0] + off[0]
                                        : (off[0] * size[1] + off[1]) * size[2] + off[2];
       }
@@ -295,8 +350,8 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
 #pragma unroll
         for (int a = 0; a < kAxes; ++a) {
           const int r = wg * 64 + row_in_wg + 8 * i;
-          lo[i][a] = s.key_q_lo[r][a] - qt[a] * p.q_tile[a];
-          q_width[i][a] = s.key_q_width[r][a];
+          lo[i][a] = s.key_q_lo[group][r][a] - qt[a] * p.q_tile[a];
+          q_width[i][a] = s.key_q_width[group][r][a];
         }
 #pragma unroll
       for (int j = 0; j < kBwdQRows / 8; ++j)
@@ -498,15 +553,15 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
 // the warpgroup's turn at the Q tile and passes the turn on once the additions are performed,
 // so that the consumers never wait for turns themselves.
 template <int D>
-__device__ __forceinline__ void dq_writer(const BwdParams& p, SharedStorage<D>& s, const Work& w,
+__device__ __forceinline__ void dq_writer(const BwdParams& p, SharedStorage<D>& s, Work w,
                                           const CUtensorMap* tm_dq) {
   constexpr int kDqN = dq_columns<D>();
   constexpr bool kSplitColumns = D == 128;
   const int x_base = w.batch * p.axes[0].extent;
-  const int total = w.q_count * p.heads_per_kv;
+  RoleWalk<D> heads{p, s, w};
   QWalk walk;
-  walk.begin(w, w.head_kv * p.heads_per_kv);
-  for (int it = 0; it < total; ++it, walk.next(w)) {
+  const int total = heads.begin(walk);
+  for (int it = 0; it < total; ++it, walk.next(w, heads)) {
     const int(&qt)[kAxes] = walk.qt;
     int* turn = nullptr;
     int rank = 0;
@@ -571,6 +626,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     fence_barrier_init();
   }
+  if (p.rules.groups > 0 && threadIdx.x == 128) set_head_boxes(p, w, s.heads);
   __syncthreads();
   if (warpgroup == 0) {
     regs_decrease<kProducerRegs>();

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "gna/core/error.hpp"
@@ -16,14 +17,16 @@
 #include "kernels/common/cuda_check.hpp"
 #include "kernels/common/scratch.hpp"
 #include "kernels/hopper/backward_launch.hpp"
+#include "kernels/hopper/head_rules.hpp"
 #include "kernels/hopper/tma_host.hpp"
 
 namespace gna::hopper {
 
-// The backward as the core's tile chooser sees it: gna/core/kernel_tiles.hpp.
+// The backward as the core's tile chooser sees it: gna/core/kernel_tiles.hpp. With head rules
+// one shape for every group, scored over the groups weighted by their heads.
 BwdTiles choose_backward_tiles(const Problem& p, const KernelOptions& options) {
-  const ScoredTiles s =
-      tile_choice(p, hopper_backward_tile_kernel(), options.q_tile, options.kv_tile);
+  const ScoredTiles s = tile_choice_for_groups(head_rule_groups(p), hopper_backward_tile_kernel(),
+                                               options.q_tile, options.kv_tile);
   BwdTiles t;
   t.q = s.q;
   t.kv = s.kv;
@@ -40,10 +43,13 @@ bool supports_backward(const BackwardCall& call, std::string* why) {
   // d_out is absent when dispatch only selects a backend; the call itself always has it.
   if (call.d_out.data != nullptr && !tma_readable(call.d_out, "d_out", &m)) return refuse(why, m);
   if (call.problem.additional_kv > 0 && !additional_readable(call.in, &m)) return refuse(why, m);
+  if (!head_rules_supported(call.problem, &m)) return refuse(why, m);
   return true;
 }
 
 namespace {
+
+std::atomic<int64_t> launches{0}, head_rule_launches{0};
 
 // Element strides of the [B, tokens, Hq] row scratch per problem axis (plain token order).
 struct RowStrides {
@@ -64,6 +70,8 @@ RowStrides row_strides(const Problem& p) {
 void launch_kernel(int D, bool bf16, const CUtensorMap* maps, const BwdParams& bp, int grid,
                    void* stream) {
   if (grid == 0) return;
+  ++launches;
+  if (bp.rules.groups > 0) ++head_rule_launches;
   if (D == 32)
     launch_backward_d32(bf16, maps, bp, grid, stream);
   else if (D == 64)
@@ -121,14 +129,23 @@ TensorRef accumulator_ref(const Problem& p, float* data, int device) {
 
 }  // namespace
 
+BackwardLaunchCount backward_launch_count() {
+  return BackwardLaunchCount{launches.load(), head_rule_launches.load()};
+}
+
 void backward(const BackwardCall& call) {
-  const Problem& p = call.problem;
+  // Launches, tensor maps and tile counts follow the layout and the dilations, which every
+  // head-rule group shares (supports); the groups' rules travel in BwdParams::rules (spatial
+  // launches; the additional keys' launch has no rule).
+  const Problem& rules_problem = call.problem;
+  const Problem launch_p = launch_problem(rules_problem);
+  const Problem& p = launch_p;
   if (p.batch == 0 || p.heads_q == 0 || p.tokens() == 0) return;
   cudaStream_t stream = static_cast<cudaStream_t>(call.stream);
   const int D = p.dim_qk;
   const int es = dtype_size(p.dtype);
   const bool bf16 = p.dtype == DType::bf16;
-  const BwdTiles tiles = choose_backward_tiles(p, call.options);
+  const BwdTiles tiles = choose_backward_tiles(rules_problem, call.options);
 
   const int64_t rows = int64_t(p.batch) * p.tokens() * p.heads_q;
   float* lse2 = cuda::scratch_alloc<float>(rows, stream);
@@ -171,12 +188,15 @@ void backward(const BackwardCall& call) {
   CUtensorMap maps[7];
   for (const LaunchSlice& s : plan.slices) {
     BwdParams bp = base_params(p, plan, s, tiles);
+    set_head_group_rules(bp.rules, rules_problem, s.group, plan.off);
     bp.kv_tiles_per_image = bp.kv_tiles[0] * bp.kv_tiles[1] * bp.kv_tiles[2];
     // Where every KV tile's Q box is the whole image (dense) the order changes nothing in L2,
     // and row order measured faster there; in deterministic mode too (there the stride-1
     // case measured 22% slower with the outermost axis fastest).
     bool dense = true;
     for (const AxisRule& a : bp.axes) dense = dense && !a.causal && a.window >= a.extent;
+    for (int g = 0; g < bp.rules.groups; ++g)
+      for (const AxisRule& a : bp.rules.axes[g]) dense = dense && !a.causal && a.window >= a.extent;
     bp.kv_outer_axis_fastest = dense || call.options.deterministic ? 0 : 1;
     set_rows(bp, p, plan, s, lse2, delta);
     bp.dk = static_cast<char*>(call.dk.data) + plan.origin(s, call.dk) * es;

@@ -24,6 +24,15 @@ BwdTiles choose_backward_tiles(const Problem& p, const KernelOptions& options);
 bool supports_backward(const BackwardCall& call, std::string* why);
 void backward(const BackwardCall& call);
 
+// Test hook: backward main-kernel launches of this process so far (the additional keys' launches
+// included), and those of them that ran per-head rules (one per dilation group and batch run,
+// whatever the number of head-rule groups).
+struct BackwardLaunchCount {
+  int64_t launches = 0;
+  int64_t with_head_rules = 0;
+};
+BackwardLaunchCount backward_launch_count();
+
 // Kernel launchers per head dim (backward_d*.cu). maps: q, dO, k, v, dQ accumulator, dK and dV tensor maps (the last two
 // read only when BwdParams::store_by_tma).
 void launch_backward_d32(bool bf16, const void* maps, const BwdParams& p, int grid, void* stream);

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "gna/core/axis_rule.hpp"
+#include "kernels/hopper/head_rules.hpp"
 #include "kernels/hopper/tile_sizes.hpp"
 
 namespace gna::hopper {
@@ -55,6 +56,9 @@ struct BwdParams {
   // Deterministic mode: one counter per (batch, query head, Q tile) of this launch (zeroed);
   // the CTAs adding into a Q tile's dQ rows take turns in the order of their KV tiles.
   int* turns;
+  // Per-head rules (head_rules.hpp; spatial mode only): each query head's visits of a KV tile
+  // walk the Q tiles of its group's inverse rule, with that group's classes and masks.
+  HeadGroupRules rules;
 };
 
 }  // namespace gna::hopper

@@ -17,6 +17,30 @@ struct Work {
   int rotation;      // visit index (inside a head) the walk starts at
 };
 
+// The box of Q tiles whose queries attend KV tile w.kt under the rules `axes` (every Q tile in
+// additional mode) and the walk's rotation; `tile` is the KV tile's index in the launch.
+__device__ __forceinline__ void set_q_box(const BwdParams& p, const AxisRule* axes, int tile,
+                                          Work& w) {
+  w.q_count = 1;
+#pragma unroll
+  for (int a = 0; a < kAxes; ++a) {
+    if (p.additional) {
+      w.q_begin[a] = 0;
+      w.q_size[a] = p.q_tiles[a];
+    } else {
+      const Range r = q_tiles_for_kv_tile(axes[a], p.axes[a].extent, w.kt[a], p.q_tile[a],
+                                          p.kv_tile[a]);
+      w.q_begin[a] = r.begin;
+      w.q_size[a] = max_i(r.end - r.begin, 0);
+    }
+    w.q_count *= w.q_size[a];
+  }
+  // Outside deterministic mode (no turns) each CTA starts its walk at a different Q tile, so
+  // that CTAs running together add into different dQ rows instead of contending for the same
+  // ones.
+  w.rotation = p.turns == nullptr && w.q_count > 1 ? tile % w.q_count : 0;
+}
+
 __device__ __forceinline__ Work make_work(const BwdParams& p) {
   Work w;
   int work = blockIdx.x;
@@ -39,24 +63,7 @@ __device__ __forceinline__ Work make_work(const BwdParams& p) {
     w.kt[1] = (tile / p.kv_tiles[2]) % p.kv_tiles[1];
     w.kt[0] = tile / (p.kv_tiles[2] * p.kv_tiles[1]);
   }
-  w.q_count = 1;
-#pragma unroll
-  for (int a = 0; a < kAxes; ++a) {
-    if (p.additional) {
-      w.q_begin[a] = 0;
-      w.q_size[a] = p.q_tiles[a];
-    } else {
-      const Range r = q_tiles_for_kv_tile(p.axes[a], p.axes[a].extent, w.kt[a], p.q_tile[a],
-                                          p.kv_tile[a]);
-      w.q_begin[a] = r.begin;
-      w.q_size[a] = max_i(r.end - r.begin, 0);
-    }
-    w.q_count *= w.q_size[a];
-  }
-  // Outside deterministic mode (no turns) each CTA starts its walk at a different Q tile, so
-  // that CTAs running together add into different dQ rows instead of contending for the same
-  // ones.
-  w.rotation = p.turns == nullptr && w.q_count > 1 ? tile % w.q_count : 0;
+  set_q_box(p, p.axes, tile, w);  // with head rules each head's box replaces it (HeadBoxes)
   return w;
 }
 
@@ -69,6 +76,20 @@ struct QWalk {
 
   __device__ __forceinline__ void begin(const Work& w, int head0) {
     head = head0;
+    start(w);
+  }
+
+  // Head rules: begins at `first`, which load_head_box has set with head0's box in w.
+  __device__ __forceinline__ void begin_at_first(const Work& w, int head0) {
+    head = head0;
+    left = w.q_count;
+    changed = 0;
+#pragma unroll
+    for (int a = 0; a < kAxes; ++a) qt[a] = first[a];
+  }
+
+  // Starts the current head's visits at its box's rotation.
+  __device__ __forceinline__ void start(const Work& w) {
     left = w.q_count;
     changed = 0;
     if (w.q_count == 0) return;
@@ -81,9 +102,20 @@ struct QWalk {
     for (int a = 0; a < kAxes; ++a) qt[a] = first[a];
   }
 
-  __device__ __forceinline__ void next(const Work& w) {
+  // next_head(head, w, first) is called when the walk moves to the next query head; it returns
+  // true when it loaded another box into w and its first Q tile into first (head rules), false
+  // when every head shares w's box.
+  template <typename NextHead>
+  __device__ __forceinline__ void next(Work& w, NextHead&& next_head) {
     if (--left == 0) {
       ++head;
+      if (next_head(head, w, first)) {  // a new box, and its first Q tile in first
+        left = w.q_count;
+        changed = 0;
+#pragma unroll
+        for (int a = 0; a < kAxes; ++a) qt[a] = first[a];
+        return;
+      }
       left = w.q_count;
       changed = 0;
 #pragma unroll
@@ -102,5 +134,60 @@ struct QWalk {
     }
   }
 };
+
+// Head rules: the Q box of every group for the CTA's KV tile, computed once per CTA into shared
+// memory, and the visits of the CTA (summed over the query heads of its KV head). Every key is
+// attended by some query under every rule, so no head's box is empty.
+struct QBox {
+  int begin[kAxes], size[kAxes];
+  int first[kAxes];  // the Q tile the walk starts at (QWalk::start, the rotation decoded)
+  int count;
+};
+struct HeadBoxes {
+  QBox box[kMaxHeadGroups];
+  int visits;
+};
+
+__device__ __forceinline__ void set_head_boxes(const BwdParams& p, const Work& w, HeadBoxes& hb) {
+  const int tile = blockIdx.x % p.kv_tiles_per_image;
+  for (int g = 0; g < p.rules.groups; ++g) {
+    Work t = w;
+    set_q_box(p, p.rules.axes[g], tile, t);
+    QBox& b = hb.box[g];
+#pragma unroll
+    for (int a = 0; a < kAxes; ++a) {
+      b.begin[a] = t.q_begin[a];
+      b.size[a] = t.q_size[a];
+    }
+    b.count = t.q_count;
+    QWalk walk;
+    walk.start(t);
+#pragma unroll
+    for (int a = 0; a < kAxes; ++a) b.first[a] = walk.first[a];
+  }
+  int visits = 0;
+  for (int h = w.head_kv * p.heads_per_kv; h < (w.head_kv + 1) * p.heads_per_kv; ++h)
+    visits += hb.box[p.rules.group_of_head[h]].count;
+  hb.visits = visits;
+}
+
+// Head rules: head `head`'s box (its group's) into w, and where its walk starts into first.
+__device__ __forceinline__ void load_head_box(const BwdParams& p, const HeadBoxes& hb, int head,
+                                              Work& w, int (&first)[kAxes]) {
+  const QBox& b = hb.box[p.rules.group_of_head[head]];
+#pragma unroll
+  for (int a = 0; a < kAxes; ++a) {
+    w.q_begin[a] = b.begin[a];
+    w.q_size[a] = b.size[a];
+    first[a] = b.first[a];
+  }
+  w.q_count = b.count;
+}
+
+// Visits of the CTA: every query head of the KV head walks its box.
+__device__ __forceinline__ int visits_of(const BwdParams& p, const HeadBoxes& hb, const Work& w) {
+  return p.rules.groups > 0 ? hb.visits : w.q_count * p.heads_per_kv;
+}
+
 
 }  // namespace gna::hopper::bwd

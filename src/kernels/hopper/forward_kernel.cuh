@@ -54,8 +54,9 @@ constexpr int shared_bytes() {
   return static_cast<int>(sizeof(SharedStorage<D>)) + 1024;  // + alignment slack
 }
 
-// The KV tiles a Q tile visits: the per-axis runs from the core (grid or placed, p.kv_placement;
-// tile m of axis a starts at key first[a] + m * kv_tile[a]), then the additional-KV tiles.
+// The KV tiles a Q tile visits under the item's rules `axes` (axes_of_item): the per-axis runs
+// from the core (grid or placed, p.kv_placement; tile m of axis a starts at key
+// first[a] + m * kv_tile[a]), then the additional-KV tiles.
 struct KvWalk {
   int first[kAxes];
   int size[kAxes];
@@ -63,13 +64,13 @@ struct KvWalk {
   int additional;  // tiles of additional keys
 };
 
-__device__ __forceinline__ KvWalk make_walk(const FwdParams& p, const int (&qt)[kAxes],
-                                            int kv_tokens = kTileTokens) {
+__device__ __forceinline__ KvWalk make_walk(const FwdParams& p, const AxisRule* axes,
+                                            const int (&qt)[kAxes], int kv_tokens = kTileTokens) {
   KvWalk w;
   w.spatial = 1;
 #pragma unroll
   for (int a = 0; a < kAxes; ++a) {
-    const KvTileRun r = kv_tile_run(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
+    const KvTileRun r = kv_tile_run(axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
                                     p.kv_tile[a], p.kv_placement);
     w.first[a] = r.first;
     w.size[a] = r.count;
@@ -121,7 +122,7 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, SharedStorage<
   load_tile<L>(s.q, tm_q, &s.q_full, head, qt[2] * p.q_tile[2], qt[1] * p.q_tile[1],
                x_base + qt[0] * p.q_tile[0]);
 
-  const KvWalk w = make_walk(p, qt, kKv);
+  const KvWalk w = make_walk(p, axes_of_item(p, head), qt, kKv);
   int it = 0;
   KvCursor cur;
   cursor_begin(cur);
@@ -169,7 +170,8 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
   const int quad = lane % 4;
   const int row_in_wg = warp * 16 + lane / 4;  // and + 8
 
-  const KvWalk w = make_walk(p, qt, kKv);
+  const AxisRule* axes = axes_of_item(p, head);  // the head's rules (head_rules.hpp)
+  const KvWalk w = make_walk(p, axes, qt, kKv);
   const int total = w.spatial + w.additional;
 
   // Per row (2 per thread): the key window per axis, counted from the walk's first key (so tile
@@ -177,7 +179,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
   constexpr bool kWindowsInSmem = D > 128;
   const int ctid = threadIdx.x - 128;
   int key_begin[2][kAxes], key_width[2][kAxes];
-  row_key_windows(p, qt, consumer, row_in_wg, [&](int i, int a, Range kw) {
+  row_key_windows(p, axes, qt, consumer, row_in_wg, [&](int i, int a, Range kw) {
     key_begin[i][a] = kw.begin - w.first[a];
     key_width[i][a] = kw.size();
     if constexpr (kWindowsInSmem) {
@@ -214,7 +216,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
   if (!class_table && threadIdx.x == 128) {
 #pragma unroll
     for (int a = 0; a < kAxes; ++a) {
-      const Range r = full_tiles_of_run(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
+      const Range r = full_tiles_of_run(axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
                                         p.kv_tile[a], KvTileRun{w.first[a], w.size[a]});
       s.full_tiles[a][0] = r.begin;
       s.full_tiles[a][1] = r.end;
@@ -226,7 +228,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
     for (int a = 0; a < kAxes; ++a)
       for (int i = tid; i < w.size[a]; i += 256)
         s.axis_class[a][i] = static_cast<uint8_t>(
-            classify_q_tile_keys(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
+            classify_q_tile_keys(axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
                                  w.first[a] + i * p.kv_tile[a], p.kv_tile[a]));
   }
   named_barrier_sync(5, 256);

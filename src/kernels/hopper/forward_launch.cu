@@ -5,6 +5,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -17,6 +18,7 @@
 #include "kernels/hopper/forward_kernel.cuh"
 #include "kernels/hopper/forward_launch.hpp"
 #include "kernels/hopper/forward_schedule.hpp"
+#include "kernels/hopper/head_rules.hpp"
 #include "kernels/hopper/tma_host.hpp"
 
 namespace gna::hopper {
@@ -40,15 +42,27 @@ TileChoice from_scored(const ScoredTiles& s) {
 std::vector<TileChoice> ranked_tiles(const Problem& p, const KernelOptions& options) {
   std::vector<TileChoice> ranked;
   // The forward as the core's tile chooser sees it: gna/core/kernel_tiles.hpp.
+  // With head rules one shape and one placement for every group (a TMA box is fixed per
+  // launch), scored over the groups weighted by their heads.
   const TileKernel k = hopper_forward_tile_kernel(p.dim_qk, options.kv_placements);
-  for (const ScoredTiles& s : ranked_tile_choices(p, k, options.q_tile, options.kv_tile))
+  for (const ScoredTiles& s :
+       ranked_tile_choices_for_groups(head_rule_groups(p), k, options.q_tile, options.kv_tile))
     ranked.push_back(from_scored(s));
   return ranked;
 }
 
 TileChoice choose_tiles(const Problem& p, const KernelOptions& options) {
   const TileKernel k = hopper_forward_tile_kernel(p.dim_qk, options.kv_placements);
-  return from_scored(tile_choice(p, k, options.q_tile, options.kv_tile));
+  return from_scored(
+      tile_choice_for_groups(head_rule_groups(p), k, options.q_tile, options.kv_tile));
+}
+
+namespace {
+std::atomic<int64_t> launches{0}, head_rule_launches{0};
+}  // namespace
+
+ForwardLaunchCount forward_launch_count() {
+  return ForwardLaunchCount{launches.load(), head_rule_launches.load()};
 }
 
 bool supports(const ForwardCall& call, std::string* why) {
@@ -58,6 +72,7 @@ bool supports(const ForwardCall& call, std::string* why) {
   if (call.lse && call.lse->dtype != DType::f32) return refuse(why, "LSE must be float32");
   if (!qkv_readable(call.in, &m) || !tma_readable(call.out, "output", &m)) return refuse(why, m);
   if (call.in.additional_k && !additional_readable(call.in, &m)) return refuse(why, m);
+  if (!head_rules_supported(call.problem, &m)) return refuse(why, m);
   return true;
 }
 
@@ -90,7 +105,11 @@ bool use_persistent(const ForwardSchedule& sched, FwdParams& fp, int head_dim, i
 }
 
 void run_with_tiles(const ForwardCall& call, const TileChoice& tiles) {
-  const Problem& p = call.problem;
+  // Launches, tensor maps and tile counts follow the layout and the dilations, which every
+  // head-rule group shares (supports); the groups' rules travel in FwdParams::rules.
+  const Problem& rules_problem = call.problem;
+  const Problem launch_p = launch_problem(rules_problem);
+  const Problem& p = launch_p;
   if (p.batch == 0 || p.heads_q == 0 || p.tokens() == 0) return;  // nothing to compute
   const int r = p.rank;
   const int D = p.dim_qk;
@@ -107,6 +126,7 @@ void run_with_tiles(const ForwardCall& call, const TileChoice& tiles) {
     FwdParams fp{};
     set_slice_fields(fp, p, plan, s, tiles.q, tiles.kv);
     fp.kv_placement = tiles.kv_placement;
+    set_head_group_rules(fp.rules, rules_problem, s.group, plan.off);
     fp.scale_log2 = effective_scale(p) * 1.4426950408889634f;
 
     fp.o = static_cast<char*>(o.data) + plan.origin(s, o) * es;
@@ -141,6 +161,8 @@ void run_with_tiles(const ForwardCall& call, const TileChoice& tiles) {
     const bool persistent =
         use_persistent(call.options.schedule, fp, D, q.device, call.stream, &grid);
     const bool bf16 = p.dtype == DType::bf16;
+    ++launches;
+    if (fp.rules.groups > 0) ++head_rule_launches;
     if (D == 32)
       launch_d32(bf16, maps, fp, grid, persistent, call.stream);
     else if (D == 64)

@@ -32,6 +32,14 @@ std::vector<TileChoice> ranked_tiles(const Problem& p, const KernelOptions& opti
 bool supports(const ForwardCall& call, std::string* why);
 void forward(const ForwardCall& call);
 
+// Test hook: forward kernel launches of this process so far, and those of them that ran per-head
+// rules (one launch per dilation group and batch run, whatever the number of head-rule groups).
+struct ForwardLaunchCount {
+  int64_t launches = 0;
+  int64_t with_head_rules = 0;
+};
+ForwardLaunchCount forward_launch_count();
+
 // Kernel launchers, one per (head dim, dtype): defined in the forward_d*.cu instantiation files.
 // grid: CTAs; persistent: the persistent kernel (else one CTA per item).
 void launch_d32(bool bf16, const void* maps, const FwdParams& p, int grid, bool persistent,

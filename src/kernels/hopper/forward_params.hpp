@@ -7,6 +7,7 @@
 
 #include "gna/core/axis_rule.hpp"
 #include "gna/core/tiling.hpp"
+#include "kernels/hopper/head_rules.hpp"
 #include "kernels/hopper/tile_sizes.hpp"
 
 namespace gna::hopper {
@@ -27,7 +28,8 @@ struct FwdParams {
   int additional_kv;        // extra keys (0: none)
   float scale_log2;         // scale * log2(e)
   // Persistent kernel: work items (Q tile, head, batch) = q_tiles_per_image * heads_q * batches,
-  // item k is tile order[k % q_tiles_per_image] (tile k % q_tiles_per_image without an order)
+  // item k is tile order[k % q_tiles_per_image] (with head rules: in the row of the head's group;
+  // tile k % q_tiles_per_image without an order)
   // of image and head k / q_tiles_per_image; work_counter (two ints, zero between launches)
   // hands items out dynamically, round robin without it.
   int items;
@@ -40,6 +42,10 @@ struct FwdParams {
   int64_t o_batch_stride, o_axis_stride[kAxes], o_head_stride;
   float* lse;
   int64_t lse_batch_stride, lse_axis_stride[kAxes], lse_head_stride;
+  // Per-head rules (head_rules.hpp): a work item's KV walk, tile classes, masks and row windows
+  // come from its head's group (axes_of_item); the tiles, the placement and the extents are the
+  // launch's. tile_order then holds one row of q_tiles_per_image entries per group.
+  HeadGroupRules rules;
 };
 
 }  // namespace gna::hopper

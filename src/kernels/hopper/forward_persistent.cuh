@@ -29,7 +29,7 @@ struct StageTag {
   int flags;       // kFirstTile | kPartialTile | kEndOfWork
   int key_limit;   // real keys of the tile (< 128 only for the last additional-KV tile)
   int kv_origin[kAxes];  // first key of the KV tile per axis (group coordinates)
-  int unused;
+  int group;       // head-rule group of the item's head (0 without head rules)
 };
 constexpr int kFirstTile = 1;    // first KV tile of a work item
 constexpr int kPartialTile = 2;  // the pair needs the per-axis mask
@@ -89,6 +89,7 @@ __device__ __forceinline__ void persistent_producer(const FwdParams& p, Persiste
     decode_item(p, k, tile, hb);
     const int head = hb % p.heads_q;
     const int head_kv = head / p.heads_per_kv;
+    const int group = p.rules.groups > 0 ? p.rules.group_of_head[head] : 0;
     const int x_base = hb / p.heads_q * p.axes[0].extent;  // batches folded into axis 0
     int qt[kAxes];
     tile_coords(p, tile, qt);
@@ -117,6 +118,7 @@ __device__ __forceinline__ void persistent_producer(const FwdParams& p, Persiste
       tag.kv_origin[0] = o0;
       tag.kv_origin[1] = o1;
       tag.kv_origin[2] = o2;
+      tag.group = group;
       mbar_expect_tx(&s.k_full[stage], L::kTileBytes);
       load_tile<L>(s.k[stage], mk, &s.k_full[stage], head_kv, c2, c3, c4);
       mbar_wait(&s.v_empty[stage], phase ^ 1);
@@ -129,29 +131,38 @@ __device__ __forceinline__ void persistent_producer(const FwdParams& p, Persiste
     // key), classes per axis computed where that axis' tile changes, then the additional-KV
     // tiles. A tile past an axis' end is zero-filled or, on the folded axis 0, holds the next
     // batch's keys: its pair is partial and those keys are masked.
-    int first[kAxes], end[kAxes];
+    // Under the item's rules `axes`: the launch's (no head rules: the walk reads them as
+    // launch constants) or its head's group's.
+    auto emit_box = [&](const AxisRule* axes) {
+      int first[kAxes], end[kAxes];
 #pragma unroll
-    for (int a = 0; a < kAxes; ++a) {
-      const KvTileRun r = kv_tile_run(p.axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
-                                      p.kv_tile[a], p.kv_placement);
-      first[a] = r.first;
-      end[a] = r.first + r.count * p.kv_tile[a];
-    }
-    for (int o0 = first[0]; o0 < end[0]; o0 += p.kv_tile[0]) {
-      const PairClass c0 = classify_q_tile_keys(p.axes[0], p.axes[0].extent, qt[0], p.q_tile[0],
-                                                o0, p.kv_tile[0]);
-      for (int o1 = first[1]; o1 < end[1]; o1 += p.kv_tile[1]) {
-        const PairClass c01 = combine(c0, classify_q_tile_keys(p.axes[1], p.axes[1].extent, qt[1],
-                                                               p.q_tile[1], o1, p.kv_tile[1]));
-        for (int o2 = first[2]; o2 < end[2]; o2 += p.kv_tile[2]) {
-          const PairClass c = combine(c01, classify_q_tile_keys(p.axes[2], p.axes[2].extent,
-                                                                qt[2], p.q_tile[2], o2,
-                                                                p.kv_tile[2]));
-          emit(c == PairClass::partial ? kPartialTile : 0, kTileTokens, o0, o1, o2, o2, o1,
-               x_base + o0, tm_k, tm_v);
+      for (int a = 0; a < kAxes; ++a) {
+        const KvTileRun r = kv_tile_run(axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
+                                        p.kv_tile[a], p.kv_placement);
+        first[a] = r.first;
+        end[a] = r.first + r.count * p.kv_tile[a];
+      }
+      for (int o0 = first[0]; o0 < end[0]; o0 += p.kv_tile[0]) {
+        const PairClass c0 = classify_q_tile_keys(axes[0], p.axes[0].extent, qt[0], p.q_tile[0],
+                                                  o0, p.kv_tile[0]);
+        for (int o1 = first[1]; o1 < end[1]; o1 += p.kv_tile[1]) {
+          const PairClass c01 = combine(c0, classify_q_tile_keys(axes[1], p.axes[1].extent,
+                                                                 qt[1], p.q_tile[1], o1,
+                                                                 p.kv_tile[1]));
+          for (int o2 = first[2]; o2 < end[2]; o2 += p.kv_tile[2]) {
+            const PairClass c = combine(c01, classify_q_tile_keys(axes[2], p.axes[2].extent,
+                                                                  qt[2], p.q_tile[2], o2,
+                                                                  p.kv_tile[2]));
+            emit(c == PairClass::partial ? kPartialTile : 0, kTileTokens, o0, o1, o2, o2, o1,
+                 x_base + o0, tm_k, tm_v);
+          }
         }
       }
-    }
+    };
+    if (p.rules.groups == 0)
+      emit_box(p.axes);
+    else
+      emit_box(p.rules.axes[group]);
     for (int a0 = 0; a0 < p.additional_kv; a0 += kTileTokens)
       emit(0, min_i(kTileTokens, p.additional_kv - a0), 0, 0, 0, a0,
            p.batch_offset + hb / p.heads_q, 0, tm_ak, tm_av);
@@ -193,13 +204,18 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
   const float scale_log2 = p.scale_log2;
 
   RowWindows win;
-  auto begin_item = [&](int tile) {
+  // A new item (tile, and the head-rule group from its first stage's tag).
+  auto begin_item = [&](int tile, int group) {
     int qt[kAxes];
     tile_coords(p, tile, qt);
-    row_key_windows(p, qt, consumer, row_in_wg, [&](int i, int a, Range kw) {
+    auto keep = [&](int i, int a, Range kw) {
       win.begin[i][a] = kw.begin;
       win.width[i][a] = kw.size();
-    });
+    };
+    if (p.rules.groups == 0)
+      row_key_windows(p, p.axes, qt, consumer, row_in_wg, keep);
+    else
+      row_key_windows(p, p.rules.axes[group], qt, consumer, row_in_wg, keep);
   };
 
   float o[kO];
@@ -254,7 +270,7 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
   }
   int item_tile = s.tag[0].tile, item_hb = s.tag[0].head_batch;
   int j = 0;  // items of this CTA: item j's Q is in q[j % 2]
-  begin_item(item_tile);
+  begin_item(item_tile, s.tag[0].group);
   mbar_wait(&s.q_full[0], 0);
   uint32_t pa[kTileTokens / 4];
   float sacc[kS];
@@ -286,7 +302,7 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
       item_hb = s.tag[stage].head_batch;
       row_max[0] = row_max[1] = -INFINITY;
       row_sum[0] = row_sum[1] = 0.f;
-      begin_item(item_tile);
+      begin_item(item_tile, s.tag[stage].group);
       ++j;
       mbar_wait(&s.q_full[j & 1], (j >> 1) & 1);
     }

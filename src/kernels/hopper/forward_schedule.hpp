@@ -10,7 +10,7 @@ namespace gna::hopper {
 int sm_count(int device);
 
 // Mean KV tiles per work item (the box from the core's per-axis runs with the launch's KV
-// placement, separable, plus the additional-KV tiles).
+// placement, separable, averaged over the heads with head rules, plus the additional-KV tiles).
 double mean_kv_tiles(const FwdParams& p);
 
 // Two ints in device memory, zero between launches (the kernel's last CTA resets them), one
@@ -19,8 +19,9 @@ double mean_kv_tiles(const FwdParams& p);
 int* work_counter(int device, void* stream);
 
 // The image's Q tiles, most KV tiles first (ties in plain order), as a device array cached per
-// launch geometry; nullptr when every tile has the same work (the plain order is then as good)
-// or when it cannot be uploaded now (first use while the stream is being captured).
+// launch geometry (with head rules one row of tiles per group); nullptr when every tile has the
+// same work (the plain order is then as good) or when it cannot be uploaded now (first use while
+// the stream is being captured).
 const int* longest_first_order(const FwdParams& p, int device, void* stream);
 
 }  // namespace gna::hopper

@@ -12,12 +12,13 @@
 
 namespace gna::hopper {
 
-// The key window per axis (group coordinates) of the thread's two rows of Q tile qt (row_in_wg
-// and + 8 of consumer warpgroup `consumer`), what mask_outside_windows compares against on
-// partial pairs: keep(i, a, window) for row i and axis a.
+// The key window per axis (group coordinates) under the item's rules `axes` of the thread's two
+// rows of Q tile qt (row_in_wg and + 8 of consumer warpgroup `consumer`), what
+// mask_outside_windows compares against on partial pairs: keep(i, a, window) for row i and axis a.
 template <typename Keep>
-__device__ __forceinline__ void row_key_windows(const FwdParams& p, const int (&qt)[kAxes],
-                                                int consumer, int row_in_wg, Keep&& keep) {
+__device__ __forceinline__ void row_key_windows(const FwdParams& p, const AxisRule* axes,
+                                                const int (&qt)[kAxes], int consumer,
+                                                int row_in_wg, Keep&& keep) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     int local[kAxes];
@@ -26,7 +27,7 @@ __device__ __forceinline__ void row_key_windows(const FwdParams& p, const int (&
     for (int a = 0; a < kAxes; ++a) {
       const int n = p.axes[a].extent;
       const int c = qt[a] * p.q_tile[a] + local[a];
-      keep(i, a, key_window(p.axes[a], n, min_i(c, n - 1)));
+      keep(i, a, key_window(axes[a], n, min_i(c, n - 1)));
     }
   }
 }
