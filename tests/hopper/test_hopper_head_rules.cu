@@ -139,12 +139,6 @@ struct Tensor {
     }
     return out;
   }
-  std::vector<float> host_wide() const {
-    std::vector<float> out(numel());
-    cudaMemcpy(out.data(), wide ? wide : static_cast<float*>(data), numel() * 4,
-               cudaMemcpyDeviceToHost);
-    return out;
-  }
 };
 
 // The tensors of one problem: inputs in dtype (with float32 copies), outputs and gradients.

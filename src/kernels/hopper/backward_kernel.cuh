@@ -93,9 +93,10 @@ struct RoleWalk {
     }
     return visits_of(p, s.heads, w);
   }
-  // QWalk::next's hook.
+  // QWalk::next's hook. Past the last head (the step after the last visit) it loads a box that
+  // no visit uses (group_of_head has an entry there).
   __device__ __forceinline__ bool operator()(int head, Work&, int (&first)[kAxes]) {
-    if (p.rules.groups == 0 || head >= (w.head_kv + 1) * p.heads_per_kv) return false;
+    if (p.rules.groups == 0) return false;
     load_head_box(p, s.heads, head, w, first);
     return true;
   }

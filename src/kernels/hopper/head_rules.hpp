@@ -19,7 +19,8 @@ namespace gna::hopper {
 struct HeadGroupRules {
   int groups;  // 0: every head follows the launch's axes
   AxisRule axes[kMaxHeadGroups][kAxes];
-  uint8_t group_of_head[kMaxHeadsWithRules];
+  // One entry past the heads (group 0), so that a walk stepping past its last head may read it.
+  uint8_t group_of_head[kMaxHeadsWithRules + 1];
 };
 
 // The rules of query head `head`: its group's, or the launch's axes without head rules.
