@@ -99,7 +99,8 @@ PairClass brute_class_at(const AxisRule& a, int g, int qt, int tq, int k_begin, 
 // the Q tile (so never below 0), every attended key lies inside them, their count is
 // ceil(attended span / tile), the fewest that can cover it (never more than the grid's), and
 // every tile's class is the brute-force one (never empty), the full ones a range of the run
-// (full_tiles_of_run, grid runs too). Grid runs are kv_tiles_for_q_tile.
+// (full_tiles_of_run, grid runs too; and of every KV tile, full_q_tiles_of_kv_tile, the Q tiles
+// whose pair with it is full). Grid runs are kv_tiles_for_q_tile.
 void check_placed_tiles(const AxisRule& a, int tq, int tk) {
   SCOPED_TRACE("L=" + std::to_string(a.extent) + " K=" + std::to_string(a.window) +
                " d=" + std::to_string(a.dilation) + " s=" + std::to_string(a.stride) +
@@ -138,6 +139,12 @@ void check_placed_tiles(const AxisRule& a, int tq, int tk) {
         ASSERT_NE(expected, PairClass::empty) << "m " << m;
         ASSERT_EQ(classify_q_tile_keys(a, n, qt, tq, k_begin, tk), expected) << "m " << m;
         ASSERT_EQ(full.contains(m), expected == PairClass::full) << "m " << m;
+      }
+      // The inverse: the full Q tiles of every KV tile (full_q_tiles_of_kv_tile).
+      for (int kt = 0; kt < tiles_along(n, tk); ++kt) {
+        ASSERT_EQ(full_q_tiles_of_kv_tile(a, n, kt, tq, tk).contains(qt),
+                  brute_class_at(a, g, qt, tq, kt * tk, tk) == PairClass::full)
+            << "kt " << kt;
       }
       const Range grid_full = full_tiles_of_run(a, n, qt, tq, tk, grid_run);
       for (int m = 0; m < grid_run.count; ++m)

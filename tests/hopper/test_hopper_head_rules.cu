@@ -198,7 +198,9 @@ Problem random_problem(std::mt19937_64& rng, int rank) {
   int dilation[3];
   for (int a = 0; a < rank; ++a) {
     p.axes[a].extent = uni(lo_ext[rank], hi_ext[rank]);
-    dilation[a] = uni(0, 4) == 0 ? 2 : 1;
+    // Dilation 2 only where a window of 2 fits it (window * dilation <= extent): every group's
+    // window is at most extent / dilation.
+    dilation[a] = p.axes[a].extent >= 4 && uni(0, 4) == 0 ? 2 : 1;
   }
   p.head_rules.groups = uni(2, 4);
   for (int g = 0; g < p.head_rules.groups; ++g)
@@ -327,11 +329,15 @@ std::string compare_normalized(const char* name, const std::vector<float>& got,
 }
 
 // Launches a call runs: one per dilation group and batch run, all with the head rules (`rules`),
-// and for the backward those of the additional keys (`additional`, without rules).
+// and for the backward those of the additional keys (`additional`, without rules); or, where the
+// backward splits by group (hopper::backward_group_calls), each group's call's launches without
+// rules (`per_group`, counted in `groups_split`).
 struct Launches {
-  int64_t rules = 0, additional = 0;
+  int64_t rules = 0, additional = 0, per_group = 0;
+  int groups_split = 0;
 };
-Launches expected_launches(const Problem& p, const Tensors& t, bool backward) {
+Launches expected_launches(const Problem& p, const Tensors& t, bool backward,
+                           const KernelOptions& kopt = {}) {
   const Problem lp = hopper::launch_problem(p);
   const TensorRef q = t.q.ref(), k = t.k.ref(), v = t.v.ref(), o = t.o.ref(), l = t.lse.ref(),
                   d_o = t.d_o.ref(), dk = t.dk.ref(), dv = t.dv.ref();
@@ -340,6 +346,22 @@ Launches expected_launches(const Problem& p, const Tensors& t, bool backward) {
     n.rules = hopper::plan_launches(lp, {&q, &k, &v, &o, &l}).slices.size();
     return n;
   }
+  BackwardCall call;
+  call.problem = p;
+  call.in = AttentionTensors{q, k, v};
+  call.out = o;
+  call.lse = l;
+  call.d_out = d_o;
+  call.dq = t.dq.ref();
+  call.dk = dk;
+  call.dv = dv;
+  call.options = kopt;
+  const std::vector<BackwardCall> parts = hopper::backward_group_calls(call);
+  for (const BackwardCall& c : parts)
+    n.per_group += hopper::plan_launches(c.problem, {&c.in.q, &c.in.k, &c.in.v, &c.d_out, &c.dk,
+                                                     &c.dv}).slices.size();
+  n.groups_split = static_cast<int>(parts.size());
+  if (!parts.empty()) return n;
   n.rules = hopper::plan_launches(lp, {&q, &k, &v, &d_o, &dk, &dv}).slices.size();
   if (p.additional_kv > 0) {
     Problem pa = lp;
@@ -350,10 +372,11 @@ Launches expected_launches(const Problem& p, const Tensors& t, bool backward) {
 }
 
 std::string launch_error(const char* pass, int64_t launches, int64_t with_rules, Launches want) {
-  if (launches == want.rules + want.additional && with_rules == want.rules) return "";
+  const int64_t total = want.rules + want.additional + want.per_group;
+  if (launches == total && with_rules == want.rules) return "";
   std::ostringstream os;
   os << pass << " ran " << launches << " launches (" << with_rules << " with head rules), expected "
-     << want.rules + want.additional << " (" << want.rules << "); ";
+     << total << " (" << want.rules << ")" << (want.groups_split ? " split by group" : "") << "; ";
   return os.str();
 }
 
@@ -366,7 +389,7 @@ void sweep(int rank) {
   const uint64_t seed = test_seed();
   std::mt19937_64 rng(seed + 977 * rank);
   const int configs = sweep_size();
-  int failures = 0, gqa_mixed = 0, persistent = 0, deterministic = 0;
+  int failures = 0, gqa_mixed = 0, persistent = 0, deterministic = 0, split = 0, one_launch = 0;
   for (int i = 0; i < configs && failures < 5; ++i) {
     const Problem p = random_problem(rng, rank);
     // A KV head whose query heads belong to several groups.
@@ -427,8 +450,11 @@ void sweep(int rank) {
     run_backward(*hopper_b, p, t, false, bwd_opt);
     const hopper::BackwardLaunchCount b1 = hopper::backward_launch_count();
     if (cudaDeviceSynchronize() != cudaSuccess) err += "CUDA error after backward; ";
+    const Launches want = expected_launches(p, t, true, bwd_opt);
+    split += want.groups_split > 0;
+    one_launch += want.rules > 0;
     err += launch_error("backward", b1.launches - b0.launches,
-                        b1.with_head_rules - b0.with_head_rules, expected_launches(p, t, true));
+                        b1.with_head_rules - b0.with_head_rules, want);
     err += compare_normalized("dQ", t.dq.host(), t.ref_dq.host(), gtol);
     err += compare_normalized("dK", t.dk.host(), t.ref_dk.host(), gtol);
     err += compare_normalized("dV", t.dv.host(), t.ref_dv.host(), gtol);
@@ -445,16 +471,65 @@ void sweep(int rank) {
     }
   }
   std::printf("hopper head rules sweep rank %d: %d configurations (%d with a KV head serving "
-              "several groups, %d persistent forward, %d deterministic backward), %d failed, "
-              "seed %llu\n",
-              rank, configs, gqa_mixed, persistent, deterministic, failures,
+              "several groups, %d persistent forward, %d deterministic backward; backward: %d "
+              "one launch with head rules, %d split by group), %d failed, seed %llu\n",
+              rank, configs, gqa_mixed, persistent, deterministic, one_launch, split, failures,
               static_cast<unsigned long long>(seed));
   EXPECT_GT(gqa_mixed, 0) << "no configuration mixed groups under one KV head";
+  EXPECT_GT(one_launch, 0) << "no backward ran the head rules in one launch";
 }
 
 TEST(HopperHeadRules, RandomSweepRank1) { sweep(1); }
 TEST(HopperHeadRules, RandomSweepRank2) { sweep(2); }
 TEST(HopperHeadRules, RandomSweepRank3) { sweep(3); }
+
+// Two groups whose own backward tiles differ from the shape they would share (windows 5 and 16
+// per axis): the backward runs one call per group on strided views of their heads (heads round
+// robin), checked against the reference on gradients poisoned with NaN, with the launch counts
+// of a split (none with head rules).
+TEST(HopperHeadRules, BackwardSplitsByGroupWhereTilesDiffer) {
+  SKIP_WITHOUT_SM90();
+  const Backend* hopper_b = backend_named("hopper");
+  const Backend* ref_b = backend_named("gpu_reference");
+  ASSERT_TRUE(hopper_b && ref_b);
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    Problem p;
+    p.rank = 3;
+    const int extent[3] = {16, 16, 32}, window[2][3] = {{5, 5, 5}, {16, 16, 16}};
+    p.head_rules.groups = 2;
+    for (int g = 0; g < 2; ++g)
+      for (int a = 0; a < 3; ++a) p.head_rules.axes[g][a] = {extent[a], window[g][a], 1, 1, false};
+    for (int a = 0; a < 3; ++a) p.axes[a] = p.head_rules.axes[0][a];
+    p.batch = 1;
+    p.heads_q = p.heads_kv = 4;
+    for (int h = 0; h < 4; ++h) p.head_rules.group_of_head[h] = h % 2;
+    p.dim_qk = p.dim_v = 64;
+    p.dtype = dtype;
+    validate(p);
+    ASSERT_TRUE(hopper::backward_splits_by_group(p, KernelOptions{}))
+        << "the case no longer splits by the tile chooser's cost";
+    Tensors t;
+    t.build(p, test_seed());
+    run_forward(*ref_b, p, t, true);
+    run_forward(*hopper_b, p, t, false);
+    t.o.refresh_wide();
+    run_backward(*ref_b, p, t, true);
+    for (Tensor* g : {&t.dq, &t.dk, &t.dv}) g->poison();
+    const Launches want = expected_launches(p, t, true);
+    ASSERT_EQ(want.groups_split, 2);
+    const hopper::BackwardLaunchCount b0 = hopper::backward_launch_count();
+    run_backward(*hopper_b, p, t, false);
+    const hopper::BackwardLaunchCount b1 = hopper::backward_launch_count();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const double gtol = dtype == DType::bf16 ? 5e-2 : 1.5e-2;
+    std::string err = launch_error("backward", b1.launches - b0.launches,
+                                   b1.with_head_rules - b0.with_head_rules, want);
+    err += compare_normalized("dQ", t.dq.host(), t.ref_dq.host(), gtol);
+    err += compare_normalized("dK", t.dk.host(), t.ref_dk.host(), gtol);
+    err += compare_normalized("dV", t.dv.host(), t.ref_dv.host(), gtol);
+    EXPECT_TRUE(err.empty()) << (dtype == DType::bf16 ? "bf16: " : "f16: ") << err;
+  }
+}
 
 // The one-launch result equals each group run as its own problem (problem_of_group) on its
 // heads' slices, with the same tiles, placement and schedule: bit for bit, forward and

@@ -125,6 +125,22 @@ GNA_HD Range full_tiles_of_run(const AxisRule& a, int n, int qt, int tile_q, int
   return Range{min_i(begin, end), end};
 }
 
+// The Q tiles whose pair with KV tile kt is full on this axis, a range (the inverse of
+// full_tiles_of_run, for the KV-stationary backward): along the axis a Q tile's first query's
+// window end and its last query's window start only grow, and the pair is full when the first
+// reaches the KV tile's end, the last starts at or before its first key and the tile holds only
+// real keys (classify_axis_pair). Every other Q tile of q_tiles_for_kv_tile is partial.
+GNA_HD Range full_q_tiles_of_kv_tile(const AxisRule& a, int n, int kt, int tile_q, int tile_kv) {
+  const int k_begin = kt * tile_kv, k_end = k_begin + tile_kv;
+  if (k_end > n) return Range{0, 0};
+  // First query whose window reaches k_end, and first whose window starts after k_begin.
+  const int reach = a.causal ? k_end - 1 : first_query_with_start_at_least(a, n, k_end - a.window);
+  const int past = first_query_with_start_at_least(a, n, k_begin + 1);
+  const int begin = ceil_div(reach, tile_q);
+  const int end = past >= n ? tiles_along(n, tile_q) : past / tile_q;
+  return Range{min_i(begin, end), end};
+}
+
 // Per-axis tile shape of a multi-dimensional tile (unused axes are 1).
 struct TileShape {
   int size[kMaxRank] = {1, 1, 1};

@@ -19,6 +19,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "gna/core/tiling.hpp"
 #include "kernels/hopper/backward_params.hpp"
 #include "kernels/hopper/backward_walk.cuh"
@@ -50,8 +52,9 @@ constexpr int dq_columns() {
 constexpr int kDqBoxCols = 32;
 constexpr int kDqBoxBytes = kBwdQRows * kDqBoxCols * 4;
 
-template <int D>
-struct SharedStorage {
+// kKeySets: sets of key-row query windows (one per head-rule group, one without head rules).
+template <int D, int kKeySets>
+struct StorageBase {
   alignas(1024) uint8_t k[TileLayout<D, kBwdKvRows>::kTileBytes];
   alignas(1024) uint8_t v[TileLayout<D, kBwdKvRows>::kTileBytes];
   alignas(1024) uint8_t q[kStages][TileLayout<D, kBwdQRows>::kTileBytes];
@@ -60,8 +63,8 @@ struct SharedStorage {
   alignas(1024) uint8_t dq[2][dq_columns<D>() / kDqBoxCols][kDqBoxBytes];  // per warpgroup
   // Per key row of the tile: its query window per axis (inverse rule), kept here instead of in
   // registers (used by partial pairs only); written by lane 0 of the row's quad. With head rules
-  // one set per group (the first without).
-  int key_q_lo[kMaxHeadGroups][kBwdKvRows][kAxes], key_q_width[kMaxHeadGroups][kBwdKvRows][kAxes];
+  // one set per group.
+  int key_q_lo[kKeySets][kBwdKvRows][kAxes], key_q_width[kKeySets][kBwdKvRows][kAxes];
   float lse2[kStages][kBwdQRows];
   float delta[kStages][kBwdQRows];
   uint64_t kv_full;
@@ -71,44 +74,54 @@ struct SharedStorage {
   // among the KV tiles adding into it, computed by a consumer thread for the dQ writer (whose
   // 40 registers do not hold that computation).
   int turn_index[4], turn_rank[4];
-  HeadBoxes heads;  // head rules: each group's Q box for this KV tile (backward_walk.cuh)
 };
 
-// The walk of one role over the CTA's visits. With head rules each query head walks its group's
-// box, loaded into w from shared memory at the head's first visit.
+// The storage of the kernel without head rules (kRules false) and with them.
+template <int D, bool kRules>
+struct SharedStorage;
 template <int D>
+struct SharedStorage<D, false> : StorageBase<D, 1> {};
+template <int D>
+struct SharedStorage<D, true> : StorageBase<D, kMaxHeadGroups> {
+  HeadBoxes heads;  // each group's Q box for this KV tile (backward_walk.cuh)
+};
+
+// The walk of one role over the CTA's visits: without head rules every query head walks the
+// CTA's box (QWalk; the rules are never read), with them (kRules) its group's (BoxWalk).
+template <int D, bool kRules>
 struct RoleWalk {
+  using Walk = std::conditional_t<kRules, BoxWalk, QWalk>;
   const BwdParams& p;
-  const SharedStorage<D>& s;
-  Work& w;
+  const SharedStorage<D, kRules>& s;
+  const Work& w;
+  Walk& walk;
 
-  // Begins `walk`; returns the CTA's visits.
-  __device__ __forceinline__ int begin(QWalk& walk) {
-    const int head0 = w.head_kv * p.heads_per_kv;
-    if (p.rules.groups > 0) {
-      load_head_box(p, s.heads, head0, w, walk.first);
-      walk.begin_at_first(w, head0);
+  // Begins the walk; returns the CTA's visits.
+  __device__ __forceinline__ int begin() {
+    if constexpr (kRules) {
+      walk.begin(p, s.heads, w.head_kv * p.heads_per_kv);
+      return s.heads.visits;
     } else {
-      walk.begin(w, head0);
+      const int total = w.q_count * p.heads_per_kv;
+      walk.begin(w, w.head_kv * p.heads_per_kv);
+      return total;
     }
-    return visits_of(p, s.heads, w);
   }
-  // QWalk::next's hook. Past the last head (the step after the last visit) it loads a box that
-  // no visit uses (group_of_head has an entry there).
-  __device__ __forceinline__ bool operator()(int head, Work&, int (&first)[kAxes]) {
-    if (p.rules.groups == 0) return false;
-    load_head_box(p, s.heads, head, w, first);
-    return true;
+  __device__ __forceinline__ void next() {
+    if constexpr (kRules)
+      walk.next(p, s.heads);
+    else
+      walk.next(w);
   }
 };
 
-template <int D>
+template <int D, bool kRules>
 constexpr int shared_bytes() {
-  return static_cast<int>(sizeof(SharedStorage<D>)) + 1024;
+  return static_cast<int>(sizeof(SharedStorage<D, kRules>)) + 1024;
 }
 
-template <int D>
-__device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D>& s, Work w,
+template <int D, bool kRules>
+__device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D, kRules>& s, const Work& w,
                                          const CUtensorMap* tm_q, const CUtensorMap* tm_do,
                                          const CUtensorMap* tm_k, const CUtensorMap* tm_v) {
   using KvT = TileLayout<D, kBwdKvRows>;
@@ -135,10 +148,10 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D>& s
                   c2, c3, c4);
     }
   }
-  RoleWalk<D> heads{p, s, w};
-  QWalk walk;
-  const int total = heads.begin(walk);
-  for (int it = 0; it < total; ++it, walk.next(w, heads)) {
+  typename RoleWalk<D, kRules>::Walk walk;
+  RoleWalk<D, kRules> role{p, s, w, walk};
+  const int total = role.begin();
+  for (int it = 0; it < total; ++it, role.next()) {
     const int head = walk.head;
     const int(&qt)[kAxes] = walk.qt;
     const int stage = it % kStages;
@@ -168,8 +181,8 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D>& s
   }
 }
 
-template <int D, typename Tag>
-__device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s, Work w,
+template <int D, typename Tag, bool kRules>
+__device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kRules>& s, const Work& w,
                                          int wg, const CUtensorMap* tm_dk,
                                          const CUtensorMap* tm_dv) {
   using KvT = TileLayout<D, kBwdKvRows>;
@@ -217,15 +230,12 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
     }
   };
   // With head rules every group's key windows, once (the visits of a head read its group's).
-  if (p.rules.groups == 0) {
-    key_windows(p.axes, 0);
-  } else {
+  if constexpr (kRules) {
 #pragma unroll 1
     for (int g = 0; g < p.rules.groups; ++g) key_windows(p.rules.axes[g], g);
+  } else {
+    key_windows(p.axes, 0);
   }
-  RoleWalk<D> heads{p, s, w};
-  QWalk walk;
-  const int total = heads.begin(walk);
 
   __syncwarp();  // the key windows are read by every lane of the quad
   float dk[kG], dv[kG];
@@ -238,32 +248,30 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
 
   // The last additional KV tile may hold slots beyond the additional keys: its pairs are masked.
   const bool key_mask = p.additional && (w.kt[2] + 1) * kBwdKvRows > p.additional_kv;
-  PairClass axis_class[kAxes];  // per axis, recomputed only where the walk moved
-  for (int it = 0; it < total; ++it, walk.next(w, heads)) {
+  PairClass axis_class[kAxes];  // per axis, recomputed only where the walk moved (no rules)
+  typename RoleWalk<D, kRules>::Walk walk;
+  RoleWalk<D, kRules> role{p, s, w, walk};
+  const int total = role.begin();
+  for (int it = 0; it < total; ++it, role.next()) {
     const int head = walk.head;
     const int(&qt)[kAxes] = walk.qt;
     const int stage = it % kStages;
     const uint32_t phase = (it / kStages) & 1;
     const uint32_t q_base = smem_addr(s.q[stage]), do_base = smem_addr(s.d_o[stage]);
-    // Head rules: the head's group (its rules, its key windows); 0 without.
-    const int group = p.rules.groups > 0 ? p.rules.group_of_head[head] : 0;
-
-    // Pair class (spatial mode): the minimum over axes of the per-axis classes.
+    // Pair class (spatial mode): the minimum over axes of the per-axis classes, under the
+    // head's rules.
     bool partial = false;
-    if (!p.additional) {
-      if (p.rules.groups == 0) {
+    if constexpr (kRules) {  // from the box of the head's group (no rule read in the walk)
+      const QBox& box = s.heads.box[p.rules.group_of_head[head]];
 #pragma unroll
-        for (int a = 0; a < kAxes; ++a)
-          if (a >= walk.changed)
-            axis_class[a] = classify_axis_tiles(p.axes[a], p.axes[a].extent, qt[a], w.kt[a],
-                                                p.q_tile[a], p.kv_tile[a]);
-      } else {
+      for (int a = 0; a < kAxes; ++a)
+        partial = partial || qt[a] < box.full_begin[a] || qt[a] >= box.full_end[a];
+    } else if (!p.additional) {
 #pragma unroll
-        for (int a = 0; a < kAxes; ++a)
-          if (a >= walk.changed)
-            axis_class[a] = classify_axis_tiles(p.rules.axes[group][a], p.axes[a].extent,
-                                                qt[a], w.kt[a], p.q_tile[a], p.kv_tile[a]);
-      }
+      for (int a = 0; a < kAxes; ++a)
+        if (a >= walk.changed)
+          axis_class[a] = classify_axis_tiles(p.axes[a], p.axes[a].extent, qt[a], w.kt[a],
+                                              p.q_tile[a], p.kv_tile[a]);
       partial = combine(combine(axis_class[0], axis_class[1]), axis_class[2]) != PairClass::full;
     }
     const bool masked = partial || key_mask;
@@ -277,20 +285,16 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
       } else {
         // The KV tile's index in the Q tile's box, in the CTAs' order (make_work), so that a
         // KV tile's turn never waits for a CTA launched after it.
+        // With head rules the box of the head's group.
+        const AxisRule* axes = axes_of_item<kRules>(p, head);
         int size[kAxes], off[kAxes];
-        auto box_of = [&](const AxisRule* axes) {
 #pragma unroll
-          for (int a = 0; a < kAxes; ++a) {
-            const Range kr = kv_tiles_for_q_tile(axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
-                                                 p.kv_tile[a]);
-            size[a] = kr.size();
-            off[a] = w.kt[a] - kr.begin;
-          }
-        };
-        if (p.rules.groups == 0)
-          box_of(p.axes);
-        else
-          box_of(p.rules.axes[group]);  // the head's group's forward box
+        for (int a = 0; a < kAxes; ++a) {
+          const Range kr = kv_tiles_for_q_tile(axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
+                                               p.kv_tile[a]);
+          size[a] = kr.size();
+          off[a] = w.kt[a] - kr.begin;
+        }
         rank = p.kv_outer_axis_fastest ? (off[2] * size[1] + off[1]) * size[0] + off[0]
                                        : (off[0] * size[1] + off[1]) * size[2] + off[2];
       }
@@ -346,13 +350,17 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
         }
     } else {
       int lo[2][kAxes], q_width[2][kAxes];
+      // The key windows under the head's rules: its group's set (read here, so that the walk
+      // holds no group).
+      int set = 0;
+      if constexpr (kRules) set = p.rules.group_of_head[head];
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
         for (int a = 0; a < kAxes; ++a) {
           const int r = wg * 64 + row_in_wg + 8 * i;
-          lo[i][a] = s.key_q_lo[group][r][a] - qt[a] * p.q_tile[a];
-          q_width[i][a] = s.key_q_width[group][r][a];
+          lo[i][a] = s.key_q_lo[set][r][a] - qt[a] * p.q_tile[a];
+          q_width[i][a] = s.key_q_width[set][r][a];
         }
 #pragma unroll
       for (int j = 0; j < kBwdQRows / 8; ++j)
@@ -553,16 +561,16 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D>& s
 // box (rows outside the image are clipped by the map). In deterministic mode it first waits for
 // the warpgroup's turn at the Q tile and passes the turn on once the additions are performed,
 // so that the consumers never wait for turns themselves.
-template <int D>
-__device__ __forceinline__ void dq_writer(const BwdParams& p, SharedStorage<D>& s, Work w,
+template <int D, bool kRules>
+__device__ __forceinline__ void dq_writer(const BwdParams& p, SharedStorage<D, kRules>& s, const Work& w,
                                           const CUtensorMap* tm_dq) {
   constexpr int kDqN = dq_columns<D>();
   constexpr bool kSplitColumns = D == 128;
   const int x_base = w.batch * p.axes[0].extent;
-  RoleWalk<D> heads{p, s, w};
-  QWalk walk;
-  const int total = heads.begin(walk);
-  for (int it = 0; it < total; ++it, walk.next(w, heads)) {
+  typename RoleWalk<D, kRules>::Walk walk;
+  RoleWalk<D, kRules> role{p, s, w, walk};
+  const int total = role.begin();
+  for (int it = 0; it < total; ++it, role.next()) {
     const int(&qt)[kAxes] = walk.qt;
     int* turn = nullptr;
     int rank = 0;
@@ -593,7 +601,9 @@ __device__ __forceinline__ void dq_writer(const BwdParams& p, SharedStorage<D>& 
   bulk_wait<0>();  // every addition performed before the CTA ends
 }
 
-template <int D, typename Tag>
+// kRules: the kernel of launches with head rules (BwdParams::rules.groups > 0); without, the
+// rules are never read and the kernel is the plain one.
+template <int D, typename Tag, bool kRules>
 __global__ void __launch_bounds__(kThreads, 1)
     backward_kernel(const __grid_constant__ CUtensorMap tm_q,
                     const __grid_constant__ CUtensorMap tm_do,
@@ -603,7 +613,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const __grid_constant__ CUtensorMap tm_dk,
                     const __grid_constant__ CUtensorMap tm_dv, const __grid_constant__ BwdParams p) {
   extern __shared__ uint8_t smem_raw[];
-  auto& s = *reinterpret_cast<SharedStorage<D>*>(align_shared_1024(smem_raw));
+  auto& s = *reinterpret_cast<SharedStorage<D, kRules>*>(align_shared_1024(smem_raw));
   const Work w = make_work(p);
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -627,17 +637,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     fence_barrier_init();
   }
-  if (p.rules.groups > 0 && threadIdx.x == 128) set_head_boxes(p, w, s.heads);
+  if constexpr (kRules)
+    if (threadIdx.x == 128) set_head_boxes(p, w, s.heads);
   __syncthreads();
   if (warpgroup == 0) {
     regs_decrease<kProducerRegs>();
     if (threadIdx.x < 32)
-      producer<D>(p, s, w, &tm_q, &tm_do, &tm_k, &tm_v);
+      producer<D, kRules>(p, s, w, &tm_q, &tm_do, &tm_k, &tm_v);
     else if (threadIdx.x == 32)
-      dq_writer<D>(p, s, w, &tm_dq);
+      dq_writer<D, kRules>(p, s, w, &tm_dq);
   } else {
     regs_increase<kConsumerRegs>();
-    consumer<D, Tag>(p, s, w, warpgroup - 1, &tm_dk, &tm_dv);
+    consumer<D, Tag, kRules>(p, s, w, warpgroup - 1, &tm_dk, &tm_dv);
   }
 }
 

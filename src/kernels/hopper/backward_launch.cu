@@ -133,7 +133,91 @@ BackwardLaunchCount backward_launch_count() {
   return BackwardLaunchCount{launches.load(), head_rule_launches.load()};
 }
 
+namespace {
+
+// The query heads of head-rule group g as an arithmetic progression first + i * step (i < count);
+// false when they are not one (or the group has no head).
+bool group_heads(const Problem& p, int g, int* first, int* step, int* count) {
+  int n = 0, h0 = -1, d = 1;
+  for (int h = 0; h < p.heads_q; ++h) {
+    if (p.head_rules.group_of_head[h] != g) continue;
+    if (n == 0) h0 = h;
+    else if (n == 1) d = h - h0;
+    else if (h != h0 + n * d) return false;
+    ++n;
+  }
+  if (n == 0) return false;
+  *first = h0;
+  *step = d;
+  *count = n;
+  return true;
+}
+
+// Heads first + i * step of a heads-last tensor (head axis `axis`).
+TensorRef head_view(const TensorRef& t, int axis, int first, int step, int count) {
+  TensorRef v = t;
+  v.data = static_cast<char*>(t.data) + first * t.strides[axis] * dtype_size(t.dtype);
+  v.shape[axis] = count;
+  v.strides[axis] = t.strides[axis] * step;
+  return v;
+}
+
+}  // namespace
+
+bool backward_splits_by_group(const Problem& p, const KernelOptions& options) {
+  if (p.head_rules.groups < 2 || p.heads_kv != p.heads_q || p.additional_kv > 0) return false;
+  const TileKernel k = hopper_backward_tile_kernel();
+  const std::vector<WeightedProblem> groups = head_rule_groups(p);
+  if (groups.size() < 2) return false;
+  double heads = 0, apart = 0;
+  for (const WeightedProblem& g : groups) {
+    heads += g.weight;
+    apart += g.weight * tile_choice(g.problem, k, options.q_tile, options.kv_tile).cost;
+  }
+  const double together =
+      heads * tile_choice_for_groups(groups, k, options.q_tile, options.kv_tile).cost;
+  // The launches of every group pay their own tail and setup: split only for a clear gain.
+  return apart < (1 - kSplitMargin) * together;
+}
+
+std::vector<BackwardCall> backward_group_calls(const BackwardCall& call) {
+  const Problem& p = call.problem;
+  if (!backward_splits_by_group(p, call.options)) return {};
+  std::vector<BackwardCall> parts;
+  const int head_axis = p.rank + 1;  // heads-last: [B, axes..., H, D] and the LSE [B, axes..., H]
+  for (int g = 0; g < p.head_rules.groups; ++g) {
+    bool has_heads = false;
+    for (int h = 0; h < p.heads_q; ++h) has_heads = has_heads || p.head_rules.group_of_head[h] == g;
+    if (!has_heads) continue;
+    int first = 0, step = 1, count = 0;
+    if (!group_heads(p, g, &first, &step, &count)) return {};
+    auto view = [&](const TensorRef& t) { return head_view(t, head_axis, first, step, count); };
+    BackwardCall c = call;
+    c.problem = problem_of_group(p, g);
+    c.problem.heads_q = c.problem.heads_kv = count;
+    c.in.q = view(call.in.q);
+    c.in.k = view(call.in.k);
+    c.in.v = view(call.in.v);
+    c.out = view(call.out);
+    c.lse = view(call.lse);
+    c.d_out = view(call.d_out);
+    c.dq = view(call.dq);
+    c.dk = view(call.dk);
+    c.dv = view(call.dv);
+    if (!supports_backward(c, nullptr)) return {};
+    parts.push_back(c);
+  }
+  return parts;
+}
+
 void backward(const BackwardCall& call) {
+  // Head-rule groups whose tiles differ enough run as one call per group on views of their heads.
+  const std::vector<BackwardCall> parts = backward_group_calls(call);
+  if (!parts.empty()) {
+    for (const BackwardCall& c : parts) backward(c);
+    return;
+  }
+
   // Launches, tensor maps and tile counts follow the layout and the dilations, which every
   // head-rule group shares (supports); the groups' rules travel in BwdParams::rules (spatial
   // launches; the additional keys' launch has no rule).

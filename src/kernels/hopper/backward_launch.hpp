@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "kernels/hopper/backward_params.hpp"
@@ -23,6 +24,16 @@ BwdTiles choose_backward_tiles(const Problem& p, const KernelOptions& options);
 
 bool supports_backward(const BackwardCall& call, std::string* why);
 void backward(const BackwardCall& call);
+
+// A backward with head rules runs as one call per head-rule group, each on views of its heads
+// with its own tile choice, instead of one launch per dilation group for every group when the
+// groups' own tile choices cost, summed over their heads, kSplitMargin less than the one shape
+// they would share (backward_splits_by_group: no GQA, no additional keys). backward_group_calls
+// gives those calls, or none where the split does not pay or cannot run (a group's heads not
+// evenly spaced, a view the kernel does not read): then one launch runs every group.
+constexpr double kSplitMargin = 0.01;
+bool backward_splits_by_group(const Problem& p, const KernelOptions& options);
+std::vector<BackwardCall> backward_group_calls(const BackwardCall& call);
 
 // Test hook: backward main-kernel launches of this process so far (the additional keys' launches
 // included), and those of them that ran per-head rules (one per dilation group and batch run,

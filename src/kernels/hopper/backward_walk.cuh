@@ -76,20 +76,6 @@ struct QWalk {
 
   __device__ __forceinline__ void begin(const Work& w, int head0) {
     head = head0;
-    start(w);
-  }
-
-  // Head rules: begins at `first`, which load_head_box has set with head0's box in w.
-  __device__ __forceinline__ void begin_at_first(const Work& w, int head0) {
-    head = head0;
-    left = w.q_count;
-    changed = 0;
-#pragma unroll
-    for (int a = 0; a < kAxes; ++a) qt[a] = first[a];
-  }
-
-  // Starts the current head's visits at its box's rotation.
-  __device__ __forceinline__ void start(const Work& w) {
     left = w.q_count;
     changed = 0;
     if (w.q_count == 0) return;
@@ -102,20 +88,9 @@ struct QWalk {
     for (int a = 0; a < kAxes; ++a) qt[a] = first[a];
   }
 
-  // next_head(head, w, first) is called when the walk moves to the next query head; it returns
-  // true when it loaded another box into w and its first Q tile into first (head rules), false
-  // when every head shares w's box.
-  template <typename NextHead>
-  __device__ __forceinline__ void next(Work& w, NextHead&& next_head) {
+  __device__ __forceinline__ void next(const Work& w) {
     if (--left == 0) {
       ++head;
-      if (next_head(head, w, first)) {  // a new box, and its first Q tile in first
-        left = w.q_count;
-        changed = 0;
-#pragma unroll
-        for (int a = 0; a < kAxes; ++a) qt[a] = first[a];
-        return;
-      }
       left = w.q_count;
       changed = 0;
 #pragma unroll
@@ -139,9 +114,12 @@ struct QWalk {
 // memory, and the visits of the CTA (summed over the query heads of its KV head). Every key is
 // attended by some query under every rule, so no head's box is empty.
 struct QBox {
-  int begin[kAxes], size[kAxes];
-  int first[kAxes];  // the Q tile the walk starts at (QWalk::start, the rotation decoded)
+  int begin[kAxes], end[kAxes];
+  int first[kAxes];  // the Q tile the walk starts at (QWalk::begin: the rotation decoded)
   int count;
+  // Per axis the Q tiles whose pair with the KV tile is full (the others of the box partial),
+  // so that a visit's class is read here instead of computed from the rules in the walk.
+  int full_begin[kAxes], full_end[kAxes];
 };
 struct HeadBoxes {
   QBox box[kMaxHeadGroups];
@@ -153,17 +131,20 @@ __device__ __forceinline__ void set_head_boxes(const BwdParams& p, const Work& w
   for (int g = 0; g < p.rules.groups; ++g) {
     Work t = w;
     set_q_box(p, p.rules.axes[g], tile, t);
+    QWalk walk;
+    walk.begin(t, 0);
     QBox& b = hb.box[g];
 #pragma unroll
     for (int a = 0; a < kAxes; ++a) {
       b.begin[a] = t.q_begin[a];
-      b.size[a] = t.q_size[a];
+      b.end[a] = t.q_begin[a] + t.q_size[a];
+      b.first[a] = walk.first[a];
+      const Range full = full_q_tiles_of_kv_tile(p.rules.axes[g][a], p.axes[a].extent, w.kt[a],
+                                                 p.q_tile[a], p.kv_tile[a]);
+      b.full_begin[a] = full.begin;
+      b.full_end[a] = full.end;
     }
     b.count = t.q_count;
-    QWalk walk;
-    walk.start(t);
-#pragma unroll
-    for (int a = 0; a < kAxes; ++a) b.first[a] = walk.first[a];
   }
   int visits = 0;
   for (int h = w.head_kv * p.heads_per_kv; h < (w.head_kv + 1) * p.heads_per_kv; ++h)
@@ -171,23 +152,48 @@ __device__ __forceinline__ void set_head_boxes(const BwdParams& p, const Work& w
   hb.visits = visits;
 }
 
-// Head rules: head `head`'s box (its group's) into w, and where its walk starts into first.
-__device__ __forceinline__ void load_head_box(const BwdParams& p, const HeadBoxes& hb, int head,
-                                              Work& w, int (&first)[kAxes]) {
-  const QBox& b = hb.box[p.rules.group_of_head[head]];
+// Head rules: the walk over the CTA's visits, each query head over its group's box (QWalk's
+// order inside a box). The box stays in shared memory, read at a head change and where a step
+// wraps an axis, so that the walk holds no more registers than QWalk.
+struct BoxWalk {
+  int qt[kAxes];  // Q tile of the current visit
+  int head;       // query head of the current visit
+  int left;       // visits left in this head, the current one included
+  int changed;    // lowest axis whose Q tile changed at the last step (0 after a head change)
+  const QBox* box;  // the current head's
+
+  __device__ __forceinline__ void start_head(const BwdParams& p, const HeadBoxes& hb) {
+    box = &hb.box[p.rules.group_of_head[head]];
+    left = box->count;
+    changed = 0;
 #pragma unroll
-  for (int a = 0; a < kAxes; ++a) {
-    w.q_begin[a] = b.begin[a];
-    w.q_size[a] = b.size[a];
-    first[a] = b.first[a];
+    for (int a = 0; a < kAxes; ++a) qt[a] = box->first[a];
   }
-  w.q_count = b.count;
-}
 
-// Visits of the CTA: every query head of the KV head walks its box.
-__device__ __forceinline__ int visits_of(const BwdParams& p, const HeadBoxes& hb, const Work& w) {
-  return p.rules.groups > 0 ? hb.visits : w.q_count * p.heads_per_kv;
-}
+  __device__ __forceinline__ void begin(const BwdParams& p, const HeadBoxes& hb, int head0) {
+    head = head0;
+    start_head(p, hb);
+  }
 
+  // Past the last head (the step after the last visit) it reads a box that no visit uses
+  // (group_of_head has an entry there).
+  __device__ __forceinline__ void next(const BwdParams& p, const HeadBoxes& hb) {
+    if (--left == 0) {
+      ++head;
+      start_head(p, hb);
+      return;
+    }
+    changed = 2;
+    if (++qt[2] == box->end[2]) {
+      qt[2] = box->begin[2];
+      changed = 1;
+      if (++qt[1] == box->end[1]) {
+        qt[1] = box->begin[1];
+        changed = 0;
+        if (++qt[0] == box->end[0]) qt[0] = box->begin[0];
+      }
+    }
+  }
+};
 
 }  // namespace gna::hopper::bwd

@@ -107,7 +107,7 @@ __device__ __forceinline__ void cursor_step(const KvWalk& w, KvCursor& c) {
   }
 }
 
-template <int D>
+template <int D, bool kRules>
 __device__ __forceinline__ void producer_loop(const FwdParams& p, SharedStorage<D>& s,
                                               const CUtensorMap* tm_q, const CUtensorMap* tm_k,
                                               const CUtensorMap* tm_v, const CUtensorMap* tm_ak,
@@ -122,7 +122,7 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, SharedStorage<
   load_tile<L>(s.q, tm_q, &s.q_full, head, qt[2] * p.q_tile[2], qt[1] * p.q_tile[1],
                x_base + qt[0] * p.q_tile[0]);
 
-  const KvWalk w = make_walk(p, axes_of_item(p, head), qt, kKv);
+  const KvWalk w = make_walk(p, axes_of_item<kRules>(p, head), qt, kKv);
   int it = 0;
   KvCursor cur;
   cursor_begin(cur);
@@ -156,7 +156,7 @@ __device__ __forceinline__ void producer_loop(const FwdParams& p, SharedStorage<
   }
 }
 
-template <int D, typename Tag>
+template <int D, typename Tag, bool kRules>
 __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<D>& s,
                                               const int (&qt)[kAxes], int head, int batch,
                                               int consumer) {
@@ -170,7 +170,7 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
   const int quad = lane % 4;
   const int row_in_wg = warp * 16 + lane / 4;  // and + 8
 
-  const AxisRule* axes = axes_of_item(p, head);  // the head's rules (head_rules.hpp)
+  const AxisRule* axes = axes_of_item<kRules>(p, head);  // the head's rules (head_rules.hpp)
   const KvWalk w = make_walk(p, axes, qt, kKv);
   const int total = w.spatial + w.additional;
 
@@ -330,7 +330,9 @@ __device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<
                             batch);
 }
 
-template <int D, typename Tag>
+// kRules: the kernel of launches with head rules (FwdParams::rules.groups > 0); without, the
+// rules are never read and the kernel is the plain one.
+template <int D, typename Tag, bool kRules>
 __global__ void __launch_bounds__(kThreads, 1)
     forward_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                    const __grid_constant__ CUtensorMap tm_v,
@@ -370,10 +372,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     regs_decrease<producer_regs(D)>();
     if (threadIdx.x == 0)
-      producer_loop<D>(p, s, &tm_q, &tm_k, &tm_v, &tm_ak, &tm_av, qt, head, batch);
+      producer_loop<D, kRules>(p, s, &tm_q, &tm_k, &tm_v, &tm_ak, &tm_av, qt, head, batch);
   } else {
     regs_increase<consumer_regs(D)>();
-    consumer_loop<D, Tag>(p, s, qt, head, batch, warp_uniform(warpgroup - 1));
+    consumer_loop<D, Tag, kRules>(p, s, qt, head, batch, warp_uniform(warpgroup - 1));
   }
 }
 

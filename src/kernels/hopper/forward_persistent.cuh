@@ -29,7 +29,7 @@ struct StageTag {
   int flags;       // kFirstTile | kPartialTile | kEndOfWork
   int key_limit;   // real keys of the tile (< 128 only for the last additional-KV tile)
   int kv_origin[kAxes];  // first key of the KV tile per axis (group coordinates)
-  int group;       // head-rule group of the item's head (0 without head rules)
+  int group;       // head-rule group of the item's head (written with head rules only)
 };
 constexpr int kFirstTile = 1;    // first KV tile of a work item
 constexpr int kPartialTile = 2;  // the pair needs the per-axis mask
@@ -51,7 +51,7 @@ constexpr int persistent_shared_bytes() {
   return static_cast<int>(sizeof(PersistentStorage<D>)) + 1024;  // + alignment slack
 }
 
-template <int D>
+template <int D, bool kRules>
 __device__ __forceinline__ void persistent_producer(const FwdParams& p, PersistentStorage<D>& s,
                                                     const CUtensorMap* tm_q,
                                                     const CUtensorMap* tm_k,
@@ -62,7 +62,7 @@ __device__ __forceinline__ void persistent_producer(const FwdParams& p, Persiste
   // Q of work item `item`, the CTA's item number `jq`, into buffer jq % 2.
   auto load_q = [&](int item, int jq) {
     int tile, hb;
-    decode_item(p, item, tile, hb);
+    decode_item<kRules>(p, item, tile, hb);
     int qt[kAxes];
     tile_coords(p, tile, qt);
     const int qb = jq & 1;
@@ -86,10 +86,9 @@ __device__ __forceinline__ void persistent_producer(const FwdParams& p, Persiste
     const int next =
         p.work_counter != nullptr ? atomicAdd(p.work_counter, 1) + gridDim.x : k + gridDim.x;
     int tile, hb;
-    decode_item(p, k, tile, hb);
+    decode_item<kRules>(p, k, tile, hb);
     const int head = hb % p.heads_q;
     const int head_kv = head / p.heads_per_kv;
-    const int group = p.rules.groups > 0 ? p.rules.group_of_head[head] : 0;
     const int x_base = hb / p.heads_q * p.axes[0].extent;  // batches folded into axis 0
     int qt[kAxes];
     tile_coords(p, tile, qt);
@@ -118,7 +117,7 @@ __device__ __forceinline__ void persistent_producer(const FwdParams& p, Persiste
       tag.kv_origin[0] = o0;
       tag.kv_origin[1] = o1;
       tag.kv_origin[2] = o2;
-      tag.group = group;
+      if constexpr (kRules) tag.group = p.rules.group_of_head[head];
       mbar_expect_tx(&s.k_full[stage], L::kTileBytes);
       load_tile<L>(s.k[stage], mk, &s.k_full[stage], head_kv, c2, c3, c4);
       mbar_wait(&s.v_empty[stage], phase ^ 1);
@@ -131,9 +130,9 @@ __device__ __forceinline__ void persistent_producer(const FwdParams& p, Persiste
     // key), classes per axis computed where that axis' tile changes, then the additional-KV
     // tiles. A tile past an axis' end is zero-filled or, on the folded axis 0, holds the next
     // batch's keys: its pair is partial and those keys are masked.
-    // Under the item's rules `axes`: the launch's (no head rules: the walk reads them as
-    // launch constants) or its head's group's.
-    auto emit_box = [&](const AxisRule* axes) {
+    // Under the item's rules (axes_of_item).
+    {
+      const AxisRule* axes = axes_of_item<kRules>(p, head);
       int first[kAxes], end[kAxes];
 #pragma unroll
       for (int a = 0; a < kAxes; ++a) {
@@ -158,11 +157,7 @@ __device__ __forceinline__ void persistent_producer(const FwdParams& p, Persiste
           }
         }
       }
-    };
-    if (p.rules.groups == 0)
-      emit_box(p.axes);
-    else
-      emit_box(p.rules.axes[group]);
+    }
     for (int a0 = 0; a0 < p.additional_kv; a0 += kTileTokens)
       emit(0, min_i(kTileTokens, p.additional_kv - a0), 0, 0, 0, a0,
            p.batch_offset + hb / p.heads_q, 0, tm_ak, tm_av);
@@ -191,7 +186,7 @@ struct RowWindows {
   int begin[2][kAxes], width[2][kAxes];
 };
 
-template <int D, typename Tag>
+template <int D, typename Tag, bool kRules>
 __device__ __forceinline__ void persistent_consumer(const FwdParams& p, PersistentStorage<D>& s,
                                                     int consumer) {
   using L = TileLayout<D>;
@@ -204,18 +199,19 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
   const float scale_log2 = p.scale_log2;
 
   RowWindows win;
-  // A new item (tile, and the head-rule group from its first stage's tag).
-  auto begin_item = [&](int tile, int group) {
+  // A new item: its tile and, with head rules, the head-rule group from its first stage's tag.
+  auto begin_item = [&](int tile, const StageTag& tag) {
     int qt[kAxes];
     tile_coords(p, tile, qt);
-    auto keep = [&](int i, int a, Range kw) {
+    const AxisRule* axes;
+    if constexpr (kRules)
+      axes = p.rules.axes[tag.group];
+    else
+      axes = p.axes;
+    row_key_windows(p, axes, qt, consumer, row_in_wg, [&](int i, int a, Range kw) {
       win.begin[i][a] = kw.begin;
       win.width[i][a] = kw.size();
-    };
-    if (p.rules.groups == 0)
-      row_key_windows(p, p.axes, qt, consumer, row_in_wg, keep);
-    else
-      row_key_windows(p, p.rules.axes[group], qt, consumer, row_in_wg, keep);
+    });
   };
 
   float o[kO];
@@ -270,7 +266,7 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
   }
   int item_tile = s.tag[0].tile, item_hb = s.tag[0].head_batch;
   int j = 0;  // items of this CTA: item j's Q is in q[j % 2]
-  begin_item(item_tile, s.tag[0].group);
+  begin_item(item_tile, s.tag[0]);
   mbar_wait(&s.q_full[0], 0);
   uint32_t pa[kTileTokens / 4];
   float sacc[kS];
@@ -302,7 +298,7 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
       item_hb = s.tag[stage].head_batch;
       row_max[0] = row_max[1] = -INFINITY;
       row_sum[0] = row_sum[1] = 0.f;
-      begin_item(item_tile, s.tag[stage].group);
+      begin_item(item_tile, s.tag[stage]);
       ++j;
       mbar_wait(&s.q_full[j & 1], (j >> 1) & 1);
     }
@@ -334,7 +330,8 @@ __device__ __forceinline__ void persistent_consumer(const FwdParams& p, Persiste
   if (consumer == 0) named_barrier_sync(my_turn, 256);  // the second consumer's last turn
 }
 
-template <int D, typename Tag>
+// kRules: as forward_kernel's.
+template <int D, typename Tag, bool kRules>
 __global__ void __launch_bounds__(kThreads, 1)
     persistent_forward_kernel(const __grid_constant__ CUtensorMap tm_q,
                               const __grid_constant__ CUtensorMap tm_k,
@@ -367,10 +364,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (warpgroup == 0) {
     regs_decrease<kPersistentProducerRegs>();
-    if (threadIdx.x == 0) persistent_producer<D>(p, s, &tm_q, &tm_k, &tm_v, &tm_ak, &tm_av);
+    if (threadIdx.x == 0) persistent_producer<D, kRules>(p, s, &tm_q, &tm_k, &tm_v, &tm_ak, &tm_av);
   } else {
     regs_increase<kPersistentConsumerRegs>();
-    persistent_consumer<D, Tag>(p, s, warp_uniform(warpgroup - 1));
+    persistent_consumer<D, Tag, kRules>(p, s, warp_uniform(warpgroup - 1));
   }
 }
 

@@ -16,14 +16,19 @@ __device__ __forceinline__ void tile_coords(const FwdParams& p, int tile, int (&
 // Work item k: tiles of an image run fastest (concurrent CTAs share K/V in L2); within an image
 // and head the host's order (longest first) when given, with head rules the order of the head's
 // group.
+template <bool kRules>
 __device__ __forceinline__ void decode_item(const FwdParams& p, int k, int& tile, int& head_batch) {
   const int r = k % p.q_tiles_per_image;
   head_batch = k / p.q_tiles_per_image;
-  if (p.tile_order == nullptr) {
-    tile = r;
+  if constexpr (kRules) {
+    if (p.tile_order == nullptr) {
+      tile = r;
+    } else {
+      const int row = p.rules.group_of_head[head_batch % p.heads_q];
+      tile = __ldg(p.tile_order + row * p.q_tiles_per_image + r);
+    }
   } else {
-    const int row = p.rules.groups > 0 ? p.rules.group_of_head[head_batch % p.heads_q] : 0;
-    tile = __ldg(p.tile_order + row * p.q_tiles_per_image + r);
+    tile = p.tile_order != nullptr ? __ldg(p.tile_order + r) : r;
   }
 }
 

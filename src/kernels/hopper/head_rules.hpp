@@ -23,10 +23,15 @@ struct HeadGroupRules {
   uint8_t group_of_head[kMaxHeadsWithRules + 1];
 };
 
-// The rules of query head `head`: its group's, or the launch's axes without head rules.
-template <typename Params>
+// The rules of query head `head` in a kernel instantiated for launches with head rules
+// (kRules: its group's) or without (the launch's axes; the rules are not read, so that the
+// kernel without head rules compiles to the plain one).
+template <bool kRules, typename Params>
 GNA_HD const AxisRule* axes_of_item(const Params& p, int head) {
-  return p.rules.groups > 0 ? p.rules.axes[p.rules.group_of_head[head]] : p.axes;
+  if constexpr (kRules)
+    return p.rules.axes[p.rules.group_of_head[head]];
+  else
+    return p.axes;
 }
 
 // Whether the Hopper kernels can run p's head rules in one launch per dilation group: every
