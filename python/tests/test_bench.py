@@ -145,3 +145,9 @@ def test_rows_record_their_wall_time(monkeypatch, capsys):
     assert "[" in capsys.readouterr().out
     failed = runner.record(case, "fwd", "FlexAttention", lambda: None, 3e9, skip="not here")
     assert failed["ms"] is None and "wall_s" in failed
+
+
+def test_host_cost_times_a_call_on_the_host():
+    from gna.bench import host_cost
+    micros = host_cost.time_per_call((1, 8, 1, 8, 1), "cpu", True, calls=2)
+    assert 0 < micros < 10e6
