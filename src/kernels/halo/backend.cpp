@@ -56,6 +56,13 @@ bool cached_preferred(const Problem& p, std::string* why) {
   return yes;
 }
 
+// A plan of the pass that fits the device: the whole halo, or slabs of it where that does not fit
+// (the launcher may choose smaller slabs, launch_plan).
+Plan device_plan(const Problem& p, Side side, Pass pass, int device) {
+  return pass_plan(cached_plan(p, side), pass, p.dim_qk,
+                   device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+}
+
 bool aligned_rows(const TensorRef& t, const char* name, std::string* why) {
   return cuda::aligned_rows(t, name, "halo", why);
 }
@@ -112,7 +119,7 @@ bool supports_forward(const ForwardCall& call, std::string* why) {
   if (!supports_problem(p, call.in, call.options, why) || !aligned_rows(call.out, "out", why) ||
       !slice_fits(call.out, p.rank, "out", why) || (call.lse && !slice_fits(*call.lse, p.rank, "lse", why)))
     return false;
-  const Plan& plan = cached_plan(p, Side::keys_of_queries);
+  const Plan plan = device_plan(p, Side::keys_of_queries, Pass::forward, call.in.q.device);
   return plan_fits(p, plan, forward_shared_bytes(plan, p.dim_qk), "forward", call.in.q.device, why);
 }
 
@@ -126,9 +133,9 @@ bool supports_backward(const BackwardCall& call, std::string* why) {
   for (const auto& [t, name] : {std::pair<const TensorRef*, const char*>{&call.out, "out"}, {&call.d_out, "d_out"},
                                {&call.lse, "lse"}, {&call.dq, "dq"}, {&call.dk, "dk"}, {&call.dv, "dv"}})
     if (!slice_fits(*t, p.rank, name, why)) return false;
-  const Plan& keys = cached_plan(p, Side::keys_of_queries);
-  const Plan& queries = cached_plan(p, Side::queries_of_keys);
   const int device = call.in.q.device;
+  const Plan keys = device_plan(p, Side::keys_of_queries, Pass::dq, device);
+  const Plan queries = device_plan(p, Side::queries_of_keys, Pass::dkdv, device);
   return plan_fits(p, keys, dq_shared_bytes(keys, p.dim_qk), "dQ pass", device, why) &&
          plan_fits(p, queries, dkdv_shared_bytes(queries, p.dim_qk), "dK/dV pass", device, why);
 }
@@ -149,6 +156,16 @@ void backward(const BackwardCall& call) {
   else
     launch_backward_d64(call, keys, queries);
 }
+
+}  // namespace
+
+int launched_slabs(const Problem& p, const Plan& whole, Pass pass, int device) {
+  if (pass == Pass::forward)
+    return p.dim_qk == 32 ? forward_slabs_d32(p, whole, device) : forward_slabs_d64(p, whole, device);
+  return p.dim_qk == 32 ? backward_slabs_d32(p, whole, pass, device) : backward_slabs_d64(p, whole, pass, device);
+}
+
+namespace {
 
 Backend make_backend() {
   Backend b =

@@ -10,4 +10,9 @@ void launch_backward_d32(const BackwardCall& call, const Plan& keys_plan, const 
     launch_backward<__nv_bfloat16, 32>(call, keys_plan, queries_plan);
 }
 
+int backward_slabs_d32(const Problem& p, const Plan& whole, Pass pass, int device) {
+  return p.dtype == DType::f16 ? backward_slabs<__half, 32>(whole, pass, device)
+                               : backward_slabs<__nv_bfloat16, 32>(whole, pass, device);
+}
+
 }  // namespace gna::halo

@@ -69,6 +69,7 @@ struct Slice {
   int halo_side[kMaxRank];
   SmallDivisor halo_div[kMaxRank];
   int halo_count;
+  int plane_rows;  // halo rows per plane of axis 0
 };
 
 __device__ __forceinline__ Range window_of(const AxisRule& a, int n, int token, Side side) {
@@ -105,7 +106,21 @@ __device__ __forceinline__ bool decode_slice(const Geometry& G, const Problem& p
     s.halo_div[a] = small_divisor(s.halo_side[a]);
     s.halo_count *= s.halo_side[a];
   }
+  s.plane_rows = s.halo_count / s.halo_side[0];
   return true;
+}
+
+// Slabs of the halo (plan.hpp): slab k holds the planes [k S, min((k + 1) S, side)) of axis 0 (S:
+// slab_planes), the rows [first, first + count) of the halo's row tables.
+struct SlabRows {
+  int first, count;
+};
+__device__ __forceinline__ int slab_count(const Slice& s, int slab_planes) {
+  return ceil_div(s.halo_side[0], slab_planes);
+}
+__device__ __forceinline__ SlabRows slab_rows(const Slice& s, int slab_planes, int k) {
+  const int p0 = k * slab_planes, p1 = min_i(p0 + slab_planes, s.halo_side[0]);
+  return SlabRows{p0 * s.plane_rows, (p1 - p0) * s.plane_rows};
 }
 
 // Element offset of token ig (group coordinates of the slice's groups) in t, without batch/head.
@@ -202,6 +217,7 @@ struct WarpBox {
   int walk_side[kMaxRank];
   SmallDivisor walk_div[kMaxRank];
   int walk_count;
+  int plane_count;  // walked tokens per plane of axis 0
   bool empty;
 };
 
@@ -227,8 +243,31 @@ __device__ __forceinline__ WarpBox warp_box(const Geometry& G, const Problem& p,
     w.walk_div[a] = small_divisor(w.walk_side[a]);
     w.walk_count *= w.walk_side[a];
   }
+  w.plane_count = w.walk_count / w.walk_side[0];
   return w;
 }
+
+// The planes of slab k that the warp's walk meets, relative to the walk's first plane (empty
+// where it meets none).
+__device__ __forceinline__ Range walk_planes(const WarpBox& w, const Slice& s, int slab_planes, int k) {
+  const int first = w.walk[0].begin - s.halo[0].begin;
+  const int b = max_i(k * slab_planes, first);
+  const int e = max_i(min_i((k + 1) * slab_planes, first + w.walk_side[0]), b);
+  return Range{b - first, e - first};
+}
+// Chunks of the warp's walk over slab k.
+__device__ __forceinline__ int segment_chunks(const WarpBox& w, const Slice& s, int slab_planes, int k) {
+  return ceil_div(walk_planes(w, s, slab_planes, k).size() * w.plane_count, kChunk);
+}
+// Where the warp's walk over a slab starts in its tables: chunk (walk table entry chunk * kChunk)
+// and mask word (each walk's mask words start afresh, see build_chunk_masks).
+struct Segment {
+  int chunk = 0, word = 0;
+  __device__ __forceinline__ void advance(int chunks) {
+    chunk += chunks;
+    word += ceil_div(chunks, 4);
+  }
+};
 
 // Walk table entry: halo-local coordinates in 10-bit fields (9-bit value, the top bit a guard for
 // the mask arithmetic below). Padding entries (past the sub-box, up to a whole chunk) carry
@@ -255,29 +294,40 @@ template <int D>
 __device__ __forceinline__ int walk_row(uint32_t offset) { return static_cast<int>(offset / (D * 2)); }
 
 // The warp's walk table: coordinates (for the mask) and walk_offset of each walked token, whole
-// chunks; padding entries point at halo row 0 (loaded, so finite, and masked).
+// chunks, one walk per slab of the halo (one walk where the slab is the whole halo), the tile
+// offsets relative to the slab's first row; padding entries point at the slab's row 0 (loaded, so
+// finite, and masked). Returns the chunks of all walks.
 template <int D>
-__device__ __forceinline__ int build_walk_table(const WarpBox& w, const Slice& s, int rank,
+__device__ __forceinline__ int build_walk_table(const WarpBox& w, const Slice& s, int rank, int slab_planes,
                                                 uint32_t* coords, uint32_t* offsets) {
   const int lane = threadIdx.x % 32;
-  const int chunks = ceil_div(w.walk_count, kChunk);
-  for (int e = lane; e < chunks * kChunk; e += 32) {
-    uint32_t packed = kPaddingEntry;
-    int row = 0;
-    if (e < w.walk_count) {
-      int c[kMaxRank] = {0, 0, 0};
-      split_index(e, w.walk_div, rank, c);
-      GNA_HALO_FOR_AXES(a, rank) {
-        c[a] += w.walk[a].begin - s.halo[a].begin;
-        row = row * s.halo_side[a] + c[a];
+  int first = 0;
+  for (int k = 0; k < slab_count(s, slab_planes); ++k) {
+    const Range planes = walk_planes(w, s, slab_planes, k);
+    const int count = planes.size() * w.plane_count;
+    const int chunks = ceil_div(count, kChunk);
+    const int slab_first = slab_rows(s, slab_planes, k).first;
+    for (int e = lane; e < chunks * kChunk; e += 32) {
+      uint32_t packed = kPaddingEntry;
+      int row = slab_first;
+      if (e < count) {
+        int c[kMaxRank] = {0, 0, 0};
+        split_index(e, w.walk_div, rank, c);
+        c[0] += planes.begin;
+        row = 0;
+        GNA_HALO_FOR_AXES(a, rank) {
+          c[a] += w.walk[a].begin - s.halo[a].begin;
+          row = row * s.halo_side[a] + c[a];
+        }
+        packed = pack_fields(c, rank);
       }
-      packed = pack_fields(c, rank);
+      coords[first + e] = packed;
+      offsets[first + e] = walk_offset<D>(row - slab_first);
     }
-    coords[e] = packed;
-    offsets[e] = walk_offset<D>(row);
+    first += chunks * kChunk;
   }
   __syncwarp();
-  return chunks;
+  return first / kChunk;
 }
 
 // The windows of the lane's two rows g and g + 8 of the warp's patch, halo-local and packed like
@@ -358,17 +408,20 @@ __device__ __forceinline__ void for_each_chunk_element(F&& f) {
 // partial one first: n (std::integral_constant) is the step's chunk count, first
 // (std::bool_constant) whether it is the walk's first step, mask the lane's mask bytes of chunks
 // c0 .. c0 + n - 1 (chunk c0 + c in byte c). Every step's chunks exist: no step tests them.
-template <typename Step>
+// Fresh: false where the walk continues an earlier one (a later slab's), so that no step is the
+// first.
+template <bool Fresh = true, typename Step>
 __device__ __forceinline__ void walk_steps(const uint32_t* masks, int chunks, Step&& step) {
   using std::integral_constant;
+  using FirstStep = std::bool_constant<Fresh>;
   const uint32_t* words = masks + threadIdx.x % 32;  // mask word k at words[32 k]
   const int lead = mask_lead(chunks);
   const uint32_t mask0 = words[0] >> (8 * lead);
   switch (kMaskChunks - lead) {
-    case 1: step(integral_constant<int, 1>{}, std::true_type{}, 0, mask0); break;
-    case 2: step(integral_constant<int, 2>{}, std::true_type{}, 0, mask0); break;
-    case 3: step(integral_constant<int, 3>{}, std::true_type{}, 0, mask0); break;
-    default: step(integral_constant<int, kMaskChunks>{}, std::true_type{}, 0, mask0);
+    case 1: step(integral_constant<int, 1>{}, FirstStep{}, 0, mask0); break;
+    case 2: step(integral_constant<int, 2>{}, FirstStep{}, 0, mask0); break;
+    case 3: step(integral_constant<int, 3>{}, FirstStep{}, 0, mask0); break;
+    default: step(integral_constant<int, kMaskChunks>{}, FirstStep{}, 0, mask0);
   }
   for (int c0 = kMaskChunks - lead, k = 1; c0 < chunks; c0 += kMaskChunks, ++k)
     step(integral_constant<int, kMaskChunks>{}, std::false_type{}, c0, words[32 * k]);
@@ -459,6 +512,19 @@ __device__ __forceinline__ void chunk_columns(const uint32_t* coords, int c, uin
     const uint2 v = *reinterpret_cast<const uint2*>(coords + c * kChunk + nb * 8 + 2 * t);
     e[nb][0] = v.x | kGuardBits;
     e[nb][1] = v.y | kGuardBits;
+  }
+}
+
+// The masks of every walk of the warp's table (one per slab, build_walk_table), each from a fresh
+// mask word.
+__device__ __forceinline__ void build_walk_masks(const WarpBox& w, const Slice& s, int slab_planes,
+                                                 const uint32_t* coords, const RowWindows& rw, uint32_t* masks) {
+  if (w.empty) return;
+  Segment seg;
+  for (int k = 0; k < slab_count(s, slab_planes); ++k) {
+    const int chunks = segment_chunks(w, s, slab_planes, k);
+    build_chunk_masks(coords + seg.chunk * kChunk, chunks, rw, masks + seg.word * 32);
+    seg.advance(chunks);
   }
 }
 

@@ -20,13 +20,13 @@ struct DkdvLayout {
   __device__ __host__ explicit DkdvLayout(const Geometry& g) {
     v = kTile;
     q = 2 * kTile;
-    d_o = q + g.halo_rows * D * 2;
-    stats = d_o + g.halo_rows * D * 2;  // (LSE in log2 units, delta) per halo row
-    coords = stats + g.halo_rows * 8;
+    d_o = q + g.tile_rows * D * 2;
+    stats = d_o + g.tile_rows * D * 2;  // (LSE in log2 units, delta) per row of the tiles
+    coords = stats + g.tile_rows * 8;
     offsets = coords + kWarps * g.walk_rows * 4;
     tables = offsets + kWarps * g.walk_rows * 4;  // K, V (box); Q, dO, LSE, token (halo)
     masks = tables + 2 * kBoxTokens * 4 + 4 * g.halo_rows * 4;
-    bytes = masks + kWarps * walk_mask_bytes(g.walk_rows);
+    bytes = masks + kWarps * walk_mask_bytes(g.walk_rows, g.segments);
   }
 };
 
@@ -34,7 +34,8 @@ struct DkdvLayout {
 // 168 at 64).
 constexpr int dkdv_blocks_per_sm(int d) { return d == 32 ? 4 : 3; }
 
-template <typename T, int D>
+// Streamed: the query halo comes in slabs (plan.hpp), each loaded after the walks of the last.
+template <typename T, int D, bool Streamed>
 __global__ void __launch_bounds__(kWarps * 32, dkdv_blocks_per_sm(D))
     halo_dkdv_kernel(const __grid_constant__ DkdvParams<T> P) {
   extern __shared__ __align__(128) char smem[];
@@ -62,9 +63,11 @@ __global__ void __launch_bounds__(kWarps * 32, dkdv_blocks_per_sm(D))
   const WarpBox w = warp_box(P.geo, p, s, warp, Side::queries_of_keys);
   uint32_t* coords = reinterpret_cast<uint32_t*>(smem + L.coords) + warp * P.geo.walk_rows;
   uint32_t* offsets = reinterpret_cast<uint32_t*>(smem + L.offsets) + warp * P.geo.walk_rows;
-  const int chunks = w.empty ? 0 : build_walk_table<D>(w, s, p.rank, coords, offsets);
-  uint32_t* masks = reinterpret_cast<uint32_t*>(smem + L.masks + warp * walk_mask_bytes(P.geo.walk_rows));
-  build_chunk_masks(coords, chunks, row_windows(P.geo, p, s, w, Side::queries_of_keys), masks);
+  const int slab_planes = Streamed ? P.geo.slab_planes : s.halo_side[0];
+  const int slabs = Streamed ? slab_count(s, slab_planes) : 1;
+  const int chunks = w.empty ? 0 : build_walk_table<D>(w, s, p.rank, slab_planes, coords, offsets);
+  uint32_t* masks = reinterpret_cast<uint32_t*>(smem + L.masks + warp * walk_mask_bytes(P.geo.walk_rows, P.geo.segments));
+  build_walk_masks(w, s, slab_planes, coords, row_windows(P.geo, p, s, w, Side::queries_of_keys), masks);
   int dk_off[2], dv_off[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -90,51 +93,58 @@ __global__ void __launch_bounds__(kWarps * 32, dkdv_blocks_per_sm(D))
 #pragma unroll
       for (int j = 0; j < 4; ++j) dk[i][j] = dv[i][j] = 0.f;
     for (int hq = hk * group_heads; hq < (hk + 1) * group_heads; ++hq) {
-      load_rows<T, D>(slice_base(P.q, b, hq), q_table, s.halo_count, q_tile);
-      load_rows<T, D>(slice_base(P.d_o, b, hq), do_table, s.halo_count, do_tile);
-      cp_async_commit();
-      const float* lse = slice_base(P.lse, b, hq);
-      for (int r = threadIdx.x; r < s.halo_count; r += kWarps * 32) {
-        stats[r] = make_float2(lse[lse_table[r]] * 1.4426950408889634f,
-                               P.delta[(b * tokens + token_table[r]) * p.heads_q + hq]);
+      Segment seg;
+      for (int k = 0; k < slabs; ++k) {
+        const SlabRows rows = slab_rows(s, slab_planes, k);
+        load_rows<T, D>(slice_base(P.q, b, hq), q_table + rows.first, rows.count, q_tile);
+        load_rows<T, D>(slice_base(P.d_o, b, hq), do_table + rows.first, rows.count, do_tile);
+        cp_async_commit();
+        const float* lse = slice_base(P.lse, b, hq);
+        for (int r = threadIdx.x; r < rows.count; r += kWarps * 32) {
+          stats[r] = make_float2(lse[lse_table[rows.first + r]] * 1.4426950408889634f,
+                                 P.delta[(b * tokens + token_table[rows.first + r]) * p.heads_q + hq]);
+        }
+        cp_async_wait<0>();
+        __syncthreads();
+        const int n = w.empty ? 0 : Streamed ? segment_chunks(w, s, slab_planes, k) : chunks;
+        if (n > 0) {
+          const uint32_t* seg_offsets = offsets + seg.chunk * kChunk;
+          uint32_t kf[D / 16][4], vf[D / 16][4];
+          load_a<D>(kf, k_tile, warp * kWarpTokens);
+          load_a<D>(vf, v_tile, warp * kWarpTokens);
+          walk_chunks(masks + seg.word * 32, n, [&](int c, uint32_t mask) {
+            float st[2][4] = {}, dpt[2][4] = {};
+            const uint32_t off_nt = lane_nt(seg_offsets, c);
+            mma_abt<T, D>(st, kf, q_tile, off_nt);
+            mma_abt<T, D>(dpt, vf, do_tile, off_nt);
+            float pt[2][4];
+#pragma unroll
+            for (int nb = 0; nb < 2; ++nb) {
+              // The tile rows of the lane's two columns 2t, 2t + 1 and their (LSE, delta).
+              const uint2 e = *reinterpret_cast<const uint2*>(seg_offsets + c * kChunk + nb * 8 + 2 * t);
+              const float2 st2[2] = {stats[walk_row<D>(e.x)], stats[walk_row<D>(e.y)]};
+#pragma unroll
+              for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                  const float pr = mask_bit(mask, nb, r, j)
+                                       ? fast_exp2(fmaf(st[nb][2 * r + j], scale_log2, -st2[j].x))
+                                       : 0.f;
+                  pt[nb][2 * r + j] = pr;
+                  st[nb][2 * r + j] = pr * (dpt[nb][2 * r + j] - st2[j].y);
+                }
+            }
+            const uint32_t off_t = lane_t(seg_offsets, c);
+            uint32_t a[4];
+            pack_a<T>(a, pt);
+            mma_pb<T, D>(dv, a, do_tile, off_t);
+            pack_a<T>(a, st);
+            mma_pb<T, D>(dk, a, q_tile, off_t);
+          });
+        }
+        seg.advance(n);
+        __syncthreads();  // the next loads overwrite the tiles
       }
-      cp_async_wait<0>();
-      __syncthreads();
-      if (!w.empty) {
-        uint32_t kf[D / 16][4], vf[D / 16][4];
-        load_a<D>(kf, k_tile, warp * kWarpTokens);
-        load_a<D>(vf, v_tile, warp * kWarpTokens);
-        walk_chunks(masks, chunks, [&](int c, uint32_t mask) {
-          float st[2][4] = {}, dpt[2][4] = {};
-          const uint32_t off_nt = lane_nt(offsets, c);
-          mma_abt<T, D>(st, kf, q_tile, off_nt);
-          mma_abt<T, D>(dpt, vf, do_tile, off_nt);
-          float pt[2][4];
-#pragma unroll
-          for (int nb = 0; nb < 2; ++nb) {
-            // The halo rows of the lane's two columns 2t, 2t + 1 and their (LSE, delta).
-            const uint2 e = *reinterpret_cast<const uint2*>(offsets + c * kChunk + nb * 8 + 2 * t);
-            const float2 st2[2] = {stats[walk_row<D>(e.x)], stats[walk_row<D>(e.y)]};
-#pragma unroll
-            for (int j = 0; j < 2; ++j)
-#pragma unroll
-              for (int r = 0; r < 2; ++r) {
-                const float pr = mask_bit(mask, nb, r, j)
-                                     ? fast_exp2(fmaf(st[nb][2 * r + j], scale_log2, -st2[j].x))
-                                     : 0.f;
-                pt[nb][2 * r + j] = pr;
-                st[nb][2 * r + j] = pr * (dpt[nb][2 * r + j] - st2[j].y);
-              }
-          }
-          const uint32_t off_t = lane_t(offsets, c);
-          uint32_t a[4];
-          pack_a<T>(a, pt);
-          mma_pb<T, D>(dv, a, do_tile, off_t);
-          pack_a<T>(a, st);
-          mma_pb<T, D>(dk, a, q_tile, off_t);
-        });
-      }
-      __syncthreads();  // the next loads overwrite the tiles
     }
     if (!w.empty) {
       T* out_k[2];

@@ -19,18 +19,19 @@ struct DqLayout {
     d_o = kTile;
     o = 2 * kTile;
     k = 3 * kTile;
-    v = k + g.halo_rows * D * 2;
-    lse2 = v + g.halo_rows * D * 2;
+    v = k + g.tile_rows * D * 2;
+    lse2 = v + g.tile_rows * D * 2;
     delta = lse2 + kBoxTokens * 4;
     coords = delta + kBoxTokens * 4;
     offsets = coords + kWarps * g.walk_rows * 4;
     tables = offsets + kWarps * g.walk_rows * 4;  // Q, dO, O, LSE, token (box); K, V (halo)
     masks = tables + 5 * kBoxTokens * 4 + 2 * g.halo_rows * 4;
-    bytes = masks + kWarps * walk_mask_bytes(g.walk_rows);
+    bytes = masks + kWarps * walk_mask_bytes(g.walk_rows, g.segments);
   }
 };
 
-template <typename T, int D>
+// Streamed: the halo comes in slabs (plan.hpp), each loaded after the walks of the last.
+template <typename T, int D, bool Streamed>
 __global__ void __launch_bounds__(kWarps * 32)
     halo_dq_kernel(const __grid_constant__ DqParams<T> P) {
   extern __shared__ __align__(128) char smem[];
@@ -68,9 +69,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   const WarpBox w = warp_box(P.geo, p, s, warp, Side::keys_of_queries);
   uint32_t* coords = reinterpret_cast<uint32_t*>(smem + L.coords) + warp * P.geo.walk_rows;
   uint32_t* offsets = reinterpret_cast<uint32_t*>(smem + L.offsets) + warp * P.geo.walk_rows;
-  const int chunks = w.empty ? 0 : build_walk_table<D>(w, s, p.rank, coords, offsets);
-  uint32_t* masks = reinterpret_cast<uint32_t*>(smem + L.masks + warp * walk_mask_bytes(P.geo.walk_rows));
-  build_chunk_masks(coords, chunks, row_windows(P.geo, p, s, w, Side::keys_of_queries), masks);
+  const int slab_planes = Streamed ? P.geo.slab_planes : s.halo_side[0];
+  const int chunks = w.empty ? 0 : build_walk_table<D>(w, s, p.rank, slab_planes, coords, offsets);
+  uint32_t* masks = reinterpret_cast<uint32_t*>(smem + L.masks + warp * walk_mask_bytes(P.geo.walk_rows, P.geo.segments));
+  build_walk_masks(w, s, slab_planes, coords, row_windows(P.geo, p, s, w, Side::keys_of_queries), masks);
   int dq_off[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -88,8 +90,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     load_rows<T, D>(slice_base(P.q, b, h), q_table, kBoxTokens, q_tile);
     load_rows<T, D>(slice_base(P.d_o, b, h), do_table, kBoxTokens, do_tile);
     load_rows<T, D>(slice_base(P.o, b, h), o_table, kBoxTokens, o_tile);
-    load_rows<T, D>(slice_base(P.k, b, hk), k_table, s.halo_count, k_tile);
-    load_rows<T, D>(slice_base(P.v, b, hk), v_table, s.halo_count, v_tile);
+    const SlabRows rows0 = slab_rows(s, slab_planes, 0);  // the whole halo unless Streamed
+    load_rows<T, D>(slice_base(P.k, b, hk), k_table, rows0.count, k_tile);
+    load_rows<T, D>(slice_base(P.v, b, hk), v_table, rows0.count, v_tile);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
@@ -117,18 +120,22 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     __syncthreads();
 
+    // Every warp takes part in the slabs' barriers; empty warps walk nothing.
+    const int row0 = warp * kWarpTokens + lane / 4;
+    const float row_lse[2] = {lse2[row0], lse2[row0 + 8]};
+    const float row_delta[2] = {delta[row0], delta[row0 + 8]};
+    uint32_t qf[D / 16][4], dof[D / 16][4];
     if (!w.empty) {
-      const int row0 = warp * kWarpTokens + lane / 4;
-      const float row_lse[2] = {lse2[row0], lse2[row0 + 8]};
-      const float row_delta[2] = {delta[row0], delta[row0 + 8]};
-      uint32_t qf[D / 16][4], dof[D / 16][4];
       load_a<D>(qf, q_tile, warp * kWarpTokens);
       load_a<D>(dof, do_tile, warp * kWarpTokens);
-      float dq[D / 8][4];
+    }
+    float dq[D / 8][4];
 #pragma unroll
-      for (int i = 0; i < D / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
-      const float scale_log2 = P.scale_log2;
-      walk_steps(masks, chunks, [&](auto n, auto, int c0, uint32_t mask) {
+    for (int i = 0; i < D / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+    const float scale_log2 = P.scale_log2;
+    // dQ += the walk's dS K (chunks >= 1) over the walk table at `offsets`, the masks at `words`.
+    const auto walk = [&](const uint32_t* words, const uint32_t* offsets, int chunks) {
+      walk_steps(words, chunks, [&](auto n, auto, int c0, uint32_t mask) {
 #pragma unroll
         for (int c = 0; c < decltype(n)::value; ++c) {
           float sc[2][4] = {}, dp[2][4] = {};
@@ -146,6 +153,28 @@ __global__ void __launch_bounds__(kWarps * 32)
           mma_pb<T, D>(dq, da, k_tile, lane_t(offsets, c0 + c));
         }
       });
+    };
+    if constexpr (!Streamed) {
+      if (!w.empty) walk(masks, offsets, chunks);
+    } else {
+      Segment seg;
+      for (int k = 0; k < slab_count(s, slab_planes); ++k) {
+        if (k > 0) {
+          __syncthreads();  // the walks of the last slab are done with the tiles
+          const SlabRows rows = slab_rows(s, slab_planes, k);
+          load_rows<T, D>(slice_base(P.k, b, hk), k_table + rows.first, rows.count, k_tile);
+          load_rows<T, D>(slice_base(P.v, b, hk), v_table + rows.first, rows.count, v_tile);
+          cp_async_commit();
+          cp_async_wait<0>();
+          __syncthreads();
+        }
+        if (w.empty) continue;
+        const int n = segment_chunks(w, s, slab_planes, k);
+        if (n > 0) walk(masks + seg.word * 32, offsets + seg.chunk * kChunk, n);
+        seg.advance(n);
+      }
+    }
+    if (!w.empty) {
       T* out[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) out[r] = dq_off[r] >= 0 ? slice_base(P.dq, b, h) + dq_off[r] : nullptr;

@@ -10,4 +10,9 @@ void launch_forward_d64(const ForwardCall& call, const Plan& keys_plan) {
     launch_forward<__nv_bfloat16, 64>(call, keys_plan);
 }
 
+int forward_slabs_d64(const Problem& p, const Plan& keys_whole, int device) {
+  return p.dtype == DType::f16 ? forward_slabs<__half, 64>(keys_whole, device)
+                               : forward_slabs<__nv_bfloat16, 64>(keys_whole, device);
+}
+
 }  // namespace gna::halo

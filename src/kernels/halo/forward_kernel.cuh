@@ -30,14 +30,14 @@ struct ForwardLayout {
   int v, k, coords, offsets, q_table, k_table, v_table, masks, bytes;
   __device__ __host__ explicit ForwardLayout(const Geometry& g) {
     v = kBoxTokens * D * 2;  // V before K: both tiles' ldmatrix addresses then take their base as an operand
-    k = v + g.halo_rows * D * 2;
-    coords = k + g.halo_rows * D * 2;
+    k = v + g.tile_rows * D * 2;
+    coords = k + g.tile_rows * D * 2;
     offsets = coords + kWarps * g.walk_rows * 4;
     q_table = offsets + kWarps * g.walk_rows * 4;
     k_table = q_table + kBoxTokens * 4;
     v_table = k_table + g.halo_rows * 4;
     masks = v_table + g.halo_rows * 4;
-    bytes = masks + kWarps * walk_mask_bytes(g.walk_rows);
+    bytes = masks + kWarps * walk_mask_bytes(g.walk_rows, g.segments);
   }
 };
 
@@ -104,24 +104,33 @@ __device__ __forceinline__ void forward_step(const uint32_t (&qf)[D / 16][4], ui
   }
 }
 
-// One warp's 16 queries over its walk (chunks >= 1): O (unnormalized, acc) and the softmax
-// statistics m, l, in steps of kStepChunks chunks (walk_steps).
-template <typename T, int D>
-__device__ __forceinline__ void forward_walk(const uint32_t (&qf)[D / 16][4], uint32_t k_tile, uint32_t v_tile,
-                                             const uint32_t* masks, const uint32_t* offsets, int chunks,
-                                             float scale_log2, float (&acc)[D / 8][4],
-                                             float (&m)[2], float (&l)[2]) {
+// The softmax state before any key: O (unnormalized) and l zero, the running max kNoMax.
+template <int D>
+__device__ __forceinline__ void forward_start(float (&acc)[D / 8][4], float (&m)[2], float (&l)[2]) {
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   m[0] = m[1] = kNoMax;
   l[0] = l[1] = 0.f;
-  walk_steps(masks, chunks, [&](auto n, auto first, int c0, uint32_t mask) {
+}
+
+// One warp's 16 queries over a walk (chunks >= 1): O (unnormalized, acc) and the softmax
+// statistics m, l, in steps of kStepChunks chunks (walk_steps). Fresh: the state is
+// forward_start's (the first step then skips the rescale); false: the walk continues the state
+// of walks over earlier slabs (with the state at forward_start it gives the same result: the
+// first correction is exp2(kNoMax - m) = 0, or 1 while no key is attended, with acc and l zero).
+template <typename T, int D, bool Fresh>
+__device__ __forceinline__ void forward_walk(const uint32_t (&qf)[D / 16][4], uint32_t k_tile, uint32_t v_tile,
+                                             const uint32_t* masks, const uint32_t* offsets, int chunks,
+                                             float scale_log2, float (&acc)[D / 8][4],
+                                             float (&m)[2], float (&l)[2]) {
+  walk_steps<Fresh>(masks, chunks, [&](auto n, auto first, int c0, uint32_t mask) {
     forward_step<T, D, decltype(n)::value, decltype(first)::value>(qf, k_tile, v_tile, offsets, c0, mask,
                                                                     scale_log2, acc, m, l);
   });
 }
 
-template <typename T, int D>
+// Streamed: the halo comes in slabs (plan.hpp), each loaded after the walks of the last.
+template <typename T, int D, bool Streamed>
 __global__ void __launch_bounds__(kWarps * 32, forward_blocks_per_sm(D))
     halo_forward_kernel(const __grid_constant__ ForwardParams<T> P) {
   extern __shared__ __align__(128) char smem[];
@@ -142,9 +151,10 @@ __global__ void __launch_bounds__(kWarps * 32, forward_blocks_per_sm(D))
   const WarpBox w = warp_box(P.geo, p, s, warp, Side::keys_of_queries);
   uint32_t* coords = reinterpret_cast<uint32_t*>(smem + L.coords) + warp * P.geo.walk_rows;
   uint32_t* offsets = reinterpret_cast<uint32_t*>(smem + L.offsets) + warp * P.geo.walk_rows;
-  const int chunks = w.empty ? 0 : build_walk_table<D>(w, s, p.rank, coords, offsets);
-  uint32_t* masks = reinterpret_cast<uint32_t*>(smem + L.masks + warp * walk_mask_bytes(P.geo.walk_rows));
-  build_chunk_masks(coords, chunks, row_windows(P.geo, p, s, w, Side::keys_of_queries), masks);
+  const int slab_planes = Streamed ? P.geo.slab_planes : s.halo_side[0];
+  const int chunks = w.empty ? 0 : build_walk_table<D>(w, s, p.rank, slab_planes, coords, offsets);
+  uint32_t* masks = reinterpret_cast<uint32_t*>(smem + L.masks + warp * walk_mask_bytes(P.geo.walk_rows, P.geo.segments));
+  build_walk_masks(w, s, slab_planes, coords, row_windows(P.geo, p, s, w, Side::keys_of_queries), masks);
   // Where the lane's rows go in a slice of O and of LSE (-1: outside the group).
   int o_off[2], lse_off[2];
 #pragma unroll
@@ -161,16 +171,40 @@ __global__ void __launch_bounds__(kWarps * 32, forward_blocks_per_sm(D))
   for (int slice = range.first; slice < range.last; ++slice) {
     const int b = slice / p.heads_q, h = slice % p.heads_q, hk = h / group_heads;
     load_rows<T, D>(slice_base(P.q, b, h), q_table, kBoxTokens, q_tile);
-    load_rows<T, D>(slice_base(P.k, b, hk), k_table, s.halo_count, k_tile);
-    load_rows<T, D>(slice_base(P.v, b, hk), v_table, s.halo_count, v_tile);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
+    float acc[D / 8][4], m[2], l[2];
+    uint32_t qf[D / 16][4];
+    if constexpr (!Streamed) {
+      load_rows<T, D>(slice_base(P.k, b, hk), k_table, s.halo_count, k_tile);
+      load_rows<T, D>(slice_base(P.v, b, hk), v_table, s.halo_count, v_tile);
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();
+      if (!w.empty) {
+        load_a<D>(qf, q_tile, warp * kWarpTokens);
+        forward_start<D>(acc, m, l);
+        forward_walk<T, D, true>(qf, k_tile, v_tile, masks, offsets, chunks, P.scale_log2, acc, m, l);
+      }
+    } else {
+      forward_start<D>(acc, m, l);
+      Segment seg;
+      for (int k = 0; k < slab_count(s, slab_planes); ++k) {
+        if (k > 0) __syncthreads();  // the walks of the last slab are done with the tiles
+        const SlabRows rows = slab_rows(s, slab_planes, k);
+        load_rows<T, D>(slice_base(P.k, b, hk), k_table + rows.first, rows.count, k_tile);
+        load_rows<T, D>(slice_base(P.v, b, hk), v_table + rows.first, rows.count, v_tile);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        if (w.empty) continue;
+        if (k == 0) load_a<D>(qf, q_tile, warp * kWarpTokens);
+        const int n = segment_chunks(w, s, slab_planes, k);
+        if (n > 0)
+          forward_walk<T, D, false>(qf, k_tile, v_tile, masks + seg.word * 32, offsets + seg.chunk * kChunk, n,
+                                    P.scale_log2, acc, m, l);
+        seg.advance(n);
+      }
+    }
     if (!w.empty) {
-      uint32_t qf[D / 16][4];
-      load_a<D>(qf, q_tile, warp * kWarpTokens);
-      float acc[D / 8][4], m[2], l[2];
-      forward_walk<T, D>(qf, k_tile, v_tile, masks, offsets, chunks, P.scale_log2, acc, m, l);
       // O = acc / l, LSE = (m + log2 l) * ln 2 (natural log, as every backend writes it).
       T* out[2];
       float inv[2];

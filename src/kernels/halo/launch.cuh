@@ -4,9 +4,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "kernels/common/cuda_check.hpp"
 #include "kernels/common/scratch.hpp"
+#include "kernels/common/support_checks.hpp"
 #include "kernels/halo/dkdv_kernel.cuh"
 #include "kernels/halo/dq_kernel.cuh"
 #include "kernels/halo/forward_kernel.cuh"
@@ -26,7 +31,10 @@ inline Geometry geometry(const Problem& p, const Plan& plan) {
     g.boxes_total *= g.boxes[a];
   }
   g.halo_rows = plan.halo_rows;
+  g.tile_rows = plan.tile_rows;
   g.walk_rows = plan.walk_rows;
+  g.slab_planes = plan.slab_planes;
+  g.segments = plan.segments;
   g.slices_per_cta = 1;
   return g;
 }
@@ -58,9 +66,64 @@ void set_shared(Kernel kernel, int bytes) {
   GNA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
+// The plan a pass launches: of the whole halo (where it fits) and its slabs that fit
+// (slab_candidates), the one with the most resident CTAs per SM (registers and shared memory, by
+// the occupancy calculator), then the most planes (each slab costs a round of loads and two
+// barriers per slice). Halos that fit but leave few CTAs per SM (hdit 13x13 at head dim 64: one
+// CTA of 115 KB) thus stream in slabs too. Cached per plan and kernel pair.
+template <typename Kernel>
+Plan launch_plan(const Plan& whole, Pass pass, int d, Kernel whole_kernel, Kernel streamed_kernel, int device) {
+  const int limit = cuda::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  std::vector<int> key{static_cast<int>(pass), d, device, whole.halo_rows, whole.walk_rows};
+  for (int a = 0; a < kMaxRank; ++a) {
+    key.push_back(whole.halo[a]);
+    key.push_back(whole.walk[a]);
+    key.push_back(whole.shape.cta[a]);
+  }
+  static std::mutex mu;
+  static std::map<std::pair<const void*, std::vector<int>>, int> chosen;  // slab planes
+  const auto id = std::make_pair(reinterpret_cast<const void*>(whole_kernel), key);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = chosen.find(id);
+    if (it != chosen.end()) return with_slabs(whole, it->second);
+  }
+  const std::vector<Plan> plans = slab_candidates(whole, pass, d, limit);
+  if (plans.empty()) return whole;  // dispatch refuses it
+  int best = 0, best_ctas = -1;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const Kernel kernel = plans[i].slabs > 1 ? streamed_kernel : whole_kernel;
+    const int bytes = shared_bytes(plans[i], pass, d);
+    int ctas = 0;
+    set_shared(kernel, bytes);
+    GNA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, kWarps * 32, bytes));
+    if (ctas > best_ctas) {
+      best = static_cast<int>(i);
+      best_ctas = ctas;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  chosen[id] = plans[best].slab_planes;
+  return plans[best];
+}
+
+// The slabs each pass launches (halo.hpp, launched_slabs).
 template <typename T, int D>
-void launch_forward(const ForwardCall& call, const Plan& plan) {
+int forward_slabs(const Plan& keys_whole, int device) {
+  return launch_plan(keys_whole, Pass::forward, D, halo_forward_kernel<T, D, false>, halo_forward_kernel<T, D, true>,
+                     device).slabs;
+}
+template <typename T, int D>
+int backward_slabs(const Plan& whole, Pass pass, int device) {
+  return pass == Pass::dq ? launch_plan(whole, pass, D, halo_dq_kernel<T, D, false>, halo_dq_kernel<T, D, true>, device).slabs
+                          : launch_plan(whole, pass, D, halo_dkdv_kernel<T, D, false>, halo_dkdv_kernel<T, D, true>, device).slabs;
+}
+
+template <typename T, int D>
+void launch_forward(const ForwardCall& call, const Plan& whole) {
   const Problem& p = call.problem;
+  const Plan plan = launch_plan(whole, Pass::forward, D, halo_forward_kernel<T, D, false>,
+                                halo_forward_kernel<T, D, true>, call.in.q.device);
   ForwardParams<T> P;
   P.p = p;
   P.geo = geometry(p, plan);
@@ -73,7 +136,7 @@ void launch_forward(const ForwardCall& call, const Plan& plan) {
   if (call.lse) P.lse = cuda::token_tensor<float>(*call.lse, p.rank);
   const int bytes = ForwardLayout<D>(P.geo).bytes;
   check_bytes(bytes, forward_shared_bytes(plan, D), "forward");
-  auto kernel = halo_forward_kernel<T, D>;
+  auto kernel = plan.slabs > 1 ? halo_forward_kernel<T, D, true> : halo_forward_kernel<T, D, false>;
   set_shared(kernel, bytes);
   const int64_t x_blocks = int64_t(P.geo.boxes_total) * dilation_groups(p);
   const int64_t slices = int64_t(p.batch) * p.heads_q;
@@ -85,8 +148,12 @@ void launch_forward(const ForwardCall& call, const Plan& plan) {
 }
 
 template <typename T, int D>
-void launch_backward(const BackwardCall& call, const Plan& keys_plan, const Plan& queries_plan) {
+void launch_backward(const BackwardCall& call, const Plan& keys_whole, const Plan& queries_whole) {
   const Problem& p = call.problem;
+  const Plan keys_plan = launch_plan(keys_whole, Pass::dq, D, halo_dq_kernel<T, D, false>,
+                                     halo_dq_kernel<T, D, true>, call.in.q.device);
+  const Plan queries_plan = launch_plan(queries_whole, Pass::dkdv, D, halo_dkdv_kernel<T, D, false>,
+                                        halo_dkdv_kernel<T, D, true>, call.in.q.device);
   cudaStream_t stream = static_cast<cudaStream_t>(call.stream);
   const float scale = static_cast<float>(effective_scale(p));
   float* delta = cuda::scratch_alloc<float>(size_t(p.batch) * p.tokens() * p.heads_q, stream);
@@ -106,7 +173,7 @@ void launch_backward(const BackwardCall& call, const Plan& keys_plan, const Plan
   Q.delta = delta;
   const int dq_bytes = DqLayout<D>(Q.geo).bytes;
   check_bytes(dq_bytes, dq_shared_bytes(keys_plan, D), "dQ pass");
-  auto dq_kernel = halo_dq_kernel<T, D>;
+  auto dq_kernel = keys_plan.slabs > 1 ? halo_dq_kernel<T, D, true> : halo_dq_kernel<T, D, false>;
   set_shared(dq_kernel, dq_bytes);
   const int groups = dilation_groups(p);
   const int device = call.in.q.device;
@@ -131,7 +198,7 @@ void launch_backward(const BackwardCall& call, const Plan& keys_plan, const Plan
   K.dv = cuda::token_tensor<T>(call.dv, p.rank);
   const int kv_bytes = DkdvLayout<D>(K.geo).bytes;
   check_bytes(kv_bytes, dkdv_shared_bytes(queries_plan, D), "dK/dV pass");
-  auto kv_kernel = halo_dkdv_kernel<T, D>;
+  auto kv_kernel = queries_plan.slabs > 1 ? halo_dkdv_kernel<T, D, true> : halo_dkdv_kernel<T, D, false>;
   set_shared(kv_kernel, kv_bytes);
   const int64_t kv_blocks = int64_t(K.geo.boxes_total) * groups, kv_slices = int64_t(p.batch) * p.heads_kv;
   const SliceGrid kv_grid = launch_grid(kv_kernel, kv_bytes, kv_blocks, kv_slices, device);

@@ -28,8 +28,11 @@ struct Geometry {
   SmallDivisor grid_div[kMaxRank];  // warps along each axis of the box (cta / warp)
   int boxes[kMaxRank];
   int boxes_total;
-  int halo_rows;  // rows allocated for the halo (the plan's largest)
+  int halo_rows;  // rows of the halo's row tables (the plan's largest halo)
+  int tile_rows;  // rows of each halo tile (the whole halo, or a slab of it)
   int walk_rows;  // entries of each warp's walk table
+  int slab_planes;  // planes of axis 0 per slab of the halo (plan.hpp)
+  int segments;   // walks (slabs) a warp's walk table holds at most
   int slices_per_cta;  // (batch item, head) slices each CTA takes in turn: blockIdx.y counts them
 };
 

@@ -88,6 +88,23 @@ Plan make_plan(const Problem& p, Side side) {
   }
   plan.walk_rows = ceil_div(walk, kChunk) * kChunk;
   plan.walked_per_token = std::ceil(walked / kChunk) * kChunk;
+  plan.slab_planes = plan.halo[0];
+  plan.tile_rows = plan.halo_rows;
+  return plan;
+}
+
+Plan with_slabs(const Plan& whole, int planes) {
+  Plan plan = whole;
+  plan.slab_planes = std::clamp(planes, 1, whole.halo[0]);
+  plan.slabs = ceil_div(whole.halo[0], plan.slab_planes);
+  plan.tile_rows = whole.halo_rows / whole.halo[0] * plan.slab_planes;
+  // A warp's walk spans walk[0] planes, so it meets at most (walk[0] - 1) / planes + 2 slabs; each
+  // walk but the last adds at most one partial chunk.
+  plan.segments = std::min(plan.slabs, (whole.walk[0] - 1) / plan.slab_planes + 2);
+  int walk = 1;
+  for (int a = 0; a < kMaxRank; ++a) walk *= whole.walk[a];
+  plan.walk_rows = (ceil_div(walk, kChunk) + plan.segments - 1) * kChunk;
+  if (plan.slabs == 1) plan = whole;
   return plan;
 }
 
@@ -96,22 +113,47 @@ Plan make_plan(const Problem& p, Side side) {
 // offset per entry, a mask byte per lane and chunk in words of four chunks) and int32 row tables.
 namespace {
 // Per entry: coordinates (4 bytes), tile offset (4); the masks.
-int walk_tables(const Plan& plan) { return kWarps * (plan.walk_rows * 8 + walk_mask_bytes(plan.walk_rows)); }
+int walk_tables(const Plan& plan) {
+  return kWarps * (plan.walk_rows * 8 + walk_mask_bytes(plan.walk_rows, plan.segments));
+}
 }  // namespace
 
+// Halo tiles hold tile_rows rows (a slab); the row tables cover the whole halo.
 int forward_shared_bytes(const Plan& plan, int d) {
-  return kBoxTokens * d * 2 + 2 * plan.halo_rows * d * 2 + walk_tables(plan) + kBoxTokens * 4 +
+  return kBoxTokens * d * 2 + 2 * plan.tile_rows * d * 2 + walk_tables(plan) + kBoxTokens * 4 +
          2 * plan.halo_rows * 4;
 }
 
 int dq_shared_bytes(const Plan& plan, int d) {
-  return 3 * kBoxTokens * d * 2 + 2 * plan.halo_rows * d * 2 + 2 * kBoxTokens * 4 + walk_tables(plan) +
+  return 3 * kBoxTokens * d * 2 + 2 * plan.tile_rows * d * 2 + 2 * kBoxTokens * 4 + walk_tables(plan) +
          5 * kBoxTokens * 4 + 2 * plan.halo_rows * 4;
 }
 
 int dkdv_shared_bytes(const Plan& plan, int d) {
-  return 2 * kBoxTokens * d * 2 + 2 * plan.halo_rows * d * 2 + 2 * plan.halo_rows * 4 + walk_tables(plan) +
+  return 2 * kBoxTokens * d * 2 + 2 * plan.tile_rows * d * 2 + 2 * plan.tile_rows * 4 + walk_tables(plan) +
          2 * kBoxTokens * 4 + 4 * plan.halo_rows * 4;
+}
+
+int shared_bytes(const Plan& plan, Pass pass, int d) {
+  switch (pass) {
+    case Pass::forward: return forward_shared_bytes(plan, d);
+    case Pass::dq: return dq_shared_bytes(plan, d);
+    default: return dkdv_shared_bytes(plan, d);
+  }
+}
+
+std::vector<Plan> slab_candidates(const Plan& whole, Pass pass, int d, int limit) {
+  std::vector<Plan> plans;
+  for (int planes = whole.halo[0]; planes >= 1; --planes) {
+    const Plan plan = with_slabs(whole, planes);
+    if (limit <= 0 || shared_bytes(plan, pass, d) <= limit) plans.push_back(plan);
+  }
+  return plans;
+}
+
+Plan pass_plan(const Plan& whole, Pass pass, int d, int limit) {
+  const std::vector<Plan> plans = slab_candidates(whole, pass, d, limit);
+  return plans.empty() ? whole : plans.front();
 }
 
 namespace {

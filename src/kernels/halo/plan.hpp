@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "gna/core/problem.hpp"
 
@@ -17,9 +18,12 @@ constexpr int kBoxTokens = kWarps * kWarpTokens;
 constexpr int kChunk = 16;                     // keys (or queries) per step of a warp's walk
 constexpr int kMaxHaloSide = 510;              // walk tables: 9-bit coordinates (cta.cuh)
 constexpr int kMaxHeadDim = 64;
-// Bytes of a warp's walk masks for a walk table of walk_rows entries: a 32-bit word per lane for
-// every 4 chunks (kernels/halo/cta.cuh, build_chunk_masks).
-constexpr int walk_mask_bytes(int walk_rows) { return (walk_rows / kChunk + 3) / 4 * 32 * 4; }
+// Bytes of a warp's walk masks for a walk table of walk_rows entries in `segments` walks (one per
+// slab of the halo, below): a 32-bit word per lane for every 4 chunks of each walk
+// (kernels/halo/cta.cuh, build_chunk_masks).
+constexpr int walk_mask_bytes(int walk_rows, int segments = 1) {
+  return (walk_rows / kChunk + 3 * segments) / 4 * 32 * 4;
+}
 
 // The CTA's box and the warp's patch per axis (products kBoxTokens and kWarpTokens; unused axes
 // 1): 64 in 1-D, 8x8 in 2-D (or 4x16 / 16x4 where they tile the extents in fewer boxes, as 4x16
@@ -38,21 +42,44 @@ enum class Side { keys_of_queries, queries_of_keys };
 Range window_union(const AxisRule& a, int n, Range tokens, Side side);
 
 // Per-axis and overall sizes of one problem's kernels.
+//
+// Slabs: where a pass's shared memory cannot hold the whole halo (3-D windows at head dim 64),
+// the halo streams through shared memory in slabs of slab_planes planes of axis 0 (the
+// outermost, so a slab's rows are consecutive in the row tables). Each warp's walk table then
+// holds one walk per slab (the slab's planes of its sub-box, whole chunks, tile offsets relative
+// to the slab), and the warp walks them in turn, its softmax state carried across slabs.
 struct Plan {
   BoxShape shape;
   int boxes[kMaxRank] = {1, 1, 1};  // boxes along each axis of dilation group 0 (the longest)
   int halo[kMaxRank] = {1, 1, 1};   // largest halo of a box, per axis
   int walk[kMaxRank] = {1, 1, 1};   // largest union of a warp patch's windows, per axis
   int halo_rows = 1;                // tokens of the largest halo box (product of halo)
-  int walk_rows = kChunk;           // entries of a warp's walk table (product of walk, whole chunks)
+  int walk_rows = kChunk;           // entries of a warp's walk table (product of walk, whole chunks, per slab)
   double walked_per_token = 0;      // tokens a warp walks per token of its patch, averaged
+  int slab_planes = 1;              // planes of axis 0 per slab (halo[0]: the whole halo at once)
+  int slabs = 1;                    // slabs of the largest halo (ceil(halo[0] / slab_planes))
+  int segments = 1;                 // most slabs one warp's walk meets (walks in its table)
+  int tile_rows = 1;                // rows of each halo tile in shared memory (slab_planes planes)
 };
 Plan make_plan(const Problem& p, Side side);
 
+// The plan with its halo streamed in slabs of `planes` planes of axis 0 (1 <= planes <= halo[0]).
+Plan with_slabs(const Plan& whole, int planes);
+
 // Shared memory per CTA of each kernel at head dim d (bytes).
+enum class Pass { forward, dq, dkdv };
+int shared_bytes(const Plan& plan, Pass pass, int d);
 int forward_shared_bytes(const Plan& keys_plan, int d);
 int dq_shared_bytes(const Plan& keys_plan, int d);
 int dkdv_shared_bytes(const Plan& queries_plan, int d);
+
+// The plans a pass can run under `limit` bytes of shared memory per CTA, the most planes first:
+// the whole halo where it fits, then its slabs of fewer and fewer planes that fit (none: nothing
+// fits). The launcher picks among them by resident CTAs (kernels/halo/launch.cuh).
+std::vector<Plan> slab_candidates(const Plan& whole, Pass pass, int d, int limit);
+// The first candidate (the whole halo where it fits, else the largest slabs that fit), or the
+// whole plan where none fits (which dispatch refuses, naming the bytes).
+Plan pass_plan(const Plan& whole, Pass pass, int d, int limit);
 
 // Keys per query that the best 128x128-token tile kernel visits (whole KV tiles of the boxes its
 // Q tiles need, from the core's tiling math).
