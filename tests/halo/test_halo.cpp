@@ -215,7 +215,7 @@ TEST(Halo, Rank1) { sweep(1, configs_per_rank(150)); }
 TEST(Halo, Rank2) { sweep(2, configs_per_rank(100)); }
 TEST(Halo, Rank3) { sweep(3, configs_per_rank(100)); }
 
-// The image-model shapes are dispatched to the halo kernels.
+// The image-model shapes, the 3-D 7x7x7 case included, are dispatched to the halo kernels.
 TEST(Halo, DispatchPicksHalo) {
   GNA_SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(1);
@@ -230,6 +230,19 @@ TEST(Halo, DispatchPicksHalo) {
   TensorRef storage[5];
   EXPECT_EQ(select_forward_backend(c.params, got.device_inputs(storage)), "halo");
   EXPECT_EQ(select_backward_backend(c.params, got.device_inputs(storage)), "halo");
+  // 3-D 7x7x7 at head dim 64: the halo streams in slabs, faster than the Hopper backend there.
+  Config three;
+  three.params.rank = 3;
+  three.extent[0] = 16;
+  three.extent[1] = three.extent[2] = 32;
+  three.params.window[0] = three.params.window[1] = three.params.window[2] = 7;
+  three.batch = 1;
+  three.heads_q = three.heads_kv = 1;
+  three.dim_qk = three.dim_v = 64;
+  Case ref3, got3;
+  build_pair(three, DType::bf16, rng, ref3, got3);
+  EXPECT_EQ(select_forward_backend(three.params, got3.device_inputs(storage)), "halo");
+  EXPECT_EQ(select_backward_backend(three.params, got3.device_inputs(storage)), "halo");
 }
 
 // Same inputs, same bits: forward (O, LSE) and backward (no atomics anywhere).
