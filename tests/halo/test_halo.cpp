@@ -199,7 +199,8 @@ void sweep(int rank, int configs) {
     EXPECT_GT(causal, 0);
     EXPECT_GT(strided, 0);
     EXPECT_GT(gqa, 0);
-    EXPECT_GT(big_batch, 0);
+    // 3-D items are large, so a batch of 64 fits the sweep's size cap only by chance there.
+    if (rank < 3) EXPECT_GT(big_batch, 0);
     if (rank > 1) {  // 1-D walks are 1 or 2 chunks (16 + window - 1 tokens)
       EXPECT_EQ(walk_residues.size(), 4u) << "walk lengths of every residue modulo 4 chunks must be reached";
       EXPECT_GT(multi_step, 0);
