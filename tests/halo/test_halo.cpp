@@ -167,7 +167,7 @@ void sweep(int rank, int configs) {
       ++instances[std::string(dtype_name(t)) + " d" + std::to_string(c.dim_qk)];
       long_boxes += rank == 2 && halo::box_shape(problem).cta[0] != halo::box_shape(problem).cta[1];
       const std::vector<int> slabs = streamed_passes(problem);
-      for (int i = 0; i < 3; ++i) streamed[i] += slabs[i] == 2;
+      for (int pass = 0; pass < 3; ++pass) streamed[pass] += slabs[pass] == 2;
       occupancy_slabs += slabs[0] == 1 || slabs[1] == 1 || slabs[2] == 1;
       for (int a = 0; a < rank; ++a) {
         dilated += c.params.dilation[a] > 1;
