@@ -155,23 +155,64 @@ ScoredTiles score_tile_choice(const Problem& p, const TileKernel& k, const TileS
   return score(p, k, on_rank(q, p.rank), on_rank(kv, p.rank), memo);
 }
 
+namespace {
+
+// One side's candidates: the forced shape, or every power-of-two shape of `rows` tokens.
+std::vector<TileShape> candidate_shapes(const TileShape& forced, int rank, int rows) {
+  return tile_forced(forced, rank) ? std::vector<TileShape>{on_rank(forced, rank)}
+                                   : power_of_two_tile_shapes(rank, rows);
+}
+
+// What a choice depends on besides the rules: the kernel's description and the forced tiles.
+void append_kernel_key(std::vector<int64_t>& key, const TileKernel& k, int rank,
+                       const TileShape& forced_q, const TileShape& forced_kv) {
+  key.insert(key.end(),
+             {k.q_rows, k.kv_rows, static_cast<int64_t>(k.walk), bits_of(k.weights.partial),
+              bits_of(k.weights.rows), bits_of(k.weights.speedup),
+              static_cast<int64_t>(k.kv_placements)});
+  const bool fq = tile_forced(forced_q, rank), fkv = tile_forced(forced_kv, rank);
+  for (int a = 0; a < rank; ++a)
+    key.insert(key.end(), {fq ? forced_q.size[a] : 0, fkv ? forced_kv.size[a] : 0});
+}
+
+// Choices computed once per key (dispatch asks for every call).
+struct ChoiceCache {
+  std::mutex mu;
+  std::map<std::vector<int64_t>, ScoredTiles> best;
+
+  template <typename Rank>
+  ScoredTiles get(std::vector<int64_t> key, Rank rank_all) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = best.find(key);
+      if (it != best.end()) return it->second;
+    }
+    const ScoredTiles chosen = rank_all().front();
+    std::lock_guard<std::mutex> lock(mu);
+    best.emplace(std::move(key), chosen);
+    return chosen;
+  }
+};
+
+void sort_by_cost(std::vector<ScoredTiles>& ranked) {
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const ScoredTiles& a, const ScoredTiles& b) { return a.cost < b.cost; });
+}
+
+}  // namespace
+
 std::vector<ScoredTiles> ranked_tile_choices(const Problem& p, const TileKernel& k,
                                              const TileShape& forced_q,
                                              const TileShape& forced_kv) {
   check_forced_tiles(k, p.rank, forced_q, forced_kv);
-  const std::vector<TileShape> qs = tile_forced(forced_q, p.rank)
-                                        ? std::vector<TileShape>{on_rank(forced_q, p.rank)}
-                                        : power_of_two_tile_shapes(p.rank, k.q_rows);
-  const std::vector<TileShape> kvs = tile_forced(forced_kv, p.rank)
-                                         ? std::vector<TileShape>{on_rank(forced_kv, p.rank)}
-                                         : power_of_two_tile_shapes(p.rank, k.kv_rows);
+  const std::vector<TileShape> qs = candidate_shapes(forced_q, p.rank, k.q_rows);
+  const std::vector<TileShape> kvs = candidate_shapes(forced_kv, p.rank, k.kv_rows);
   AxisMemo memo[kMaxRank];
   std::vector<ScoredTiles> ranked;
   ranked.reserve(qs.size() * kvs.size());
   for (const TileShape& q : qs)
     for (const TileShape& kv : kvs) ranked.push_back(score(p, k, q, kv, memo));
-  std::stable_sort(ranked.begin(), ranked.end(),
-                   [](const ScoredTiles& a, const ScoredTiles& b) { return a.cost < b.cost; });
+  sort_by_cost(ranked);
   return ranked;
 }
 
@@ -180,24 +221,9 @@ ScoredTiles tile_choice(const Problem& p, const TileKernel& k, const TileShape& 
   check_forced_tiles(k, p.rank, forced_q, forced_kv);
   std::vector<int64_t> key;
   for (int v : rule_signature(p)) key.push_back(v);
-  key.insert(key.end(),
-             {k.q_rows, k.kv_rows, static_cast<int64_t>(k.walk), bits_of(k.weights.partial),
-              bits_of(k.weights.rows), bits_of(k.weights.speedup),
-              static_cast<int64_t>(k.kv_placements)});
-  const bool fq = tile_forced(forced_q, p.rank), fkv = tile_forced(forced_kv, p.rank);
-  for (int a = 0; a < p.rank; ++a)
-    key.insert(key.end(), {fq ? forced_q.size[a] : 0, fkv ? forced_kv.size[a] : 0});
-  static std::mutex mu;
-  static std::map<std::vector<int64_t>, ScoredTiles> cache;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
-  }
-  const ScoredTiles best = ranked_tile_choices(p, k, forced_q, forced_kv).front();
-  std::lock_guard<std::mutex> lock(mu);
-  cache.emplace(std::move(key), best);
-  return best;
+  append_kernel_key(key, k, p.rank, forced_q, forced_kv);
+  static ChoiceCache cache;
+  return cache.get(std::move(key), [&] { return ranked_tile_choices(p, k, forced_q, forced_kv); });
 }
 
 std::vector<WeightedProblem> head_rule_groups(const Problem& p) {
@@ -222,19 +248,14 @@ std::vector<ScoredTiles> ranked_tile_choices_for_groups(const std::vector<Weight
     if (!(w.weight > 0)) fail_invalid("tile choice: problem weights must be > 0, got ", w.weight);
   }
   check_forced_tiles(k, rank, forced_q, forced_kv);
-  const std::vector<TileShape> qs = tile_forced(forced_q, rank)
-                                        ? std::vector<TileShape>{on_rank(forced_q, rank)}
-                                        : power_of_two_tile_shapes(rank, k.q_rows);
-  const std::vector<TileShape> kvs = tile_forced(forced_kv, rank)
-                                         ? std::vector<TileShape>{on_rank(forced_kv, rank)}
-                                         : power_of_two_tile_shapes(rank, k.kv_rows);
+  const std::vector<TileShape> qs = candidate_shapes(forced_q, rank, k.q_rows);
+  const std::vector<TileShape> kvs = candidate_shapes(forced_kv, rank, k.kv_rows);
   std::vector<AxisMemo> memo(ps.size() * kMaxRank);
   std::vector<ScoredTiles> ranked;
   ranked.reserve(qs.size() * kvs.size());
   for (const TileShape& q : qs)
     for (const TileShape& kv : kvs) ranked.push_back(score_groups(ps, k, q, kv, memo.data()));
-  std::stable_sort(ranked.begin(), ranked.end(),
-                   [](const ScoredTiles& a, const ScoredTiles& b) { return a.cost < b.cost; });
+  sort_by_cost(ranked);
   return ranked;
 }
 
@@ -251,24 +272,10 @@ ScoredTiles tile_choice_for_groups(const std::vector<WeightedProblem>& ps, const
     key.insert(key.end(), sig.begin(), sig.end());
     key.push_back(bits_of(w.weight));
   }
-  key.insert(key.end(),
-             {k.q_rows, k.kv_rows, static_cast<int64_t>(k.walk), bits_of(k.weights.partial),
-              bits_of(k.weights.rows), bits_of(k.weights.speedup),
-              static_cast<int64_t>(k.kv_placements)});
-  const bool fq = tile_forced(forced_q, rank), fkv = tile_forced(forced_kv, rank);
-  for (int a = 0; a < rank; ++a)
-    key.insert(key.end(), {fq ? forced_q.size[a] : 0, fkv ? forced_kv.size[a] : 0});
-  static std::mutex mu;
-  static std::map<std::vector<int64_t>, ScoredTiles> cache;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
-  }
-  const ScoredTiles best = ranked_tile_choices_for_groups(ps, k, forced_q, forced_kv).front();
-  std::lock_guard<std::mutex> lock(mu);
-  cache.emplace(std::move(key), best);
-  return best;
+  append_kernel_key(key, k, rank, forced_q, forced_kv);
+  static ChoiceCache cache;
+  return cache.get(std::move(key),
+                   [&] { return ranked_tile_choices_for_groups(ps, k, forced_q, forced_kv); });
 }
 
 }  // namespace gna
