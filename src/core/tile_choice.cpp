@@ -50,16 +50,22 @@ ScoredTiles score_placed(const Problem& p, const TileKernel& k, const TileShape&
   return c;
 }
 
-// The candidate with the kernel's placements: the cheaper of both for `either`, the grid on ties.
+// The candidate with the kernel's placements, scored by score_as(placement): the cheaper of both
+// for `either`, the grid on ties.
+template <typename ScoreAs>
+ScoredTiles with_placements(const TileKernel& k, ScoreAs score_as) {
+  const bool per_q = k.walk == PairWalk::per_q_tile;
+  if (!per_q || k.kv_placements == KvPlacements::grid) return score_as(KvPlacement::grid);
+  const ScoredTiles placed = score_as(KvPlacement::placed);
+  if (k.kv_placements == KvPlacements::placed) return placed;
+  const ScoredTiles grid = score_as(KvPlacement::grid);
+  return placed.cost < grid.cost ? placed : grid;
+}
+
 ScoredTiles score(const Problem& p, const TileKernel& k, const TileShape& q, const TileShape& kv,
                   AxisMemo* memo) {
-  const bool per_q = k.walk == PairWalk::per_q_tile;
-  if (!per_q || k.kv_placements == KvPlacements::grid)
-    return score_placed(p, k, q, kv, KvPlacement::grid, memo);
-  const ScoredTiles placed = score_placed(p, k, q, kv, KvPlacement::placed, memo);
-  if (k.kv_placements == KvPlacements::placed) return placed;
-  const ScoredTiles grid = score_placed(p, k, q, kv, KvPlacement::grid, memo);
-  return placed.cost < grid.cost ? placed : grid;
+  return with_placements(
+      k, [&](KvPlacement placement) { return score_placed(p, k, q, kv, placement, memo); });
 }
 
 // The candidate scored over weighted problems with one placement: weighted means of the pair
@@ -91,13 +97,9 @@ ScoredTiles score_groups_placed(const std::vector<WeightedProblem>& ps, const Ti
 
 ScoredTiles score_groups(const std::vector<WeightedProblem>& ps, const TileKernel& k,
                          const TileShape& q, const TileShape& kv, AxisMemo* memo) {
-  const bool per_q = k.walk == PairWalk::per_q_tile;
-  if (!per_q || k.kv_placements == KvPlacements::grid)
-    return score_groups_placed(ps, k, q, kv, KvPlacement::grid, memo);
-  const ScoredTiles placed = score_groups_placed(ps, k, q, kv, KvPlacement::placed, memo);
-  if (k.kv_placements == KvPlacements::placed) return placed;
-  const ScoredTiles grid = score_groups_placed(ps, k, q, kv, KvPlacement::grid, memo);
-  return placed.cost < grid.cost ? placed : grid;
+  return with_placements(k, [&](KvPlacement placement) {
+    return score_groups_placed(ps, k, q, kv, placement, memo);
+  });
 }
 
 // The forced shape with the axes past the rank at 1, like every candidate's.
