@@ -1,6 +1,5 @@
 #include "kernels/common/backward_postpass.hpp"
 
-#include "kernels/common/cuda_check.hpp"
 #include "kernels/common/row_pass.cuh"
 #include "kernels/common/token_tensor.cuh"
 
@@ -51,20 +50,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 
 void launch_backward_postpass(const Problem& p, const float* accum, const TensorRef& dq,
                               float scale, void* stream) {
-  const int64_t rows = row_count(p);
-  if (rows == 0) return;
   // The accumulator's rows are dim_qk floats from a 256-byte aligned allocation.
   const bool vector = rows_vectorizable(dq, p.dim_qk) && p.dim_qk % 4 == 0;
-  dispatch(p.dtype, vector, rows, [&](auto tag, auto c, auto index) {
-    using T = decltype(tag);
-    using I = decltype(index);
-    constexpr int C = decltype(c)::value;
-    dq_kernel<T, C, I><<<blocks_for(rows), kWarpsPerBlock * 32, 0,
-                         static_cast<cudaStream_t>(stream)>>>(
-        row_shape(p), accum, token_tensor<T>(dq, p.rank), scale, static_cast<I>(rows), p.dim_qk,
+  launch_rows(p, vector, stream, [&](auto types, const RowLaunch& l) {
+    using T = typename decltype(types)::T;
+    using I = typename decltype(types)::I;
+    constexpr int C = decltype(types)::C;
+    dq_kernel<T, C, I><<<l.blocks, l.threads, 0, l.stream>>>(
+        row_shape(p), accum, token_tensor<T>(dq, p.rank), scale, static_cast<I>(l.rows), p.dim_qk,
         lanes_per_row(p.dim_qk / C));
   });
-  GNA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace gna::cuda

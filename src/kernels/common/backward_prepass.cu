@@ -1,6 +1,5 @@
 #include "kernels/common/backward_prepass.hpp"
 
-#include "kernels/common/cuda_check.hpp"
 #include "kernels/common/row_pass.cuh"
 #include "kernels/common/token_tensor.cuh"
 
@@ -50,20 +49,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 
 void launch_backward_prepass(const Problem& p, const TensorRef& out, const TensorRef& d_out,
                              const TensorRef& lse, float* delta, float* lse2, void* stream) {
-  const int64_t rows = row_count(p);
-  if (rows == 0) return;
   const bool vector = rows_vectorizable(out, p.dim_v) && rows_vectorizable(d_out, p.dim_v);
-  dispatch(p.dtype, vector, rows, [&](auto tag, auto c, auto index) {
-    using T = decltype(tag);
-    using I = decltype(index);
-    constexpr int C = decltype(c)::value;
-    delta_kernel<T, C, I><<<blocks_for(rows), kWarpsPerBlock * 32, 0,
-                            static_cast<cudaStream_t>(stream)>>>(
+  launch_rows(p, vector, stream, [&](auto types, const RowLaunch& l) {
+    using T = typename decltype(types)::T;
+    using I = typename decltype(types)::I;
+    constexpr int C = decltype(types)::C;
+    delta_kernel<T, C, I><<<l.blocks, l.threads, 0, l.stream>>>(
         row_shape(p), token_tensor<const T>(out, p.rank), token_tensor<const T>(d_out, p.rank),
-        token_tensor<const float>(lse, p.rank), delta, lse2, static_cast<I>(rows), p.dim_v,
+        token_tensor<const float>(lse, p.rank), delta, lse2, static_cast<I>(l.rows), p.dim_v,
         lanes_per_row(p.dim_v / C));
   });
-  GNA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace gna::cuda

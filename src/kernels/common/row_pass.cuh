@@ -12,6 +12,7 @@
 #include "gna/core/error.hpp"
 #include "gna/core/problem.hpp"
 #include "gna/tensor.hpp"
+#include "kernels/common/cuda_check.hpp"
 #include "kernels/common/element.cuh"
 
 namespace gna::cuda::row_pass {
@@ -109,26 +110,6 @@ inline int lanes_per_row(int chunks) {
   return g;
 }
 
-// Runs f(T{}, std::integral_constant<int, C>{}, I{}) for the dtype, chunk and index width.
-template <typename F>
-void dispatch(DType dtype, bool vector, int64_t rows, F&& f) {
-  const bool ok = visit_element_type(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    constexpr int kVec = static_cast<int>(16 / sizeof(T));
-    auto with_index = [&](auto c) {
-      if (rows <= static_cast<int64_t>(std::numeric_limits<uint32_t>::max()))
-        f(tag, c, uint32_t{});
-      else
-        f(tag, c, uint64_t{});
-    };
-    if (vector)
-      with_index(std::integral_constant<int, kVec>{});
-    else
-      with_index(std::integral_constant<int, 1>{});
-  });
-  if (!ok) fail(ErrorKind::unsupported, "backward row pass: dtype ", dtype_name(dtype), " not supported");
-}
-
 inline unsigned blocks_for(int64_t rows) {
   const int64_t warps = (rows + 31) / 32;
   return static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
@@ -136,5 +117,50 @@ inline unsigned blocks_for(int64_t rows) {
 
 // Rows (b, token, h) of the problem's query side.
 inline int64_t row_count(const Problem& p) { return int64_t(p.batch) * p.tokens() * p.heads_q; }
+
+// The element type T, the chunk of C elements and the row index type I a pass's kernel is
+// instantiated with.
+template <typename Element, int Chunk, typename Index>
+struct PassTypes {
+  using T = Element;
+  static constexpr int C = Chunk;
+  using I = Index;
+};
+
+// One launch over the problem's rows: blocks of kWarpsPerBlock warps, a warp per 32 rows.
+struct RowLaunch {
+  static constexpr int threads = kWarpsPerBlock * 32;
+  int64_t rows;
+  unsigned blocks;
+  cudaStream_t stream;
+};
+
+// Where the problem has rows, calls launch(PassTypes<T, C, I>{}, RowLaunch) for the dtype,
+// chunk (16 bytes where vector, else one element) and index width, and checks the launch.
+template <typename F>
+void launch_rows(const Problem& p, bool vector, void* stream, F&& launch) {
+  const int64_t rows = row_count(p);
+  if (rows == 0) return;
+  const RowLaunch config{rows, blocks_for(rows), static_cast<cudaStream_t>(stream)};
+  const bool ok = visit_element_type(p.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int kVec = static_cast<int>(16 / sizeof(T));
+    auto with_index = [&](auto c) {
+      constexpr int C = decltype(c)::value;
+      if (rows <= static_cast<int64_t>(std::numeric_limits<uint32_t>::max()))
+        launch(PassTypes<T, C, uint32_t>{}, config);
+      else
+        launch(PassTypes<T, C, uint64_t>{}, config);
+    };
+    if (vector)
+      with_index(std::integral_constant<int, kVec>{});
+    else
+      with_index(std::integral_constant<int, 1>{});
+  });
+  if (!ok)
+    fail(ErrorKind::unsupported, "backward row pass: dtype ", dtype_name(p.dtype),
+         " not supported");
+  GNA_CUDA_CHECK_LAUNCH();
+}
 
 }  // namespace gna::cuda::row_pass
