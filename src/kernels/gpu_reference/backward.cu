@@ -10,6 +10,7 @@
 #include "kernels/common/element.cuh"
 #include "kernels/common/token_tensor.cuh"
 #include "kernels/gpu_reference/gpu_reference.hpp"
+#include "kernels/gpu_reference/input_views.cuh"
 #include "kernels/gpu_reference/walk.cuh"
 
 namespace gna::gpu_reference {
@@ -221,11 +222,7 @@ void backward(const BackwardCall& call) {
   const bool ok = cuda::visit_element_type(p.dtype, [&](auto zero) {
     using T = decltype(zero);
     BackwardArgs<T> args;
-    args.p = p;
-    args.scale = effective_scale(p);
-    args.q = cuda::token_tensor<const T>(call.in.q, p.rank);
-    args.k = cuda::token_tensor<const T>(call.in.k, p.rank);
-    args.v = cuda::token_tensor<const T>(call.in.v, p.rank);
+    set_input_views(args, p, call.in);
     args.o = cuda::token_tensor<const T>(call.out, p.rank);
     args.d_o = cuda::token_tensor<const T>(call.d_out, p.rank);
     args.lse = cuda::token_tensor<const float>(call.lse, p.rank);
@@ -233,8 +230,6 @@ void backward(const BackwardCall& call) {
     args.dk = cuda::token_tensor<T>(call.dk, p.rank);
     args.dv = cuda::token_tensor<T>(call.dv, p.rank);
     if (p.additional_kv > 0) {
-      args.add_k = cuda::token_tensor<const T>(*call.in.additional_k, 1);
-      args.add_v = cuda::token_tensor<const T>(*call.in.additional_v, 1);
       args.d_add_k = cuda::token_tensor<T>(*call.d_additional_k, 1);
       args.d_add_v = cuda::token_tensor<T>(*call.d_additional_v, 1);
     }

@@ -6,6 +6,7 @@
 #include "kernels/common/element.cuh"
 #include "kernels/common/token_tensor.cuh"
 #include "kernels/gpu_reference/gpu_reference.hpp"
+#include "kernels/gpu_reference/input_views.cuh"
 #include "kernels/gpu_reference/walk.cuh"
 
 namespace gna::gpu_reference {
@@ -98,15 +99,7 @@ void forward(const ForwardCall& call) {
   const bool ok = cuda::visit_element_type(p.dtype, [&](auto zero) {
     using T = decltype(zero);
     ForwardArgs<T> args;
-    args.p = p;
-    args.scale = effective_scale(p);
-    args.q = cuda::token_tensor<const T>(call.in.q, p.rank);
-    args.k = cuda::token_tensor<const T>(call.in.k, p.rank);
-    args.v = cuda::token_tensor<const T>(call.in.v, p.rank);
-    if (p.additional_kv > 0) {
-      args.add_k = cuda::token_tensor<const T>(*call.in.additional_k, 1);
-      args.add_v = cuda::token_tensor<const T>(*call.in.additional_v, 1);
-    }
+    set_input_views(args, p, call.in);
     args.o = cuda::token_tensor<T>(call.out, p.rank);
     args.write_lse = call.lse != nullptr;
     if (call.lse) args.lse = cuda::token_tensor<float>(*call.lse, p.rank);
