@@ -143,26 +143,26 @@ bool supports_backward(const BackwardCall& call, std::string* why) {
 void forward(const ForwardCall& call) {
   const Plan& plan = cached_plan(call.problem, Side::keys_of_queries);
   if (call.problem.dim_qk == 32)
-    launch_forward_d32(call, plan);
+    launch_forward_for_dtype<32>(call, plan);
   else
-    launch_forward_d64(call, plan);
+    launch_forward_for_dtype<64>(call, plan);
 }
 
 void backward(const BackwardCall& call) {
   const Plan& keys = cached_plan(call.problem, Side::keys_of_queries);
   const Plan& queries = cached_plan(call.problem, Side::queries_of_keys);
   if (call.problem.dim_qk == 32)
-    launch_backward_d32(call, keys, queries);
+    launch_backward_for_dtype<32>(call, keys, queries);
   else
-    launch_backward_d64(call, keys, queries);
+    launch_backward_for_dtype<64>(call, keys, queries);
 }
 
 }  // namespace
 
 int launched_slabs(const Problem& p, const Plan& whole, Pass pass, int device) {
   if (pass == Pass::forward)
-    return p.dim_qk == 32 ? forward_slabs_d32(p, whole, device) : forward_slabs_d64(p, whole, device);
-  return p.dim_qk == 32 ? backward_slabs_d32(p, whole, pass, device) : backward_slabs_d64(p, whole, pass, device);
+    return p.dim_qk == 32 ? forward_slabs_for_dtype<32>(p, whole, device) : forward_slabs_for_dtype<64>(p, whole, device);
+  return p.dim_qk == 32 ? backward_slabs_for_dtype<32>(p, whole, pass, device) : backward_slabs_for_dtype<64>(p, whole, pass, device);
 }
 
 namespace {

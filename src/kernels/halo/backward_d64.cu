@@ -3,16 +3,7 @@
 
 namespace gna::halo {
 
-void launch_backward_d64(const BackwardCall& call, const Plan& keys_plan, const Plan& queries_plan) {
-  if (call.problem.dtype == DType::f16)
-    launch_backward<__half, 64>(call, keys_plan, queries_plan);
-  else
-    launch_backward<__nv_bfloat16, 64>(call, keys_plan, queries_plan);
-}
-
-int backward_slabs_d64(const Problem& p, const Plan& whole, Pass pass, int device) {
-  return p.dtype == DType::f16 ? backward_slabs<__half, 64>(whole, pass, device)
-                               : backward_slabs<__nv_bfloat16, 64>(whole, pass, device);
-}
+template void launch_backward_for_dtype<64>(const BackwardCall& call, const Plan& keys_plan, const Plan& queries_plan);
+template int backward_slabs_for_dtype<64>(const Problem& p, const Plan& whole, Pass pass, int device);
 
 }  // namespace gna::halo

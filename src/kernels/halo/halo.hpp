@@ -8,18 +8,19 @@
 
 namespace gna::halo {
 
-// Per head dim, both dtypes (forward_d<D>.cu, backward_d<D>.cu), from the whole halos' plans
-// (each pass launches the whole halo or slabs of it, launch_plan).
-void launch_forward_d32(const ForwardCall& call, const Plan& keys_plan);
-void launch_forward_d64(const ForwardCall& call, const Plan& keys_plan);
-void launch_backward_d32(const BackwardCall& call, const Plan& keys_plan, const Plan& queries_plan);
-void launch_backward_d64(const BackwardCall& call, const Plan& keys_plan, const Plan& queries_plan);
+// Per head dim D (32 or 64), both dtypes, from the whole halos' plans (each pass launches the
+// whole halo or slabs of it, launch_plan). Defined in launch.cuh and instantiated in
+// forward_d<D>.cu and backward_d<D>.cu, one translation unit per head dim.
+template <int D>
+void launch_forward_for_dtype(const ForwardCall& call, const Plan& keys_plan);
+template <int D>
+void launch_backward_for_dtype(const BackwardCall& call, const Plan& keys_plan, const Plan& queries_plan);
 // Slabs of the halo that a pass of the problem launches on the device (1: the whole halo), from
 // the whole halo's plan (keys for the forward and dQ pass, queries for dK / dV); for tests.
 int launched_slabs(const Problem& p, const Plan& whole, Pass pass, int device);
-int forward_slabs_d32(const Problem& p, const Plan& keys_whole, int device);
-int forward_slabs_d64(const Problem& p, const Plan& keys_whole, int device);
-int backward_slabs_d32(const Problem& p, const Plan& whole, Pass pass, int device);
-int backward_slabs_d64(const Problem& p, const Plan& whole, Pass pass, int device);
+template <int D>
+int forward_slabs_for_dtype(const Problem& p, const Plan& keys_whole, int device);
+template <int D>
+int backward_slabs_for_dtype(const Problem& p, const Plan& whole, Pass pass, int device);
 
 }  // namespace gna::halo

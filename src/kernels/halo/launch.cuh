@@ -208,4 +208,33 @@ void launch_backward(const BackwardCall& call, const Plan& keys_whole, const Pla
   cuda::scratch_free(delta, stream);
 }
 
+// The fp16 or bf16 instance at head dim D, for the call's dtype (halo.hpp).
+template <int D>
+void launch_forward_for_dtype(const ForwardCall& call, const Plan& keys_plan) {
+  if (call.problem.dtype == DType::f16)
+    launch_forward<__half, D>(call, keys_plan);
+  else
+    launch_forward<__nv_bfloat16, D>(call, keys_plan);
+}
+
+template <int D>
+int forward_slabs_for_dtype(const Problem& p, const Plan& keys_whole, int device) {
+  return p.dtype == DType::f16 ? forward_slabs<__half, D>(keys_whole, device)
+                               : forward_slabs<__nv_bfloat16, D>(keys_whole, device);
+}
+
+template <int D>
+void launch_backward_for_dtype(const BackwardCall& call, const Plan& keys_plan, const Plan& queries_plan) {
+  if (call.problem.dtype == DType::f16)
+    launch_backward<__half, D>(call, keys_plan, queries_plan);
+  else
+    launch_backward<__nv_bfloat16, D>(call, keys_plan, queries_plan);
+}
+
+template <int D>
+int backward_slabs_for_dtype(const Problem& p, const Plan& whole, Pass pass, int device) {
+  return p.dtype == DType::f16 ? backward_slabs<__half, D>(whole, pass, device)
+                               : backward_slabs<__nv_bfloat16, D>(whole, pass, device);
+}
+
 }  // namespace gna::halo
