@@ -129,23 +129,14 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D, kR
   const int lane = threadIdx.x % 32;
   const int x_base = w.batch * p.axes[0].extent;  // batches folded into the outermost axis
   if (lane == 0) {
-    int c2, c3, c4;
-    if (p.additional) {
-      c2 = w.kt[2] * kBwdKvRows;
-      c3 = p.batch_offset + w.batch;
-      c4 = 0;
-    } else {
-      c2 = w.kt[2] * p.kv_tile[2];
-      c3 = w.kt[1] * p.kv_tile[1];
-      c4 = x_base + w.kt[0] * p.kv_tile[0];
-    }
+    const KvTileCoords c = kv_tile_coords(p, w);
     mbar_expect_tx(&s.kv_full, 2 * KvT::kTileBytes);
 #pragma unroll
     for (int box = 0; box < KvT::kBoxes; ++box) {
       tma_load_5d(s.k + box * KvT::kBoxBytes, tm_k, &s.kv_full, box * KvT::kBoxCols, w.head_kv,
-                  c2, c3, c4);
+                  c.c2, c.c3, c.c4);
       tma_load_5d(s.v + box * KvT::kBoxBytes, tm_v, &s.kv_full, box * KvT::kBoxCols, w.head_kv,
-                  c2, c3, c4);
+                  c.c2, c.c3, c.c4);
     }
   }
   typename RoleWalk<D, kRules>::Walk walk;
@@ -496,20 +487,11 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
     if (threadIdx.x == 128) {
       // The tile's coordinates decoded again rather than kept in registers through the loop.
       const Work t = make_work(p);
-      int c2, c3, c4;
-      if (p.additional) {
-        c2 = t.kt[2] * kBwdKvRows;
-        c3 = p.batch_offset + t.batch;
-        c4 = 0;
-      } else {
-        c2 = t.kt[2] * p.kv_tile[2];
-        c3 = t.kt[1] * p.kv_tile[1];
-        c4 = t.batch * p.axes[0].extent + t.kt[0] * p.kv_tile[0];
-      }
+      const KvTileCoords c = kv_tile_coords(p, t);
 #pragma unroll
       for (int box = 0; box < KvT::kBoxes; ++box) {
-        tma_store_5d(tm_dk, s.k + box * KvT::kBoxBytes, box * KvT::kBoxCols, t.head_kv, c2, c3, c4);
-        tma_store_5d(tm_dv, s.v + box * KvT::kBoxBytes, box * KvT::kBoxCols, t.head_kv, c2, c3, c4);
+        tma_store_5d(tm_dk, s.k + box * KvT::kBoxBytes, box * KvT::kBoxCols, t.head_kv, c.c2, c.c3, c.c4);
+        tma_store_5d(tm_dv, s.v + box * KvT::kBoxBytes, box * KvT::kBoxCols, t.head_kv, c.c2, c.c3, c.c4);
       }
       bulk_commit();
       bulk_wait<0>();

@@ -196,4 +196,25 @@ struct BoxWalk {
   }
 };
 
+// The KV tile's tensor-map coordinates after the head: rows and the two outer axes (batches
+// folded into the outermost axis), or in additional mode the tile's rows and the batch's row of
+// the additional tensors.
+struct KvTileCoords {
+  int c2, c3, c4;
+};
+
+__device__ __forceinline__ KvTileCoords kv_tile_coords(const BwdParams& p, const Work& w) {
+  KvTileCoords c;
+  if (p.additional) {
+    c.c2 = w.kt[2] * kBwdKvRows;
+    c.c3 = p.batch_offset + w.batch;
+    c.c4 = 0;
+  } else {
+    c.c2 = w.kt[2] * p.kv_tile[2];
+    c.c3 = w.kt[1] * p.kv_tile[1];
+    c.c4 = w.batch * p.axes[0].extent + w.kt[0] * p.kv_tile[0];
+  }
+  return c;
+}
+
 }  // namespace gna::hopper::bwd
