@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "half_fill.cuh"
 #include "gna/core/error.hpp"
 #include "kernels/hopper/backward_launch.hpp"
 #include "kernels/hopper/forward_launch.hpp"
@@ -53,32 +54,8 @@ uint64_t test_seed() {
   return env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
 }
 
-__global__ void fill_random(uint16_t* x, int64_t n, uint64_t seed, bool bf16) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    const float u = float(z >> 40) / float(1 << 24) * 2.f - 1.f;
-    if (bf16) {
-      __nv_bfloat16 b = __float2bfloat16(u);
-      x[i] = *reinterpret_cast<uint16_t*>(&b);
-    } else {
-      __half h = __float2half(u);
-      x[i] = *reinterpret_cast<uint16_t*>(&h);
-    }
-  }
-}
-
-__global__ void widen(const uint16_t* x, float* y, int64_t n, bool bf16) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    uint16_t v = x[i];
-    y[i] = bf16 ? __bfloat162float(*reinterpret_cast<__nv_bfloat16*>(&v))
-                : __half2float(*reinterpret_cast<__half*>(&v));
-  }
-}
+using hopper_test::fill_random;
+using hopper_test::to_float;
 
 // A device tensor [shape] in a 16-bit dtype (or float32) with a float32 copy.
 struct Tensor {
@@ -109,7 +86,7 @@ struct Tensor {
     refresh_wide();
   }
   void refresh_wide() {
-    if (wide) widen<<<256, 256>>>(static_cast<uint16_t*>(data), wide, numel(), dtype == DType::bf16);
+    if (wide) to_float<<<256, 256>>>(static_cast<uint16_t*>(data), wide, numel(), dtype == DType::bf16);
   }
   void poison() { cudaMemset(data, 0xFF, numel() * dtype_size(dtype)); }  // NaN
   TensorRef ref(bool as_wide = false) const {
@@ -133,7 +110,7 @@ struct Tensor {
     } else {
       float* tmp = nullptr;
       cudaMalloc(&tmp, numel() * 4);
-      widen<<<256, 256>>>(static_cast<uint16_t*>(data), tmp, numel(), dtype == DType::bf16);
+      to_float<<<256, 256>>>(static_cast<uint16_t*>(data), tmp, numel(), dtype == DType::bf16);
       cudaMemcpy(out.data(), tmp, numel() * 4, cudaMemcpyDeviceToHost);
       cudaFree(tmp);
     }
