@@ -25,8 +25,12 @@ struct TensorRef {
   }
 };
 
-// Row-major contiguous view of `data` with the given shape.
-TensorRef contiguous_tensor(void* data, DType dtype, std::initializer_list<int64_t> shape,
+// Row-major contiguous view of `data` with the given shape (rank sizes from `shape`).
+TensorRef contiguous_tensor(void* data, DType dtype, const int64_t* shape, int rank,
                             int device = -1);
+inline TensorRef contiguous_tensor(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                                   int device = -1) {
+  return contiguous_tensor(data, dtype, shape.begin(), static_cast<int>(shape.size()), device);
+}
 
 }  // namespace gna

@@ -7,15 +7,13 @@
 
 namespace gna {
 
-TensorRef contiguous_tensor(void* data, DType dtype, std::initializer_list<int64_t> shape,
-                            int device) {
+TensorRef contiguous_tensor(void* data, DType dtype, const int64_t* shape, int rank, int device) {
   TensorRef t;
   t.data = data;
   t.dtype = dtype;
   t.device = device;
-  t.rank = static_cast<int>(shape.size());
-  int i = 0;
-  for (int64_t s : shape) t.shape[i++] = s;
+  t.rank = rank;
+  for (int d = 0; d < rank; ++d) t.shape[d] = shape[d];
   int64_t stride = 1;
   for (int d = t.rank - 1; d >= 0; --d) {
     t.strides[d] = stride;

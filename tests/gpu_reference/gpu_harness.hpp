@@ -205,19 +205,9 @@ struct Buffer {
   TensorRef device_ref() const { return view(device, dtype, 0); }
   TensorRef host_ref() { return view(host.data(), DType::f32, -1); }
   TensorRef view(void* data, DType t, int dev) const {
-    TensorRef r;
-    r.data = data;
-    r.dtype = t;
-    r.device = dev;
-    r.rank = static_cast<int>(shape.size());
-    int64_t stride = 1;
-    for (int i = r.rank - 1; i >= 0; --i) {
-      r.shape[i] = shape[i];
-      r.strides[i] = stride;
-      stride *= shape[i];
-    }
-    return r;
+    return contiguous_tensor(data, t, shape.data(), static_cast<int>(shape.size()), dev);
   }
+
 };
 
 // Normalized max error max|got - want| / max|want| (NaN in got: infinity).

@@ -90,18 +90,9 @@ struct Tensor {
   }
   void poison() { cudaMemset(data, 0xFF, numel() * dtype_size(dtype)); }  // NaN
   TensorRef ref(bool as_wide = false) const {
-    TensorRef r;
-    r.data = as_wide ? static_cast<void*>(wide) : data;
-    r.dtype = as_wide ? DType::f32 : dtype;
-    r.device = 0;
-    r.rank = static_cast<int>(shape.size());
-    int64_t stride = 1;
-    for (int i = r.rank - 1; i >= 0; --i) {
-      r.shape[i] = shape[i];
-      r.strides[i] = stride;
-      stride *= shape[i];
-    }
-    return r;
+    return contiguous_tensor(as_wide ? static_cast<void*>(wide) : data,
+                             as_wide ? DType::f32 : dtype, shape.data(),
+                             static_cast<int>(shape.size()), 0);
   }
   std::vector<float> host() const {
     std::vector<float> out(numel());
