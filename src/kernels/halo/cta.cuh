@@ -201,6 +201,20 @@ __device__ __forceinline__ X* slice_base(const cuda::TokenTensor<X>& t, int b, i
   return t.data + b * t.stride_batch + h * t.stride_head;
 }
 
+// Rows [first, first + count) of the K and V halo tables of slice (b, hk) into their tiles,
+// waited for by the whole CTA: the keys a walk reads next (a whole halo or one slab of it).
+template <typename T, int D>
+__device__ __forceinline__ void load_kv_rows(const cuda::TokenTensor<const T>& k,
+                                             const cuda::TokenTensor<const T>& v, int b, int hk,
+                                             const int* k_table, const int* v_table, int first,
+                                             int count, uint32_t k_tile, uint32_t v_tile) {
+  load_rows<T, D>(slice_base(k, b, hk), k_table + first, count, k_tile);
+  load_rows<T, D>(slice_base(v, b, hk), v_table + first, count, v_tile);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+}
+
 // The slices [first, last) (batch-major over heads) of the CTA's grid row.
 struct SliceRange {
   int first, last;

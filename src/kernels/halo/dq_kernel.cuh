@@ -162,11 +162,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         if (k > 0) {
           __syncthreads();  // the walks of the last slab are done with the tiles
           const SlabRows rows = slab_rows(s, slab_planes, k);
-          load_rows<T, D>(slice_base(P.k, b, hk), k_table + rows.first, rows.count, k_tile);
-          load_rows<T, D>(slice_base(P.v, b, hk), v_table + rows.first, rows.count, v_tile);
-          cp_async_commit();
-          cp_async_wait<0>();
-          __syncthreads();
+          load_kv_rows<T, D>(P.k, P.v, b, hk, k_table, v_table, rows.first, rows.count, k_tile,
+                             v_tile);
         }
         if (w.empty) continue;
         const int n = segment_chunks(w, s, slab_planes, k);

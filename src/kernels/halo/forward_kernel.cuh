@@ -174,11 +174,7 @@ __global__ void __launch_bounds__(kWarps * 32, forward_blocks_per_sm(D))
     float acc[D / 8][4], m[2], l[2];
     uint32_t qf[D / 16][4];
     if constexpr (!Streamed) {
-      load_rows<T, D>(slice_base(P.k, b, hk), k_table, s.halo_count, k_tile);
-      load_rows<T, D>(slice_base(P.v, b, hk), v_table, s.halo_count, v_tile);
-      cp_async_commit();
-      cp_async_wait<0>();
-      __syncthreads();
+      load_kv_rows<T, D>(P.k, P.v, b, hk, k_table, v_table, 0, s.halo_count, k_tile, v_tile);
       if (!w.empty) {
         load_a<D>(qf, q_tile, warp * kWarpTokens);
         forward_start<D>(acc, m, l);
@@ -190,11 +186,8 @@ __global__ void __launch_bounds__(kWarps * 32, forward_blocks_per_sm(D))
       for (int k = 0; k < slab_count(s, slab_planes); ++k) {
         if (k > 0) __syncthreads();  // the walks of the last slab are done with the tiles
         const SlabRows rows = slab_rows(s, slab_planes, k);
-        load_rows<T, D>(slice_base(P.k, b, hk), k_table + rows.first, rows.count, k_tile);
-        load_rows<T, D>(slice_base(P.v, b, hk), v_table + rows.first, rows.count, v_tile);
-        cp_async_commit();
-        cp_async_wait<0>();
-        __syncthreads();
+        load_kv_rows<T, D>(P.k, P.v, b, hk, k_table, v_table, rows.first, rows.count, k_tile,
+                           v_tile);
         if (w.empty) continue;
         if (k == 0) load_a<D>(qf, q_tile, warp * kWarpTokens);
         const int n = segment_chunks(w, s, slab_planes, k);
