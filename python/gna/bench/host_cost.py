@@ -1,6 +1,8 @@
 """Host cost of a call through gna.na2d: forward and forward + backward on tensors so small that
-the GPU idles, so the time per call is the host's (Python, autograd, the C ABI, the launches);
-then a cProfile of the forward + backward loop.
+the GPU idles, so the time per call is the host's (Python, autograd, the C ABI, the launches),
+beside the same step through torch's own SDPA and its parts (the op without autograd, the
+prebuilt C ABI call alone, an autograd.Function that computes nothing); then profiles of the
+forward + backward loop (torch.profiler's host time per op, cProfile's per Python function).
 
     python3 -m gna.bench.host_cost [--device cuda] [--profile-rows 30]
 """
@@ -11,12 +13,15 @@ import pstats
 import time
 
 import torch
+import torch.nn.functional as F
 
 import gna
+from gna import _calls, ops
 
 # (batch, extent, heads, head dim, dilation): tiny ones measure the host alone; the DiNAT 28x28
 # one shows the host cost beside real kernels.
 _SHAPES = [(1, 14, 1, 32, 1), (1, 28, 1, 32, 4), (128, 28, 4, 32, 4)]
+_WINDOW = 7
 
 
 def _inputs(batch, extent, heads, dim, device, grad):
@@ -26,7 +31,7 @@ def _inputs(batch, extent, heads, dim, device, grad):
 
 
 def _step(q, k, v, dilation, backward):
-    out = gna.na2d(q, k, v, 7, dilation=dilation)
+    out = gna.na2d(q, k, v, _WINDOW, dilation=dilation)
     if backward:
         out.backward(torch.ones_like(out))
 
@@ -36,17 +41,75 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def time_per_call(shape, device, backward, calls=300):
-    batch, extent, heads, dim, dilation = shape
-    q, k, v = _inputs(batch, extent, heads, dim, device, backward)
+def _per_call(fn, device, calls=300):
+    """Microseconds per fn() call, after a warmup, the device drained before and after."""
     for _ in range(20):
-        _step(q, k, v, dilation, backward)
+        fn()
     _sync(device)
     start = time.perf_counter()
     for _ in range(calls):
-        _step(q, k, v, dilation, backward)
+        fn()
     _sync(device)
     return (time.perf_counter() - start) / calls * 1e6
+
+
+class _Nothing(torch.autograd.Function):
+    """What autograd costs around an op that computes nothing."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        ctx.save_for_backward(q, k, v)
+        return torch.empty_like(q)
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v = ctx.saved_tensors
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def parts(shape, device):
+    """(name, microseconds) of each way through one step on this shape."""
+    batch, extent, heads, dim, dilation = shape
+    q, k, v = _inputs(batch, extent, heads, dim, device, True)
+    rule = ([_WINDOW] * 2, [1, 1], [dilation] * 2, [False, False], 0.0)
+    rows = [("gna.na2d forward", _per_call(lambda: _step(q, k, v, dilation, False), device)),
+            ("gna.na2d forward + backward", _per_call(lambda: _step(q, k, v, dilation, True),
+                                                      device))]
+    with torch.no_grad():
+        out, lse = ops._na_forward(q, k, v, None, None, *rule, "auto", False)
+        d_out = torch.ones_like(out)
+        rows.append(("op forward, no autograd", _per_call(
+            lambda: ops._na_forward(q, k, v, None, None, *rule, "auto", False), device)))
+        rows.append(("op backward, no autograd", _per_call(
+            lambda: ops._na_backward_eager(q, k, v, None, None, out, lse, d_out, *rule, "auto"),
+            device)))
+        params = ops._params(*rule)
+        fwd = (q, k, v, None, None, out, lse)
+        grads = [torch.empty_like(t) for t in (q, k, v)]
+        bwd = (q, k, v, None, None, out, lse, d_out, *grads, None, None)
+        rows.append(("C ABI forward (prebuilt call)",
+                     _per_call(lambda: _calls.forward(params, fwd, "auto"), device)))
+        rows.append(("C ABI backward (prebuilt call)",
+                     _per_call(lambda: _calls.backward(params, bwd, "auto"), device)))
+
+    def nothing_step():
+        o = _Nothing.apply(q, k, v)
+        o.backward(torch.ones_like(o))
+
+    rows.append(("autograd.Function computing nothing, fwd + bwd", _per_call(nothing_step, device)))
+    if device == "cuda":
+        # torch's own dense attention on the same tokens: [B, H, N, D]
+        qd, kd, vd = [t.detach().flatten(1, 2).transpose(1, 2).contiguous().requires_grad_()
+                      for t in (q, k, v)]
+
+        def sdpa_step(backward):
+            o = F.scaled_dot_product_attention(qd, kd, vd)
+            if backward:
+                o.backward(torch.ones_like(o))
+
+        rows.append(("torch SDPA forward", _per_call(lambda: sdpa_step(False), device)))
+        rows.append(("torch SDPA forward + backward", _per_call(lambda: sdpa_step(True), device)))
+    return rows
 
 
 def main():
@@ -54,14 +117,21 @@ def main():
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--profile-rows", type=int, default=30)
     args = p.parse_args()
-    for shape in _SHAPES if args.device == "cuda" else _SHAPES[:2]:  # the CPU reference is slow
-        forward = time_per_call(shape, args.device, False)
-        both = time_per_call(shape, args.device, True)
+    shapes = _SHAPES if args.device == "cuda" else _SHAPES[:1]  # the CPU reference is slow
+    for shape in shapes:
         b, x, h, d, dil = shape
-        print(f"b{b} {x}x{x} h{h} d{d} dilation {dil}: forward {forward:.1f} us/call, "
-              f"forward+backward {both:.1f} us/step")
-    b, x, h, d, dil = _SHAPES[1]
+        print(f"b{b} {x}x{x} h{h} d{d} {_WINDOW}x{_WINDOW} dilation {dil} ({args.device}), "
+              "host microseconds per call:")
+        for name, us in parts(shape, args.device):
+            print(f"  {name:<48} {us:8.1f}")
+    b, x, h, d, dil = _SHAPES[0]
     q, k, v = _inputs(b, x, h, d, args.device, True)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(100):
+            _step(q, k, v, dil, True)
+        _sync(args.device)
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.profile_rows))
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(300):
