@@ -107,7 +107,10 @@ class Runner:
             if not a.no_dense:
                 # Dense attention ignores the window: measured once per layout and pass.
                 key = (case.layout, case.batch, h, d, pass_name)
-                for impl, name in (("cuDNN SDPA dense", "cudnn"), ("FA2 SDPA dense", "flash")):
+                impls = [("cuDNN SDPA dense", "cudnn", False), ("FA2 SDPA dense", "flash", False)]
+                if a.cuda_graph:
+                    impls.append(("cuDNN SDPA dense, CUDA graph", "cudnn", True))
+                for impl, name, graphed in impls:
                     if (key, impl) in self.dense:
                         row = dict(self.dense[(key, impl)], case=case.label,
                                    note="measured with the first case of this layout")
@@ -116,9 +119,10 @@ class Runner:
                         call = peers.sdpa(name)
                         fn = self._dense(call, as_bhnd(qg), as_bhnd(kg), as_bhnd(vg),
                                          as_bhnd(d_out), grad)
-                        row = self.record(case, pass_name, impl, fn, dense_flops * scale)
+                        row = self.record(case, pass_name, impl, _graphed(fn) if graphed else fn,
+                                          dense_flops * scale)
                         self.dense[(key, impl)] = row
-                    if name == "cudnn" and row.get("ms"):
+                    if name == "cudnn" and not graphed and row.get("ms"):
                         cudnn = row["ms"]
             self._gna_rows(case, pass_name, qg, kg, vg, d_out, fwd_flops * scale, grad)
             if not a.no_flex:
@@ -166,6 +170,9 @@ class Runner:
         else:
             e2e = gna_calls.end_to_end_forward(case, q, k, v, backend)
         self.record(case, pass_name, "gna end-to-end", e2e, flops, chosen, skip=skip)
+        if self.args.cuda_graph:
+            self.record(case, pass_name, "gna end-to-end, CUDA graph", _graphed(e2e), flops,
+                        chosen, skip=skip)
         try:
             kernels = gna_calls.KernelCalls(case, q, k, v, backend)
             fn = kernels.forward_backward if grad else kernels.forward
@@ -192,6 +199,29 @@ class Runner:
         except Exception as e:  # noqa: BLE001
             fn, note = _raiser(e), f"tokens {order}"
         self.record(case, pass_name, "FlexAttention", fn, flops, None, note)
+
+
+def _graphed(fn):
+    """fn captured in a CUDA graph on its first call (after warm-up calls on a side stream, as
+    torch.cuda.graph asks), replayed on every call: the step without host work between the
+    kernels, what torch.cuda.graph / make_graphed_callables give a small model's training."""
+    graph = []
+
+    def replay():
+        if not graph:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    fn()
+            torch.cuda.current_stream().wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            graph.append(g)
+        graph[0].replay()
+
+    return replay
 
 
 def _raiser(error):
@@ -228,6 +258,9 @@ def parse(argv):
     p.add_argument("--backend", default="auto", help="gna backend (default: dispatch's choice)")
     p.add_argument("--no-flex", action="store_true", help="skip FlexAttention")
     p.add_argument("--no-dense", action="store_true", help="skip the dense SDPA peers")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="also time gna end-to-end and cuDNN SDPA captured in a CUDA graph and "
+                        "replayed (no host work between kernels: small problems' training steps)")
     p.add_argument("--warmup-ms", type=float, default=25)
     p.add_argument("--rep-ms", type=float, default=200)
     p.add_argument("--slow-s", type=float, default=5.0,

@@ -67,36 +67,44 @@ class _Nothing(torch.autograd.Function):
         return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
-def parts(shape, device):
-    """(name, microseconds) of each way through one step on this shape."""
+def parts(shape, device, calls=300):
+    """(name, microseconds per call) of each way through one step on this shape."""
     batch, extent, heads, dim, dilation = shape
     q, k, v = _inputs(batch, extent, heads, dim, device, True)
     rule = ([_WINDOW] * 2, [1, 1], [dilation] * 2, [False, False], 0.0)
-    rows = [("gna.na2d forward", _per_call(lambda: _step(q, k, v, dilation, False), device)),
-            ("gna.na2d forward + backward", _per_call(lambda: _step(q, k, v, dilation, True),
-                                                      device))]
+
+    def timed(fn):
+        return _per_call(fn, device, calls)
+
+    rows = [("gna.na2d forward", timed(lambda: _step(q, k, v, dilation, False))),
+            ("gna.na2d forward + backward", timed(lambda: _step(q, k, v, dilation, True)))]
+    if device == "cuda" and hasattr(torch.autograd, "set_multithreading_enabled"):
+        # The autograd engine runs CUDA backward passes on a thread of its own per device; the
+        # hand-over and back costs host time on every step.
+        with torch.autograd.set_multithreading_enabled(False):
+            rows.append(("gna.na2d forward + backward, backward on the calling thread",
+                         timed(lambda: _step(q, k, v, dilation, True))))
     with torch.no_grad():
         out, lse = ops._na_forward(q, k, v, None, None, *rule, "auto", False)
         d_out = torch.ones_like(out)
-        rows.append(("op forward, no autograd", _per_call(
-            lambda: ops._na_forward(q, k, v, None, None, *rule, "auto", False), device)))
-        rows.append(("op backward, no autograd", _per_call(
-            lambda: ops._na_backward_eager(q, k, v, None, None, out, lse, d_out, *rule, "auto"),
-            device)))
+        rows.append(("op forward, no autograd",
+                     timed(lambda: ops._na_forward(q, k, v, None, None, *rule, "auto", False))))
+        rows.append(("op backward, no autograd", timed(
+            lambda: ops._na_backward_eager(q, k, v, None, None, out, lse, d_out, *rule, "auto"))))
         params = ops._params(*rule)
         fwd = (q, k, v, None, None, out, lse)
         grads = [torch.empty_like(t) for t in (q, k, v)]
         bwd = (q, k, v, None, None, out, lse, d_out, *grads, None, None)
         rows.append(("C ABI forward (prebuilt call)",
-                     _per_call(lambda: _calls.forward(params, fwd, "auto"), device)))
+                     timed(lambda: _calls.forward(params, fwd, "auto"))))
         rows.append(("C ABI backward (prebuilt call)",
-                     _per_call(lambda: _calls.backward(params, bwd, "auto"), device)))
+                     timed(lambda: _calls.backward(params, bwd, "auto"))))
 
     def nothing_step():
         o = _Nothing.apply(q, k, v)
         o.backward(torch.ones_like(o))
 
-    rows.append(("autograd.Function computing nothing, fwd + bwd", _per_call(nothing_step, device)))
+    rows.append(("autograd.Function computing nothing, fwd + bwd", timed(nothing_step)))
     if device == "cuda":
         # torch's own dense attention on the same tokens: [B, H, N, D]
         qd, kd, vd = [t.detach().flatten(1, 2).transpose(1, 2).contiguous().requires_grad_()
@@ -107,8 +115,8 @@ def parts(shape, device):
             if backward:
                 o.backward(torch.ones_like(o))
 
-        rows.append(("torch SDPA forward", _per_call(lambda: sdpa_step(False), device)))
-        rows.append(("torch SDPA forward + backward", _per_call(lambda: sdpa_step(True), device)))
+        rows.append(("torch SDPA forward", timed(lambda: sdpa_step(False))))
+        rows.append(("torch SDPA forward + backward", timed(lambda: sdpa_step(True))))
     return rows
 
 
@@ -123,7 +131,7 @@ def main():
         print(f"b{b} {x}x{x} h{h} d{d} {_WINDOW}x{_WINDOW} dilation {dil} ({args.device}), "
               "host microseconds per call:")
         for name, us in parts(shape, args.device):
-            print(f"  {name:<48} {us:8.1f}")
+            print(f"  {name:<60} {us:8.1f}")
     b, x, h, d, dil = _SHAPES[0]
     q, k, v = _inputs(b, x, h, d, args.device, True)
     activities = [torch.profiler.ProfilerActivity.CPU]
