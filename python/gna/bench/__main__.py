@@ -117,10 +117,13 @@ class Runner:
                         self.rows.append(row)
                     else:
                         call = peers.sdpa(name)
-                        fn = self._dense(call, as_bhnd(qg), as_bhnd(kg), as_bhnd(vg),
-                                         as_bhnd(d_out), grad)
-                        row = self.record(case, pass_name, impl, _graphed(fn) if graphed else fn,
-                                          dense_flops * scale)
+
+                        def dense(q, k, v, call=call):
+                            return self._dense(call, as_bhnd(q), as_bhnd(k), as_bhnd(v),
+                                               as_bhnd(d_out), grad)
+
+                        fn = _graphed(dense, qg, kg, vg) if graphed else dense(qg, kg, vg)
+                        row = self.record(case, pass_name, impl, fn, dense_flops * scale)
                         self.dense[(key, impl)] = row
                     if name == "cudnn" and not graphed and row.get("ms"):
                         cudnn = row["ms"]
@@ -165,14 +168,16 @@ class Runner:
         if "gpu_reference" in chosen and flops > self.args.reference_limit * 1e12:
             skip = ("skipped: gpu_reference (the GPU test oracle) would take too long; "
                     "--reference-limit raises the limit")
-        if grad:
-            e2e = gna_calls.end_to_end_forward_backward(case, q, k, v, d_out, backend)
-        else:
-            e2e = gna_calls.end_to_end_forward(case, q, k, v, backend)
-        self.record(case, pass_name, "gna end-to-end", e2e, flops, chosen, skip=skip)
+        def end_to_end(q, k, v):
+            if grad:
+                return gna_calls.end_to_end_forward_backward(case, q, k, v, d_out, backend)
+            return gna_calls.end_to_end_forward(case, q, k, v, backend)
+
+        self.record(case, pass_name, "gna end-to-end", end_to_end(q, k, v), flops, chosen,
+                    skip=skip)
         if self.args.cuda_graph:
-            self.record(case, pass_name, "gna end-to-end, CUDA graph", _graphed(e2e), flops,
-                        chosen, skip=skip)
+            self.record(case, pass_name, "gna end-to-end, CUDA graph",
+                        _graphed(end_to_end, q, k, v), flops, chosen, skip=skip)
         try:
             kernels = gna_calls.KernelCalls(case, q, k, v, backend)
             fn = kernels.forward_backward if grad else kernels.forward
@@ -201,10 +206,12 @@ class Runner:
         self.record(case, pass_name, "FlexAttention", fn, flops, None, note)
 
 
-def _graphed(fn):
-    """fn captured in a CUDA graph on its first call (after warm-up calls on a side stream, as
-    torch.cuda.graph asks), replayed on every call: the step without host work between the
-    kernels, what torch.cuda.graph / make_graphed_callables give a small model's training."""
+def _graphed(make_step, *inputs):
+    """make_step(*inputs)'s step captured in a CUDA graph on the first call and replayed on
+    every call: the step without host work between the kernels, what torch.cuda.graph /
+    make_graphed_callables give a small model's training. The step runs on fresh leaf copies of
+    the inputs, first used on a side stream (warm-up, as torch.cuda.graph asks): autograd nodes
+    made on the default stream by the eager rows would break the capture."""
     graph = []
 
     def replay():
@@ -212,14 +219,16 @@ def _graphed(fn):
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
+                fresh = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
+                step = make_step(*fresh)
                 for _ in range(3):
-                    fn()
+                    step()
             torch.cuda.current_stream().wait_stream(side)
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
-                fn()
-            graph.append(g)
-        graph[0].replay()
+                step()
+            graph.append((g, fresh))
+        graph[0][0].replay()
 
     return replay
 
