@@ -115,6 +115,11 @@ def test_bad_arguments_are_usage_errors(argv, words, capsys):
         assert w in err, err
 
 
+def test_cuda_graph_rows_are_asked_for():
+    from gna.bench.__main__ import parse
+    assert parse(["--cuda-graph"]).cuda_graph and not parse([]).cuda_graph
+
+
 def test_unknown_case_is_an_error_naming_it(capsys):
     from gna.bench.__main__ import main
     assert main(["--cases", "nope", "--list"]) == 2
