@@ -228,27 +228,32 @@ AttentionTensors inputs(const Tensors& t, const Problem& p, bool wide, TensorRef
 
 // Forward on the backend into `o` / `lse` (hopper: the 16-bit tensors; gpu_reference: float32
 // copies and float32 outputs).
-void run_forward(const Backend& b, const Problem& p, Tensors& t, bool reference,
-                 const KernelOptions& kopt = {}) {
-  TensorRef storage[5];
-  ForwardCall call;
+// A call's problem (float32 for the reference), inputs (refs kept in `storage`) and options.
+template <typename Call>
+Call prepared_call(const Problem& p, Tensors& t, bool reference, TensorRef (&storage)[5],
+                   const KernelOptions& kopt) {
+  Call call;
   call.problem = p;
   if (reference) call.problem.dtype = DType::f32;
   call.in = inputs(t, p, reference, storage);
+  call.options = kopt;
+  return call;
+}
+
+void run_forward(const Backend& b, const Problem& p, Tensors& t, bool reference,
+                 const KernelOptions& kopt = {}) {
+  TensorRef storage[5];
+  ForwardCall call = prepared_call<ForwardCall>(p, t, reference, storage, kopt);
   call.out = reference ? t.ref_o.ref() : t.o.ref();
   TensorRef l = reference ? t.ref_lse.ref() : t.lse.ref();
   call.lse = &l;
-  call.options = kopt;
   b.forward(call);
 }
 
 void run_backward(const Backend& b, const Problem& p, Tensors& t, bool reference,
                   const KernelOptions& kopt = {}) {
   TensorRef storage[5];
-  BackwardCall call;
-  call.problem = p;
-  if (reference) call.problem.dtype = DType::f32;
-  call.in = inputs(t, p, reference, storage);
+  BackwardCall call = prepared_call<BackwardCall>(p, t, reference, storage, kopt);
   call.out = t.o.ref(reference);
   call.lse = t.lse.ref();
   call.d_out = t.d_o.ref(reference);
@@ -262,7 +267,6 @@ void run_backward(const Backend& b, const Problem& p, Tensors& t, bool reference
     call.d_additional_k = &dak;
     call.d_additional_v = &dav;
   }
-  call.options = kopt;
   b.backward(call);
 }
 
