@@ -92,13 +92,28 @@ def options(device, backend="auto"):
     return o
 
 
+def needs_copy(t):
+    """Whether kernel_ready copies `t`: a strided last dim or a broadcast (stride-0) dim."""
+    if t.is_contiguous():
+        return False
+    last_strided = t.dim() > 0 and t.stride(-1) != 1 and t.shape[-1] > 1
+    return last_strided or any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride()))
+
+
+def ready_strides(t):
+    """The strides `t` has once kernel_ready made it fit for the kernels (without copying it)."""
+    if not needs_copy(t):
+        return tuple(t.stride())
+    strides, step = [], 1
+    for n in reversed(tuple(t.shape)):
+        strides.append(step)
+        step *= int(n)
+    return tuple(reversed(strides))
+
+
 def kernel_ready(t):
     """`t` as the kernels want it: last dim contiguous and no broadcast (stride-0) dims; any other
     strides pass through without a copy."""
-    if t is None or t.is_contiguous():
+    if t is None or not needs_copy(t):
         return t
-    last_strided = t.dim() > 0 and t.stride(-1) != 1 and t.shape[-1] > 1
-    broadcast = any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride()))
-    if last_strided or broadcast:
-        return t.contiguous()
-    return t
+    return t.contiguous()

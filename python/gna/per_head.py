@@ -18,7 +18,7 @@ import functools
 import torch
 
 from . import _lib, functional, ops
-from ._tensors import dtype_code
+from ._tensors import dtype_code, ready_strides
 from .windows import as_window
 
 __all__ = ["per_head_attention", "resolve_groups", "grouped_attention", "head_rules_of",
@@ -85,21 +85,6 @@ def head_rules_of(groups, heads):
     return window, stride, dilation, causal, group_of_head
 
 
-def _ready_strides(t):
-    """The strides `t` has once ops.kernel_ready made it fit for the kernels."""
-    if t.is_contiguous():
-        return tuple(t.stride())
-    last_strided = t.dim() > 0 and t.stride(-1) != 1 and t.shape[-1] > 1
-    broadcast = any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride()))
-    if last_strided or broadcast:
-        strides, step = [], 1
-        for n in reversed(tuple(t.shape)):
-            strides.append(step)
-            step *= int(n)
-        return tuple(reversed(strides))
-    return tuple(t.stride())
-
-
 def _call_key(tensors, groups, heads, scale, backward, backend):
     """What decides which backend runs a per-head call, as plain values: the tensors' shapes,
     strides, dtype and device (host float16/bfloat16 count as the float32 the op computes
@@ -112,7 +97,7 @@ def _call_key(tensors, groups, heads, scale, backward, backend):
             torch.cuda.current_device()
     else:
         device = -1
-    described = tuple(None if t is None else (tuple(int(n) for n in t.shape), _ready_strides(t))
+    described = tuple(None if t is None else (tuple(int(n) for n in t.shape), ready_strides(t))
                       for t in tensors)
     rules = tuple(tuple(x) for x in head_rules_of(groups, heads))
     deterministic = torch.are_deterministic_algorithms_enabled()
