@@ -56,6 +56,9 @@ void check_options(const KernelOptions& o) {
   if (static_cast<int>(o.kv_placements) > static_cast<int>(KvPlacements::either))
     fail_invalid("options: kv_placements must be grid (0), placed (1) or either (2), got ",
                  static_cast<int>(o.kv_placements));
+  if (static_cast<int>(o.q_placements) > static_cast<int>(KvPlacements::either))
+    fail_invalid("options: q_placements must be grid (0), placed (1) or either (2), got ",
+                 static_cast<int>(o.q_placements));
 }
 
 template <typename Call>

@@ -17,7 +17,7 @@ TileKernel hopper_forward_tile_kernel(int head_dim, KvPlacements placements) {
   return k;
 }
 
-TileKernel hopper_backward_tile_kernel() {
+TileKernel hopper_backward_tile_kernel(KvPlacements q_placements) {
   TileKernel k;
   k.name = "hopper backward";
   k.q_rows = kHopperBwdQRows;
@@ -25,6 +25,7 @@ TileKernel hopper_backward_tile_kernel() {
   k.walk = PairWalk::per_kv_tile;
   k.forced_q = {kHopperBwdQRows, true};
   k.forced_kv = {kHopperBwdKvRows, true};
+  k.kv_placements = q_placements;
   return k;
 }
 

@@ -38,11 +38,10 @@ AxisPairStats axis_pair_stats(const AxisRule& rule, int n, int tile_q, int tile_
     return st;
   }
   for (int kt = 0; kt < st.kv_tiles; ++kt) {
-    const Range box = q_tiles_for_kv_tile(rule, n, kt, tile_q, tile_kv);
-    st.visited += box.size();
-    st.max_box = std::max<double>(st.max_box, box.size());
-    for (int qt = box.begin; qt < box.end; ++qt)
-      st.full += classify_axis_tiles(rule, n, qt, kt, tile_q, tile_kv) == PairClass::full;
+    const QTileRun run = q_tile_run(rule, n, kt, tile_q, tile_kv, placement);
+    st.visited += run.count;
+    st.max_box = std::max<double>(st.max_box, run.count);
+    st.full += full_q_tiles_of_run(rule, n, kt, tile_q, tile_kv, run).size();
   }
   return st;
 }

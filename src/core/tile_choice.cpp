@@ -54,8 +54,7 @@ ScoredTiles score_placed(const Problem& p, const TileKernel& k, const TileShape&
 // for `either`, the grid on ties.
 template <typename ScoreAs>
 ScoredTiles with_placements(const TileKernel& k, ScoreAs score_as) {
-  const bool per_q = k.walk == PairWalk::per_q_tile;
-  if (!per_q || k.kv_placements == KvPlacements::grid) return score_as(KvPlacement::grid);
+  if (k.kv_placements == KvPlacements::grid) return score_as(KvPlacement::grid);
   const ScoredTiles placed = score_as(KvPlacement::placed);
   if (k.kv_placements == KvPlacements::placed) return placed;
   const ScoredTiles grid = score_as(KvPlacement::grid);

@@ -18,7 +18,8 @@ std::string normalized(const std::string& name) {
 }
 
 // The chooser memoizes pair statistics per axis and (Q side, KV side, placement): its work is
-// about that of simulating each such combination on each axis.
+// about that of simulating each such combination on each axis (per KV tile for the backward's
+// placed Q tiles: the same order of work).
 double choice_steps(const Config& c, const TileKernel& k) {
   const int placements = k.kv_placements == KvPlacements::either ? 2 : 1;
   double steps = 0;
@@ -83,7 +84,8 @@ Config kernel_tiles(const Config& c, TiledKernel k, int head_dim) {
     case TiledKernel::hopper_backward:
       if (!hopper_backward_head_dim(head_dim))
         fail_invalid("head_dim: the hopper backward runs 32, 64 or 128, got ", head_dim);
-      kernel = hopper_backward_tile_kernel();
+      // KernelOptions' default: grid or placed Q tiles per KV tile, whichever is cheaper.
+      kernel = hopper_backward_tile_kernel(KvPlacements::either);
       break;
     default:
       fail_invalid("kernel must be one of ", kernel_names(), ", got id ", static_cast<int>(k));
@@ -101,8 +103,10 @@ Config kernel_tiles(const Config& c, TiledKernel k, int head_dim) {
     out.q_tile[a] = s.q.size[a];
     out.kv_tile[a] = s.kv.size[a];
   }
-  out.kv_tiling =
-      s.kv_placement == KvPlacement::placed ? KvTiling::dynamic_tiles : KvTiling::static_tiles;
+  // The backward places its Q tiles, not its KV tiles: its KV tiles stay on the grid.
+  const bool placed_kv =
+      kernel.walk == PairWalk::per_q_tile && s.kv_placement == KvPlacement::placed;
+  out.kv_tiling = placed_kv ? KvTiling::dynamic_tiles : KvTiling::static_tiles;
   return out;
 }
 

@@ -123,5 +123,43 @@ TEST(TileCandidates, AxisPairStatsOfPlacedKvTiles) {
   });
 }
 
+// With placed Q tiles a KV tile visits the tiles of tq queries from the first query attending
+// any of its keys up to the last (brute force); full ones are those whose queries all attend
+// every key of the KV tile, padding excluded.
+TEST(TileCandidates, AxisPairStatsOfPlacedQTiles) {
+  for_random_axes_and_tiles(2000, [](const AxisRule& a, int tq, int tk) {
+    const int n = a.extent;
+    double visited = 0, full = 0, most = 0;
+    for (int kt = 0; kt < tiles_along(n, tk); ++kt) {
+      const Range ks = tile_rows(n, tk, kt);
+      int lo = n, hi = -1;
+      for (int j = ks.begin; j < ks.end; ++j)
+        for (int i = 0; i < n; ++i)
+          if (axis_attends(a, i, j)) {
+            lo = std::min(lo, i);
+            hi = std::max(hi, i);
+          }
+      const int count = (hi - lo + tq) / tq;
+      visited += count;
+      most = std::max<double>(most, count);
+      const bool real = (kt + 1) * tk <= n;
+      for (int m = 0; m < count; ++m) {
+        bool all = real;
+        for (int i = lo + m * tq; i < std::min(lo + (m + 1) * tq, n); ++i)
+          for (int j = ks.begin; j < ks.end; ++j) all &= axis_attends(a, i, j);
+        full += all;
+      }
+    }
+    const auto st = axis_pair_stats(a, n, tq, tk, PairWalk::per_kv_tile, KvPlacement::placed);
+    EXPECT_EQ(st.visited, visited);
+    EXPECT_EQ(st.full, full);
+    EXPECT_EQ(st.max_box, most);
+    EXPECT_EQ(st.q_tiles, tiles_along(n, tq));
+    EXPECT_EQ(st.kv_tiles, tiles_along(n, tk));
+    // Never more pairs than the grid's Q tiles.
+    EXPECT_LE(st.visited, axis_pair_stats(a, n, tq, tk, PairWalk::per_kv_tile).visited);
+  });
+}
+
 }  // namespace
 }  // namespace gna::test

@@ -176,6 +176,99 @@ TEST(Tiling, PlacedKvTilesMatchBruteForce) {
   }
 }
 
+// Brute-force class of (the Q tile of tq queries from group coordinate q_begin, KV tile kt):
+// queries past the group length are rows without a query (never attend).
+PairClass brute_class_of_rows(const AxisRule& a, int g, int q_begin, int tq, int kt, int tk) {
+  const int n = group_length(a, g);
+  bool any = false, all = true;
+  for (int ig = q_begin; ig < std::min(q_begin + tq, n); ++ig)
+    for (int jg = kt * tk; jg < (kt + 1) * tk; ++jg) {
+      const bool att = jg < n && literal_attends(a.extent, a.window, a.dilation, a.stride,
+                                                 a.causal, g + a.dilation * ig, g + a.dilation * jg);
+      any |= att;
+      all &= att;
+    }
+  return !any ? PairClass::empty : (all ? PairClass::full : PairClass::partial);
+}
+
+// Placed Q tiles of a KV tile against brute force over the rule (the mirror of
+// check_placed_tiles, for the KV-stationary backward): the run starts at the first query that
+// attends a key of the KV tile, every such query lies inside it, its count is
+// ceil(query span / tq), never more than the grid's, every tile's class is the brute-force one
+// (never empty) and the full ones are full_q_tiles_of_run. Grid runs are q_tiles_for_kv_tile,
+// with the same classes and full ranges.
+void check_placed_q_tiles(const AxisRule& a, int tq, int tk) {
+  SCOPED_TRACE("L=" + std::to_string(a.extent) + " K=" + std::to_string(a.window) +
+               " d=" + std::to_string(a.dilation) + " s=" + std::to_string(a.stride) +
+               " c=" + std::to_string(a.causal) + " tq=" + std::to_string(tq) +
+               " tk=" + std::to_string(tk));
+  for (int g = 0; g < a.dilation; ++g) {
+    const int n = group_length(a, g);
+    for (int kt = 0; kt < tiles_along(n, tk); ++kt) {
+      SCOPED_TRACE("group " + std::to_string(g) + " kt " + std::to_string(kt));
+      const QTileRun run = q_tile_run(a, n, kt, tq, tk, KvPlacement::placed);
+      int lo = n, hi = -1;
+      for (int jg = kt * tk; jg < std::min((kt + 1) * tk, n); ++jg)
+        for (int ig = 0; ig < n; ++ig)
+          if (literal_attends(a.extent, a.window, a.dilation, a.stride, a.causal,
+                              g + a.dilation * ig, g + a.dilation * jg)) {
+            ASSERT_GE(ig, run.first);
+            ASSERT_LT(ig, run.first + run.count * tq);
+            lo = std::min(lo, ig);
+            hi = std::max(hi, ig);
+          }
+      ASSERT_LE(lo, hi);  // every key is attended by some query
+      ASSERT_EQ(run.first, lo);
+      ASSERT_EQ(run.count, (hi - lo + 1 + tq - 1) / tq);
+      const Range grid = q_tiles_for_kv_tile(a, n, kt, tq, tk);
+      ASSERT_LE(run.count, grid.size());
+      const QTileRun grid_run = q_tile_run(a, n, kt, tq, tk, KvPlacement::grid);
+      ASSERT_EQ(grid_run.first, grid.begin * tq);
+      ASSERT_EQ(grid_run.count, grid.size());
+      for (const QTileRun& r : {run, grid_run}) {
+        const Range full = full_q_tiles_of_run(a, n, kt, tq, tk, r);
+        for (int m = 0; m < r.count; ++m) {
+          const PairClass expected = brute_class_of_rows(a, g, r.first + m * tq, tq, kt, tk);
+          ASSERT_NE(expected, PairClass::empty) << "first " << r.first << " m " << m;
+          ASSERT_EQ(classify_run_q_tile(a, n, r, m, tq, kt, tk), expected)
+              << "first " << r.first << " m " << m;
+          ASSERT_EQ(full.contains(m), expected == PairClass::full)
+              << "first " << r.first << " m " << m;
+        }
+      }
+    }
+  }
+}
+
+TEST(Tiling, PlacedQTilesMatchBruteForce) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int64_t moved = 0;  // KV tiles whose placed run differs from the grid's
+  for (int t = 0; t < 2000; ++t) {
+    const AxisRule a = random_axis(rng, 48);
+    const int tq = rand_int(rng, 1, 9), tk = rand_int(rng, 1, 9);
+    check_placed_q_tiles(a, tq, tk);
+    if (HasFatalFailure()) return;
+    const int n = group_length(a, 0);
+    for (int kt = 0; kt < tiles_along(n, tk); ++kt)
+      moved += q_tile_run(a, n, kt, tq, tk, KvPlacement::placed).first !=
+               q_tile_run(a, n, kt, tq, tk, KvPlacement::grid).first;
+  }
+  EXPECT_GT(moved, 0);
+  // Long axes, wide windows and the kernels' power-of-two tiles.
+  for (int t = 0; t < 300; ++t) {
+    AxisRule a;
+    a.dilation = rand_int(rng, 1, 3);
+    a.extent = rand_int(rng, 2 * a.dilation, 300);
+    a.window = rand_int(rng, 2, a.extent / a.dilation);
+    a.stride = rand_int(rng, 0, 2) == 0 ? rand_int(rng, 1, a.window) : 1;
+    a.causal = rand_int(rng, 0, 4) == 0;
+    check_placed_q_tiles(a, 1 << rand_int(rng, 0, 7), 1 << rand_int(rng, 0, 7));
+    if (HasFatalFailure()) return;
+  }
+}
+
 // Over several axes the placed tiles of a Q tile form a product box: every attended (query,
 // key) pair lies in it and each pair's class is the lowest over the axes (never empty), what the
 // Hopper forward relies on when it walks the box without testing for empty pairs.

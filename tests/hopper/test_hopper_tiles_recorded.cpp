@@ -105,13 +105,14 @@ const Recorded kRecorded[] = {
 TEST(HopperTiles, ChoicesRecordedBeforeTheCoreChooser) {
   KernelOptions grid;
   grid.kv_placements = KvPlacements::grid;
+  grid.q_placements = KvPlacements::grid;
   for (const Recorded& r : kRecorded) {
     Problem p = test::rule_from_text(r.rule);
     p.dim_qk = p.dim_v = 128;
     const hopper::TileChoice f = hopper::choose_tiles(p, grid);
     EXPECT_EQ(test::tiles_text(f.q, f.kv, p.rank), r.forward) << r.rule;
     EXPECT_EQ(f.kv_placement, KvPlacement::grid);
-    const hopper::BwdTiles b = hopper::choose_backward_tiles(p, KernelOptions{});
+    const hopper::BwdTiles b = hopper::choose_backward_tiles(p, grid);
     EXPECT_EQ(test::tiles_text(b.q, b.kv, p.rank), r.backward) << r.rule;
     const hopper::TileChoice either = hopper::choose_tiles(p, KernelOptions{});
     EXPECT_LE(either.visited_pairs + 0.25 * (either.visited_pairs - either.full_pairs),

@@ -31,8 +31,10 @@ bool hopper_backward_head_dim(int head_dim);
 TileKernel hopper_forward_tile_kernel(int head_dim, KvPlacements placements);
 
 // The Hopper backward: Q tiles of kHopperBwdQRows, KV tiles of kHopperBwdKvRows, each KV tile
-// walking the box of Q tiles that attend to it (grid tiles). Forced tiles hold exactly the rows.
-TileKernel hopper_backward_tile_kernel();
+// walking the box of Q tiles that attend to it, grid or placed as `q_placements` allows (the
+// kernel runs both from a launch parameter; KernelOptions::q_placements, `either` by default;
+// deterministic mode runs grid Q tiles). Forced tiles hold exactly the rows.
+TileKernel hopper_backward_tile_kernel(KvPlacements q_placements = KvPlacements::grid);
 
 // The portable kernels (every one walks per Q tile on grid KV tiles). The forward runs Q tiles of
 // kPortableForwardRowsQ rows (one m-block per warp) or kPortableForwardRowsQWide (two) against

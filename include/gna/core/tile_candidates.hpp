@@ -18,8 +18,8 @@ enum class PairWalk { per_q_tile, per_kv_tile };
 
 // Pair counts of one axis inside one dilation group of length n (rule with dilation folded
 // out): pairs in the visited boxes, fully dense ones among them, the largest box, tile counts.
-// A per_q_tile walk visits the KV tiles of kv_tile_run with the given placement (a per_kv_tile
-// walk visits grid tiles only).
+// A per_q_tile walk visits the KV tiles of kv_tile_run with the given placement, a per_kv_tile
+// walk the Q tiles of q_tile_run with it.
 struct AxisPairStats {
   double visited = 0;
   double full = 0;

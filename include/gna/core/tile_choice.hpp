@@ -37,8 +37,9 @@ struct TileKernel {
   PairWalk walk = PairWalk::per_q_tile;
   TileCostWeights weights;
   TileLimit forced_q, forced_kv;
-  // The KV tile placements a per_q_tile walk may run (tiling.hpp): with `either` every candidate
-  // is scored with grid and with placed KV tiles and keeps the cheaper, the grid on ties.
+  // The placements of the walked tiles the kernel may run (tiling.hpp): KV tiles of a per_q_tile
+  // walk, Q tiles of a per_kv_tile walk. With `either` every candidate is scored with grid and
+  // with placed tiles and keeps the cheaper, the grid on ties.
   KvPlacements kv_placements = KvPlacements::grid;
 };
 
@@ -47,7 +48,7 @@ struct TileKernel {
 // worst KV tile), the tile counts, and the cost.
 struct ScoredTiles {
   TileShape q, kv;
-  KvPlacement kv_placement = KvPlacement::grid;
+  KvPlacement kv_placement = KvPlacement::grid;  // of the walked tiles (TileKernel)
   double visited_pairs = 0;
   double full_pairs = 0;
   double max_box = 0;

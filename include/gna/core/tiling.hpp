@@ -44,7 +44,9 @@ GNA_HD Range kv_tiles_for_q_tile(const AxisRule& a, int n, int qt, int tile_q, i
 
 // Where a Q tile's KV tiles start on one axis (docs/rule.md section 7.2): on the fixed grid of the
 // KV tile size (static tiles, kv_tiles_for_q_tile), or placed at the first key of the union of its
-// queries' windows.
+// queries' windows. The KV-stationary backward places its Q tiles the same way with the roles
+// swapped (q_tile_run: grid Q tiles, or placed at the first query of the union of its keys' query
+// windows), so one placement type and one chooser serve both walks.
 enum class KvPlacement : uint8_t { grid, placed };
 // The placements a kernel may choose from (KernelOptions, the tile chooser).
 enum class KvPlacements : uint8_t { grid, placed, either };
@@ -125,20 +127,54 @@ GNA_HD Range full_tiles_of_run(const AxisRule& a, int n, int qt, int tile_q, int
   return Range{min_i(begin, end), end};
 }
 
-// The Q tiles whose pair with KV tile kt is full on this axis, a range (the inverse of
-// full_tiles_of_run, for the KV-stationary backward): along the axis a Q tile's first query's
-// window end and its last query's window start only grow, and the pair is full when the first
-// reaches the KV tile's end, the last starts at or before its first key and the tile holds only
-// real keys (classify_axis_pair). Every other Q tile of q_tiles_for_kv_tile is partial.
-GNA_HD Range full_q_tiles_of_kv_tile(const AxisRule& a, int n, int kt, int tile_q, int tile_kv) {
+// The Q tiles a KV tile visits on one axis (KV-stationary backward), the mirror of kv_tile_run
+// with the roles swapped: `count` tiles of tile_q queries, tile m starting at query
+// first + m * tile_q (group coordinates), covering the union query window of KV tile kt (inverse
+// rule); on the grid of the Q tile size (the Q tiles of q_tiles_for_kv_tile) or placed at the
+// window's first query. Placed tiles may run past n (rows without a query).
+using QTileRun = KvTileRun;
+GNA_HD QTileRun q_tile_run(const AxisRule& a, int n, int kt, int tile_q, int tile_kv,
+                           KvPlacement placement) {
+  return kv_tiles_covering(union_query_window(a, n, tile_rows(n, tile_kv, kt)), tile_q, placement);
+}
+
+// Queries of tile m of a Q tile run, clipped to the group length.
+GNA_HD Range run_tile_rows(int n, QTileRun run, int m, int tile_q) {
+  const int begin = run.first + m * tile_q;
+  return Range{begin, min_i(begin + tile_q, n)};
+}
+
+// Class of the pair (tile m of Q tile run `run`, KV tile kt) on one axis.
+GNA_HD PairClass classify_run_q_tile(const AxisRule& a, int n, QTileRun run, int m, int tile_q,
+                                     int kt, int tile_kv) {
+  return classify_axis_pair(a, n, run_tile_rows(n, run, m, tile_q), kt * tile_kv, tile_kv);
+}
+
+// The tiles m of a Q tile run whose pair with KV tile kt is full on this axis, a range (the
+// inverse of full_tiles_of_run): along the run a tile's first query and its last only grow, and
+// the pair is full when the first query's window reaches the KV tile's end, the last query's
+// window starts at or before its first key and the tile holds only real keys
+// (classify_axis_pair). Every other tile of the run is partial.
+GNA_HD Range full_q_tiles_of_run(const AxisRule& a, int n, int kt, int tile_q, int tile_kv,
+                                 QTileRun run) {
   const int k_begin = kt * tile_kv, k_end = k_begin + tile_kv;
-  if (k_end > n) return Range{0, 0};
+  if (k_end > n || run.count <= 0) return Range{0, 0};
   // First query whose window reaches k_end, and first whose window starts after k_begin.
   const int reach = a.causal ? k_end - 1 : first_query_with_start_at_least(a, n, k_end - a.window);
   const int past = first_query_with_start_at_least(a, n, k_begin + 1);
-  const int begin = ceil_div(reach, tile_q);
-  const int end = past >= n ? tiles_along(n, tile_q) : past / tile_q;
+  const int lo = reach - run.first;  // first query - run.first >= lo
+  const int begin = lo <= 0 ? 0 : ceil_div(lo, tile_q);
+  // A tile's last query (clipped to n) is below `past`: always when past >= n, else when the
+  // tile ends by past.
+  const int hi = past - run.first;
+  const int end = past >= n ? run.count : min_i(hi <= 0 ? 0 : hi / tile_q, run.count);
   return Range{min_i(begin, end), end};
+}
+
+// The grid Q tiles whose pair with KV tile kt is full on this axis, a range (the grid run from
+// Q tile 0 of full_q_tiles_of_run): every other Q tile of q_tiles_for_kv_tile is partial.
+GNA_HD Range full_q_tiles_of_kv_tile(const AxisRule& a, int n, int kt, int tile_q, int tile_kv) {
+  return full_q_tiles_of_run(a, n, kt, tile_q, tile_kv, QTileRun{0, tiles_along(n, tile_q)});
 }
 
 // Per-axis tile shape of a multi-dimensional tile (unused axes are 1).

@@ -1,7 +1,8 @@
 // The Hopper backward kernel, KV-stationary: one CTA per (128-key KV tile, KV head, batch) keeps
 // K and V in shared memory and walks the 64-row Q tiles whose queries attend it (the core's
-// inverse rule per axis, a product box; in additional mode every Q tile), for every query head
-// of its GQA group. A producer warp loads Q and dO by TMA (multi-dimensional boxes of the
+// inverse rule per axis, a product box of Q tile runs, on the grid or placed at the first query
+// of the KV tile's union query window; in additional mode every grid Q tile), for every query
+// head of its GQA group. A producer warp loads Q and dO by TMA (multi-dimensional boxes of the
 // heads-last tensors) plus the rows' LSE and delta into a 2-stage ring; two consumer
 // warpgroups own 64 keys each:
 //   S^T = K Q^T, dP^T = V dO^T           (wgmma SS, N = 64 queries)
@@ -113,6 +114,13 @@ struct RoleWalk {
     else
       walk.next(w);
   }
+  // The first query per axis of the current visit's Q tile (the runs of the head's box).
+  __device__ __forceinline__ void q_origin(int (&row)[kAxes]) const {
+    if constexpr (kRules)
+      q_tile_origin(p, walk.box->q_first, walk.qt, row);
+    else
+      q_tile_origin(p, w.q_first, walk.qt, row);
+  }
 };
 
 template <int D, bool kRules>
@@ -144,7 +152,8 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D, kR
   const int total = role.begin();
   for (int it = 0; it < total; ++it, role.next()) {
     const int head = walk.head;
-    const int(&qt)[kAxes] = walk.qt;
+    int row[kAxes];
+    role.q_origin(row);
     const int stage = it % kStages;
     const uint32_t phase = (it / kStages) & 1;
     mbar_wait(&s.q_empty[stage], phase ^ 1);
@@ -153,10 +162,9 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D, kR
 #pragma unroll
       for (int box = 0; box < QT::kBoxes; ++box) {
         tma_load_5d(s.q[stage] + box * QT::kBoxBytes, tm_q, &s.q_full[stage], box * QT::kBoxCols,
-                    head, qt[2] * p.q_tile[2], qt[1] * p.q_tile[1], x_base + qt[0] * p.q_tile[0]);
+                    head, row[2], row[1], x_base + row[0]);
         tma_load_5d(s.d_o[stage] + box * QT::kBoxBytes, tm_do, &s.q_full[stage],
-                    box * QT::kBoxCols, head, qt[2] * p.q_tile[2], qt[1] * p.q_tile[1],
-                    x_base + qt[0] * p.q_tile[0]);
+                    box * QT::kBoxCols, head, row[2], row[1], x_base + row[0]);
       }
     }
     // Rows outside the image (tensor edge or the next folded batch) get LSE = +inf: P = 0.
@@ -164,7 +172,7 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D, kR
     for (int h = 0; h < 2; ++h) {
       const int r = lane + 32 * h;
       int64_t off = w.batch * p.row_batch_stride + head;
-      const bool valid = tile_row_offset(p.axes, qt, p.q_tile, r, p.row_axis_stride, off);
+      const bool valid = q_row_offset(p, row, r, off);
       s.lse2[stage][r] = valid ? p.lse2[off] : INFINITY;
       s.delta[stage][r] = valid ? p.delta[off] : 0.f;
     }
@@ -261,8 +269,9 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
 #pragma unroll
       for (int a = 0; a < kAxes; ++a)
         if (a >= walk.changed)
-          axis_class[a] = classify_axis_tiles(p.axes[a], p.axes[a].extent, qt[a], w.kt[a],
-                                              p.q_tile[a], p.kv_tile[a]);
+          axis_class[a] =
+              classify_run_q_tile(p.axes[a], p.axes[a].extent, QTileRun{w.q_first[a], w.q_size[a]},
+                                  qt[a], p.q_tile[a], w.kt[a], p.kv_tile[a]);
       partial = combine(combine(axis_class[0], axis_class[1]), axis_class[2]) != PairClass::full;
     }
     const bool masked = partial || key_mask;
@@ -270,6 +279,12 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
       // The writer is done with this ring slot (last used four visits ago): at the previous
       // visit this warpgroup waited (dq_empty) for the writer to finish the visit before that,
       // and the writer goes in order.
+      // Deterministic mode runs grid Q tiles: the tile's first query over its rows is its
+      // index on the grid.
+      int row[kAxes], grid_qt[kAxes];
+      role.q_origin(row);
+#pragma unroll
+      for (int a = 0; a < kAxes; ++a) grid_qt[a] = row[a] >> log2_pow2(p.q_tile[a]);
       int rank = 0;
       if (p.additional) {
         rank = w.kt[2];
@@ -281,15 +296,16 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
         int size[kAxes], off[kAxes];
 #pragma unroll
         for (int a = 0; a < kAxes; ++a) {
-          const Range kr = kv_tiles_for_q_tile(axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
-                                               p.kv_tile[a]);
+          const Range kr = kv_tiles_for_q_tile(axes[a], p.axes[a].extent, grid_qt[a],
+                                               p.q_tile[a], p.kv_tile[a]);
           size[a] = kr.size();
           off[a] = w.kt[a] - kr.begin;
         }
         rank = p.kv_outer_axis_fastest ? (off[2] * size[1] + off[1]) * size[0] + off[0]
                                        : (off[0] * size[1] + off[1]) * size[2] + off[2];
       }
-      const int q_lin = (qt[0] * p.q_tiles[1] + qt[1]) * p.q_tiles[2] + qt[2];
+      const int q_lin =
+          (grid_qt[0] * p.q_tiles[1] + grid_qt[1]) * p.q_tiles[2] + grid_qt[2];
       s.turn_index[it % 4] = (w.batch * p.heads_q + head) * p.q_tiles_per_image + q_lin;
       s.turn_rank[it % 4] = rank;
     }
@@ -342,15 +358,17 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
     } else {
       int lo[2][kAxes], q_width[2][kAxes];
       // The key windows under the head's rules: its group's set (read here, so that the walk
-      // holds no group).
+      // holds no group), relative to the Q tile's first query.
       int set = 0;
       if constexpr (kRules) set = p.rules.group_of_head[head];
+      int row[kAxes];
+      role.q_origin(row);
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
         for (int a = 0; a < kAxes; ++a) {
           const int r = wg * 64 + row_in_wg + 8 * i;
-          lo[i][a] = s.key_q_lo[set][r][a] - qt[a] * p.q_tile[a];
+          lo[i][a] = s.key_q_lo[set][r][a] - row[a];
           q_width[i][a] = s.key_q_width[set][r][a];
         }
 #pragma unroll
@@ -553,7 +571,8 @@ __device__ __forceinline__ void dq_writer(const BwdParams& p, SharedStorage<D, k
   RoleWalk<D, kRules> role{p, s, w, walk};
   const int total = role.begin();
   for (int it = 0; it < total; ++it, role.next()) {
-    const int(&qt)[kAxes] = walk.qt;
+    int row[kAxes];
+    role.q_origin(row);
     int* turn = nullptr;
     int rank = 0;
 #pragma unroll 1
@@ -568,7 +587,7 @@ __device__ __forceinline__ void dq_writer(const BwdParams& p, SharedStorage<D, k
 #pragma unroll
       for (int box = 0; box < kDqN / kDqBoxCols; ++box)
         tma_reduce_add_5d(tm_dq, s.dq[wg][box], col0 + box * kDqBoxCols, walk.head,
-                          qt[2] * p.q_tile[2], qt[1] * p.q_tile[1], x_base + qt[0] * p.q_tile[0]);
+                          row[2], row[1], x_base + row[0]);
       bulk_commit();
       if (turn != nullptr) {
         bulk_wait<0>();

@@ -22,14 +22,23 @@
 
 namespace gna::hopper {
 
-// The backward as the core's tile chooser sees it: gna/core/kernel_tiles.hpp. With head rules
-// one shape for every group, scored over the groups weighted by their heads.
+// The backward as the core's tile chooser sees it: gna/core/kernel_tiles.hpp. Deterministic
+// mode keeps grid Q tiles: its turn counters order the KV tiles adding into one grid Q tile,
+// which placed Q tiles (one run per KV tile) do not share.
+TileKernel backward_tile_kernel(const KernelOptions& options) {
+  return hopper_backward_tile_kernel(options.deterministic ? KvPlacements::grid
+                                                           : options.q_placements);
+}
+
+// With head rules one shape and one placement for every group, scored over the groups weighted
+// by their heads.
 BwdTiles choose_backward_tiles(const Problem& p, const KernelOptions& options) {
-  const ScoredTiles s = tile_choice_for_groups(head_rule_groups(p), hopper_backward_tile_kernel(),
+  const ScoredTiles s = tile_choice_for_groups(head_rule_groups(p), backward_tile_kernel(options),
                                                options.q_tile, options.kv_tile);
   BwdTiles t;
   t.q = s.q;
   t.kv = s.kv;
+  t.q_placement = s.kv_placement;
   t.visited_pairs = s.visited_pairs;
   t.full_pairs = s.full_pairs;
   return t;
@@ -87,6 +96,7 @@ BwdParams base_params(const Problem& p, const LaunchPlan& plan, const LaunchSlic
   set_slice_fields(bp, p, plan, s, tiles.q, tiles.kv);
   for (int ka = 0; ka < kAxes; ++ka)
     bp.kv_tiles[ka] = tiles_along(bp.axes[ka].extent, bp.kv_tile[ka]);
+  bp.q_placement = tiles.q_placement;
   bp.heads_kv = p.heads_kv;
   bp.scale = static_cast<float>(effective_scale(p));
   bp.scale_log2 = static_cast<float>(effective_scale(p) * 1.4426950408889634);
@@ -166,7 +176,7 @@ TensorRef head_view(const TensorRef& t, int axis, int first, int step, int count
 
 bool backward_splits_by_group(const Problem& p, const KernelOptions& options) {
   if (p.head_rules.groups < 2 || p.heads_kv != p.heads_q || p.additional_kv > 0) return false;
-  const TileKernel k = hopper_backward_tile_kernel();
+  const TileKernel k = backward_tile_kernel(options);
   const std::vector<WeightedProblem> groups = head_rule_groups(p);
   if (groups.size() < 2) return false;
   double heads = 0, apart = 0;
@@ -315,6 +325,7 @@ void backward(const BackwardCall& call) {
     for (const LaunchSlice& s : plan_add.slices) {
       BwdParams bp = base_params(p_add, plan_add, s, tiles);
       bp.additional = 1;
+      bp.q_placement = KvPlacement::grid;  // every Q tile of the grid
       bp.kv_tiles_per_image = tiles_along(p.additional_kv, kBwdKvRows);
       set_rows(bp, p_add, plan_add, s, lse2, delta);
       const TensorRef& dak = *call.d_additional_k;

@@ -17,10 +17,14 @@ namespace gna::hopper {
 // tile of the backward.
 struct BwdTiles {
   TileShape q, kv;
+  KvPlacement q_placement = KvPlacement::grid;  // of the Q tiles (BwdParams::q_placement)
   double visited_pairs = 0;  // (Q tile, KV tile) pairs of one image and head
   double full_pairs = 0;
 };
 BwdTiles choose_backward_tiles(const Problem& p, const KernelOptions& options);
+// The backward's description for the chooser under these options: the Q tile placements of
+// KernelOptions::q_placements, grid only in deterministic mode.
+TileKernel backward_tile_kernel(const KernelOptions& options);
 
 bool supports_backward(const BackwardCall& call, std::string* why);
 void backward(const BackwardCall& call);

@@ -1,37 +1,41 @@
 // The work of one backward CTA (KV tile, KV head, batch, the box of Q tiles it visits) and the
 // walk over its visits: for each query head of the KV head's GQA group, every Q tile of the box,
 // starting at a per-CTA rotation and wrapping around. The walk is an odometer, so that a step
-// costs a few adds instead of the divisions of decoding a visit index.
+// costs a few adds instead of the divisions of decoding a visit index. The box is a Q tile run
+// per axis (the core's q_tile_run, grid or placed): the walk counts tiles m of the run, and the
+// tile's first query is first + m * q_tile.
 #pragma once
 
 #include "gna/core/tiling.hpp"
 #include "kernels/hopper/backward_params.hpp"
+#include "kernels/hopper/device_util.cuh"
 
 namespace gna::hopper::bwd {
 
 struct Work {
   int kt[kAxes];     // KV tile per axis (spatial); kt[2] = additional tile (additional mode)
   int head_kv, batch;
-  int q_begin[kAxes], q_size[kAxes];
+  int q_first[kAxes], q_size[kAxes];  // per axis the Q tile run: first query, tiles
   int q_count;       // Q tiles per query head
   int rotation;      // visit index (inside a head) the walk starts at
 };
 
-// The box of Q tiles whose queries attend KV tile w.kt under the rules `axes` (every Q tile in
-// additional mode) and the walk's rotation; `tile` is the KV tile's index in the launch.
+// The box of Q tiles whose queries attend KV tile w.kt under the rules `axes` with the launch's
+// placement (every grid Q tile in additional mode) and the walk's rotation; `tile` is the KV
+// tile's index in the launch.
 __device__ __forceinline__ void set_q_box(const BwdParams& p, const AxisRule* axes, int tile,
                                           Work& w) {
   w.q_count = 1;
 #pragma unroll
   for (int a = 0; a < kAxes; ++a) {
     if (p.additional) {
-      w.q_begin[a] = 0;
+      w.q_first[a] = 0;
       w.q_size[a] = p.q_tiles[a];
     } else {
-      const Range r = q_tiles_for_kv_tile(axes[a], p.axes[a].extent, w.kt[a], p.q_tile[a],
-                                          p.kv_tile[a]);
-      w.q_begin[a] = r.begin;
-      w.q_size[a] = max_i(r.end - r.begin, 0);
+      const QTileRun run = q_tile_run(axes[a], p.axes[a].extent, w.kt[a], p.q_tile[a],
+                                      p.kv_tile[a], p.q_placement);
+      w.q_first[a] = run.first;
+      w.q_size[a] = max_i(run.count, 0);
     }
     w.q_count *= w.q_size[a];
   }
@@ -68,7 +72,7 @@ __device__ __forceinline__ Work make_work(const BwdParams& p) {
 }
 
 struct QWalk {
-  int qt[kAxes];     // Q tile of the current visit
+  int qt[kAxes];     // Q tile of the current visit (its index m in the run per axis)
   int first[kAxes];  // the Q tile every head's walk starts at
   int head;          // query head of the current visit
   int left;          // visits left in this head, the current one included
@@ -80,10 +84,10 @@ struct QWalk {
     changed = 0;
     if (w.q_count == 0) return;
     int i = w.rotation;
-    first[2] = w.q_begin[2] + i % w.q_size[2];
+    first[2] = i % w.q_size[2];
     i /= w.q_size[2];
-    first[1] = w.q_begin[1] + i % w.q_size[1];
-    first[0] = w.q_begin[0] + i / w.q_size[1];
+    first[1] = i % w.q_size[1];
+    first[0] = i / w.q_size[1];
 #pragma unroll
     for (int a = 0; a < kAxes; ++a) qt[a] = first[a];
   }
@@ -98,13 +102,13 @@ struct QWalk {
       return;
     }
     changed = 2;
-    if (++qt[2] == w.q_begin[2] + w.q_size[2]) {
-      qt[2] = w.q_begin[2];
+    if (++qt[2] == w.q_size[2]) {
+      qt[2] = 0;
       changed = 1;
-      if (++qt[1] == w.q_begin[1] + w.q_size[1]) {
-        qt[1] = w.q_begin[1];
+      if (++qt[1] == w.q_size[1]) {
+        qt[1] = 0;
         changed = 0;
-        if (++qt[0] == w.q_begin[0] + w.q_size[0]) qt[0] = w.q_begin[0];
+        if (++qt[0] == w.q_size[0]) qt[0] = 0;
       }
     }
   }
@@ -114,11 +118,11 @@ struct QWalk {
 // memory, and the visits of the CTA (summed over the query heads of its KV head). Every key is
 // attended by some query under every rule, so no head's box is empty.
 struct QBox {
-  int begin[kAxes], end[kAxes];
+  int q_first[kAxes], size[kAxes];  // the Q tile run per axis (Work)
   int first[kAxes];  // the Q tile the walk starts at (QWalk::begin: the rotation decoded)
   int count;
-  // Per axis the Q tiles whose pair with the KV tile is full (the others of the box partial),
-  // so that a visit's class is read here instead of computed from the rules in the walk.
+  // Per axis the tiles of the run whose pair with the KV tile is full (the others partial), so
+  // that a visit's class is read here instead of computed from the rules in the walk.
   int full_begin[kAxes], full_end[kAxes];
 };
 struct HeadBoxes {
@@ -136,11 +140,12 @@ __device__ __forceinline__ void set_head_boxes(const BwdParams& p, const Work& w
     QBox& b = hb.box[g];
 #pragma unroll
     for (int a = 0; a < kAxes; ++a) {
-      b.begin[a] = t.q_begin[a];
-      b.end[a] = t.q_begin[a] + t.q_size[a];
+      b.q_first[a] = t.q_first[a];
+      b.size[a] = t.q_size[a];
       b.first[a] = walk.first[a];
-      const Range full = full_q_tiles_of_kv_tile(p.rules.axes[g][a], p.axes[a].extent, w.kt[a],
-                                                 p.q_tile[a], p.kv_tile[a]);
+      const Range full =
+          full_q_tiles_of_run(p.rules.axes[g][a], p.axes[a].extent, w.kt[a], p.q_tile[a],
+                              p.kv_tile[a], QTileRun{t.q_first[a], t.q_size[a]});
       b.full_begin[a] = full.begin;
       b.full_end[a] = full.end;
     }
@@ -156,7 +161,7 @@ __device__ __forceinline__ void set_head_boxes(const BwdParams& p, const Work& w
 // order inside a box). The box stays in shared memory, read at a head change and where a step
 // wraps an axis, so that the walk holds no more registers than QWalk.
 struct BoxWalk {
-  int qt[kAxes];  // Q tile of the current visit
+  int qt[kAxes];  // Q tile of the current visit (its index in the run per axis)
   int head;       // query head of the current visit
   int left;       // visits left in this head, the current one included
   int changed;    // lowest axis whose Q tile changed at the last step (0 after a head change)
@@ -184,13 +189,13 @@ struct BoxWalk {
       return;
     }
     changed = 2;
-    if (++qt[2] == box->end[2]) {
-      qt[2] = box->begin[2];
+    if (++qt[2] == box->size[2]) {
+      qt[2] = 0;
       changed = 1;
-      if (++qt[1] == box->end[1]) {
-        qt[1] = box->begin[1];
+      if (++qt[1] == box->size[1]) {
+        qt[1] = 0;
         changed = 0;
-        if (++qt[0] == box->end[0]) qt[0] = box->begin[0];
+        if (++qt[0] == box->size[0]) qt[0] = 0;
       }
     }
   }
@@ -215,6 +220,30 @@ __device__ __forceinline__ KvTileCoords kv_tile_coords(const BwdParams& p, const
     c.c4 = w.batch * p.axes[0].extent + w.kt[0] * p.kv_tile[0];
   }
   return c;
+}
+
+// The first query per axis of the visit's Q tile (tile qt of the runs from q_first).
+__device__ __forceinline__ void q_tile_origin(const BwdParams& p, const int (&q_first)[kAxes],
+                                              const int (&qt)[kAxes], int (&row)[kAxes]) {
+#pragma unroll
+  for (int a = 0; a < kAxes; ++a) row[a] = q_first[a] + qt[a] * p.q_tile[a];
+}
+
+// Adds to `off` the offset of row r of the Q tile whose first query per axis is `row` in the
+// [B, tokens, Hq] row scratch; false when the row lies beyond the extent of an axis (edge tiles,
+// placed tiles running past the group, or the next batch where batches are folded into axis 0).
+__device__ __forceinline__ bool q_row_offset(const BwdParams& p, const int (&row)[kAxes], int r,
+                                             int64_t& off) {
+  int local[kAxes];
+  tile_local(r, p.q_tile, local);
+  bool valid = true;
+#pragma unroll
+  for (int a = 0; a < kAxes; ++a) {
+    const int c = row[a] + local[a];
+    valid = valid && c < p.axes[a].extent;
+    off += static_cast<int64_t>(c) * p.row_axis_stride[a];
+  }
+  return valid;
 }
 
 }  // namespace gna::hopper::bwd
