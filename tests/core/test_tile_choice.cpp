@@ -232,15 +232,31 @@ TEST(TileChoice, KvPlacements) {
   EXPECT_EQ(chosen[0].kv_placement, KvPlacement::grid);
   EXPECT_EQ(chosen[1].kv_placement, KvPlacement::placed);
   EXPECT_LT(chosen[2].cost, chosen[0].cost);
-  TileKernel backward = kernel(PairWalk::per_kv_tile);
-  const std::vector<ScoredTiles> bg = ranked_tile_choices(p, backward, kNoForcedTile, kNoForcedTile);
-  backward.kv_placements = KvPlacements::either;
-  const std::vector<ScoredTiles> be = ranked_tile_choices(p, backward, kNoForcedTile, kNoForcedTile);
-  ASSERT_EQ(bg.size(), be.size());
-  for (size_t i = 0; i < bg.size(); ++i) {
-    expect_same(bg[i], be[i]);
-    EXPECT_EQ(be[i].kv_placement, KvPlacement::grid);
+  // A per_kv_tile walk places its Q tiles with the same rule: each candidate keeps the cheaper of
+  // grid and placed Q tiles, placed never visiting more pairs.
+  TileKernel backward[3] = {kernel(PairWalk::per_kv_tile), kernel(PairWalk::per_kv_tile),
+                            kernel(PairWalk::per_kv_tile)};
+  std::vector<ScoredTiles> b[3];
+  for (int i = 0; i < 3; ++i) {
+    backward[i].kv_placements = modes[i];
+    b[i] = ranked_tile_choices(p, backward[i], kNoForcedTile, kNoForcedTile);
+    ASSERT_EQ(b[i].size(), b[0].size());
   }
+  int placed_q_cheaper = 0;
+  for (const ScoredTiles& e : b[2]) {
+    const ScoredTiles g = find(b[0], e), pl = find(b[1], e);
+    EXPECT_EQ(g.kv_placement, KvPlacement::grid);
+    EXPECT_EQ(pl.kv_placement, KvPlacement::placed);
+    EXPECT_LE(pl.visited_pairs, g.visited_pairs);
+    EXPECT_LE(pl.max_box, g.max_box);
+    const ScoredTiles& expected = pl.cost < g.cost ? pl : g;
+    expect_same(e, expected);
+    EXPECT_EQ(e.kv_placement, expected.kv_placement);
+    placed_q_cheaper += pl.cost < g.cost;
+  }
+  EXPECT_GT(placed_q_cheaper, 0);
+  EXPECT_LE(tile_choice(p, backward[2], kNoForcedTile, kNoForcedTile).cost,
+            tile_choice(p, backward[0], kNoForcedTile, kNoForcedTile).cost);
 }
 
 // Head-rule groups: every candidate's pair counts and cost are the head-weighted means of the

@@ -4,6 +4,9 @@
 // a quarter of the configurations), each in fp16 and bf16, fresh random inputs, gradients
 // poisoned with NaN before each call (tolerances: tests/gpu_reference/gpu_harness.hpp).
 // Configurations per rank: GNA_HOPPER_BWD_SWEEP (default 24); seed: GNA_TEST_SEED.
+// Placed Q tiles: a sweep forcing them (KernelOptions::q_placements) against the reference,
+// asserting that placed launches ran and that their runs differ from the grid's on some
+// configurations; GNA_HOPPER_BWD_SWEEP configurations per rank.
 // Also: deterministic mode gives the same bits in repeated runs. (That the inverse tile ranges
 // the kernel walks mirror the forward's is a CPU test: Tiling.InverseTileRangesMirrorForward.)
 #include <cstdio>
@@ -13,6 +16,7 @@
 #include "backend/backend.hpp"
 #include "gna/core/tiling.hpp"
 #include "gpu_harness.hpp"
+#include "kernels/hopper/backward_launch.hpp"
 #include "kernels/hopper/tma_host.hpp"
 
 namespace gna::testing {
@@ -86,6 +90,107 @@ void sweep(int rank) {
 TEST(HopperBackward, RandomSweepRank1) { sweep(1); }
 TEST(HopperBackward, RandomSweepRank2) { sweep(2); }
 TEST(HopperBackward, RandomSweepRank3) { sweep(3); }
+
+// The rule of a configuration (one image and head), as the tile chooser sees it.
+Problem problem_of(const Config& c) {
+  Problem p;
+  p.rank = c.params.rank;
+  for (int a = 0; a < p.rank; ++a)
+    p.axes[a] = AxisRule{c.extent[a], c.params.window[a], c.params.dilation[a],
+                         c.params.stride[a], c.params.causal[a]};
+  p.batch = c.batch;
+  p.heads_q = c.heads_q;
+  p.heads_kv = c.heads_kv;
+  p.dim_qk = c.dim_qk;
+  p.dim_v = c.dim_v;
+  p.additional_kv = c.additional;
+  return p;
+}
+
+// Whether some KV tile's placed Q tile run differs from its grid run under the tiles the
+// backward chooses (the placed path really ran), from the core's tiling math; and whether some
+// placed run ends past its group on the outermost axis (rows of the next folded batch or zero
+// fill, which must not add into dQ).
+struct PlacedQUse {
+  bool differs = false;
+  bool past_end_axis0 = false;
+};
+PlacedQUse placed_q_use(const Problem& p, const KernelOptions& kopt) {
+  const hopper::BwdTiles t = hopper::choose_backward_tiles(p, kopt);
+  PlacedQUse u;
+  if (t.q_placement != KvPlacement::placed) return u;
+  for (int a = 0; a < p.rank; ++a)
+    for (int g = 0; g < p.axes[a].dilation; ++g) {
+      const int n = group_length(p.axes[a], g), tq = t.q.size[a], tk = t.kv.size[a];
+      for (int kt = 0; kt < tiles_along(n, tk); ++kt) {
+        const QTileRun placed = q_tile_run(p.axes[a], n, kt, tq, tk, KvPlacement::placed);
+        const QTileRun grid = q_tile_run(p.axes[a], n, kt, tq, tk, KvPlacement::grid);
+        u.differs = u.differs || placed.first != grid.first || placed.count != grid.count;
+        if (a == 0) u.past_end_axis0 = u.past_end_axis0 || placed.first + placed.count * tq > n;
+      }
+    }
+  return u;
+}
+
+// Placed Q tiles forced over a random sweep of every rank (forced tile shapes on a quarter of the
+// configurations, deterministic mode on an eighth: it runs the grid whatever is asked), each in
+// fp16 and bf16 against the reference with NaN-poisoned gradients.
+TEST(HopperBackward, PlacedQTiles) {
+  SKIP_WITHOUT_SM90();
+  const uint64_t seed = test_seed();
+  std::mt19937_64 rng(seed + 977);
+  const ConfigLimits lim = limits();
+  const int configs = sweep_size();
+  int failures = 0, differs = 0, past_end = 0, deterministic = 0, checked = 0;
+  const int64_t placed_before = hopper::backward_launch_count().placed_q;
+  // The configurations to run, then more (up to 4x) until enough differ from the grid.
+  const int wanted_differs = std::max(1, configs / 4);
+  for (int i = 0; (i < 3 * configs || (differs < wanted_differs && i < 12 * configs)) &&
+                  failures < 5;
+       ++i, ++checked) {
+    const int rank = 1 + i % 3;
+    const Config c = random_config(rng, rank, lim);
+    KernelOptions kopt;
+    kopt.q_placements = KvPlacements::placed;
+    if (uniform(rng, 0, 3) == 0) {
+      kopt.q_tile = random_tile(rng, rank, 64);
+      kopt.kv_tile = random_tile(rng, rank, 128);
+    }
+    kopt.deterministic = uniform(rng, 0, 7) == 0;
+    deterministic += kopt.deterministic;
+    const Problem p = problem_of(c);
+    if (!kopt.deterministic) {
+      const PlacedQUse use = placed_q_use(p, kopt);
+      differs += use.differs;
+      past_end += use.differs && use.past_end_axis0;
+    } else {
+      EXPECT_EQ(hopper::choose_backward_tiles(p, kopt).q_placement, KvPlacement::grid);
+    }
+    Case f16;
+    f16.build(c, DType::f16, rng, true);
+    Case bf16;
+    bf16.copy_as(f16, DType::bf16);
+    for (Case* cs : {&f16, &bf16}) {
+      const std::string err = cs->check_backward("hopper", kopt);
+      if (!err.empty()) {
+        ++failures;
+        ADD_FAILURE() << dtype_name(cs->q.dtype) << " config " << i << ": " << c.describe()
+                      << (kopt.deterministic ? " deterministic" : "") << ": " << err
+                      << " (GNA_TEST_SEED=" << seed << ")";
+      }
+    }
+  }
+  const int64_t placed_launches = hopper::backward_launch_count().placed_q - placed_before;
+  std::printf("hopper backward placed Q tiles: %d configurations x {f16, bf16} (%d deterministic), "
+              "%d failed, %lld placed launches, %d differing from the grid (%d past the outermost "
+              "axis), seed %llu\n",
+              checked, deterministic, failures, static_cast<long long>(placed_launches), differs,
+              past_end, static_cast<unsigned long long>(seed));
+  EXPECT_EQ(failures, 0);
+  EXPECT_GT(placed_launches, 0);
+  EXPECT_GE(differs, wanted_differs)
+      << "too few configurations ran placed Q tiles that differ from the grid in " << checked;
+}
 
 // Deterministic mode: three runs give bitwise identical gradients (problems where many KV tiles
 // add into each Q tile's dQ rows, GQA and additional keys included).

@@ -195,7 +195,8 @@ bool parse_shape(const std::string& text, int head_dim, Case* out) {
   return c.heads >= 1;
 }
 
-// --kv-tiles NAME: where the Hopper forward's KV tiles start (other backends ignore it).
+// --kv-tiles NAME: where the Hopper forward's KV tiles start; --q-tiles NAME: where the Hopper
+// backward's Q tiles start (other backends ignore both).
 bool parse_kv_tiles(const std::string& name, KvPlacements* k) {
   if (name == "either") *k = KvPlacements::either;
   else if (name == "grid") *k = KvPlacements::grid;
@@ -372,6 +373,7 @@ const char kUsage[] =
     "                        [--reps N] [--warmup N] [--quick] [--json file]\n"
     "                        [--shape EXTENTS:WINDOW:STRIDE:HEADS]... [--head-dim D]\n"
     "                        [--tiles Q:KV] [--schedule S,...] [--kv-tiles K,...]\n"
+    "                        [--q-tiles K,...]\n"
     "                        [--deterministic] [--graph] [--forward-backend NAME]\n"
     "                        [--head-windows W1,W2,...]\n"
     "  Cases come from the benchmark case table: --set picks a set (kernel, the default; image,\n"
@@ -385,7 +387,8 @@ const char kUsage[] =
     "  backward runs its 64-key variant for KV tiles of at most 64 tokens at head dims 64 and\n"
     "  128). --schedule times each Hopper forward schedule given (auto, grid, persistent,\n"
     "  persistent-static, persistent-plain). --kv-tiles times each KV tile placement of the\n"
-    "  Hopper forward given (either: its choice, the default; grid; placed).\n"
+    "  Hopper forward given (either: its choice, the default; grid; placed). --q-tiles times\n"
+    "  each Q tile placement of the Hopper backward given (either, the default; grid; placed).\n"
     "  --deterministic: the backward's deterministic mode.\n"
     "  --forward-backend: the backend whose forward gives the backward its O and LSE (and runs\n"
     "  the forward passes; default: the backend under test).\n"
@@ -425,7 +428,7 @@ DType dtype_named(const char* name) {
 int main(int argc, char** argv) {
   std::string json_path, only, backends_arg, tiles_text, set, passes_arg = "fwd,bwd";
   std::string forward_backend, head_windows_arg;
-  std::string schedules_arg = "auto", kv_tiles_arg = "either";
+  std::string schedules_arg = "auto", kv_tiles_arg = "either", q_tiles_arg = "either";
   KernelOptions forced;
   int reps = 10, warmup = 2, shape_dim = 128;
   bool quick = false, image = false, graph = false, deterministic = false;
@@ -448,6 +451,7 @@ int main(int argc, char** argv) {
     else if (a == "--forward-backend") forward_backend = next();
     else if (a == "--schedule") schedules_arg = next();
     else if (a == "--kv-tiles") kv_tiles_arg = next();
+    else if (a == "--q-tiles") q_tiles_arg = next();
     else if (a == "--head-windows") head_windows_arg = next();
     else if (a == "--list") {
       list_cases();
@@ -508,6 +512,16 @@ int main(int argc, char** argv) {
       return 2;
     }
     kv_tiles.push_back({name, k});
+  }
+  std::vector<std::pair<std::string, KvPlacements>> q_tiles;
+  for (const std::string& name : split(q_tiles_arg)) {
+    KvPlacements k;
+    if (!parse_kv_tiles(name, &k)) {
+      std::fprintf(stderr, "gna-kernel-bench: --q-tiles '%s': expected either, grid or placed\n",
+                   name.c_str());
+      return 2;
+    }
+    q_tiles.push_back({name, k});
   }
   // The cases: the named ones (--cases) or else a set's, then the --shape ones; the kernel set
   // when none is given.
@@ -629,13 +643,15 @@ int main(int argc, char** argv) {
     const double bwd_bytes = image ? 8.0 * q.bytes() + lse.bytes() : 0;
     for (const std::string& be : backends) {
       for (const auto& named_schedule : schedules)
-      for (const auto& named_kv_tiles : kv_tiles) {
+      for (const auto& named_kv_tiles : kv_tiles)
+      for (const auto& named_q_tiles : q_tiles) {
         const std::string& schedule_name = named_schedule.first;
         CallOptions opt;
         opt.backend = be;
         opt.kernel = forced;
         opt.kernel.schedule = named_schedule.second;
         opt.kernel.kv_placements = named_kv_tiles.second;
+        opt.kernel.q_placements = named_q_tiles.second;
         opt.kernel.deterministic = deterministic;
         if (graph) opt.stream = stream;
         auto time = [&](auto&& f) {
@@ -646,6 +662,8 @@ int main(int argc, char** argv) {
         if (!tiles_text.empty()) label += " (tiles " + tiles_text + ")";
         if (kv_tiles.size() > 1 || named_kv_tiles.first != "either")
           label += " (kv tiles " + named_kv_tiles.first + ")";
+        if (q_tiles.size() > 1 || named_q_tiles.first != "either")
+          label += " (q tiles " + named_q_tiles.first + ")";
         if (deterministic) label += " (deterministic)";
         CallOptions fwd_opt = opt;
         if (!forward_backend.empty() && forward_backend != be) {

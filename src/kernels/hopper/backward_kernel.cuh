@@ -66,6 +66,9 @@ struct StorageBase {
   // registers (used by partial pairs only); written by lane 0 of the row's quad. With head rules
   // one set per group.
   int key_q_lo[kKeySets][kBwdKvRows][kAxes], key_q_width[kKeySets][kBwdKvRows][kAxes];
+  // Without head rules the first query of the CTA's Q tile run per axis (Work::q_first), read
+  // from here by the producer warp and the dQ writer, whose 40 registers do not hold it.
+  int q_first[kAxes];
   float lse2[kStages][kBwdQRows];
   float delta[kStages][kBwdQRows];
   uint64_t kv_full;
@@ -119,7 +122,17 @@ struct RoleWalk {
     if constexpr (kRules)
       q_tile_origin(p, walk.box->q_first, walk.qt, row);
     else
-      q_tile_origin(p, w.q_first, walk.qt, row);
+      q_tile_origin(p, s.q_first, walk.qt, row);
+  }
+  // The visit's Q tile on the grid, for runs on the grid (deterministic mode, additional mode).
+  __device__ __forceinline__ void grid_q_tile(int (&t)[kAxes]) const {
+#pragma unroll
+    for (int a = 0; a < kAxes; ++a) {
+      if constexpr (kRules)
+        t[a] = walk.box->grid_first[a] + walk.qt[a];
+      else
+        t[a] = (w.q_first[a] >> log2_pow2(p.q_tile[a])) + walk.qt[a];
+    }
   }
 };
 
@@ -281,10 +294,8 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
       // and the writer goes in order.
       // Deterministic mode runs grid Q tiles: the tile's first query over its rows is its
       // index on the grid.
-      int row[kAxes], grid_qt[kAxes];
-      role.q_origin(row);
-#pragma unroll
-      for (int a = 0; a < kAxes; ++a) grid_qt[a] = row[a] >> log2_pow2(p.q_tile[a]);
+      int grid_qt[kAxes];
+      role.grid_q_tile(grid_qt);
       int rank = 0;
       if (p.additional) {
         rank = w.kt[2];
@@ -638,8 +649,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     fence_barrier_init();
   }
-  if constexpr (kRules)
-    if (threadIdx.x == 128) set_head_boxes(p, w, s.heads);
+  if (threadIdx.x == 128) {
+    if constexpr (kRules)
+      set_head_boxes(p, w, s.heads);
+    else
+      for (int a = 0; a < kAxes; ++a) s.q_first[a] = w.q_first[a];
+  }
   __syncthreads();
   if (warpgroup == 0) {
     regs_decrease<kProducerRegs>();

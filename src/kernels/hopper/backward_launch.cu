@@ -58,7 +58,7 @@ bool supports_backward(const BackwardCall& call, std::string* why) {
 
 namespace {
 
-std::atomic<int64_t> launches{0}, head_rule_launches{0};
+std::atomic<int64_t> launches{0}, head_rule_launches{0}, placed_q_launches{0};
 
 // Element strides of the [B, tokens, Hq] row scratch per problem axis (plain token order).
 struct RowStrides {
@@ -81,6 +81,7 @@ void launch_kernel(int D, bool bf16, const CUtensorMap* maps, const BwdParams& b
   if (grid == 0) return;
   ++launches;
   if (bp.rules.groups > 0) ++head_rule_launches;
+  if (bp.q_placement == KvPlacement::placed) ++placed_q_launches;
   if (D == 32)
     launch_backward_d32(bf16, maps, bp, grid, stream);
   else if (D == 64)
@@ -140,7 +141,7 @@ TensorRef accumulator_ref(const Problem& p, float* data, int device) {
 }  // namespace
 
 BackwardLaunchCount backward_launch_count() {
-  return BackwardLaunchCount{launches.load(), head_rule_launches.load()};
+  return BackwardLaunchCount{launches.load(), head_rule_launches.load(), placed_q_launches.load()};
 }
 
 namespace {

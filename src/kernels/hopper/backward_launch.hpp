@@ -41,10 +41,11 @@ std::vector<BackwardCall> backward_group_calls(const BackwardCall& call);
 
 // Test hook: backward main-kernel launches of this process so far (the additional keys' launches
 // included), and those of them that ran per-head rules (one per dilation group and batch run,
-// whatever the number of head-rule groups).
+// whatever the number of head-rule groups), and those that ran placed Q tiles.
 struct BackwardLaunchCount {
   int64_t launches = 0;
   int64_t with_head_rules = 0;
+  int64_t placed_q = 0;
 };
 BackwardLaunchCount backward_launch_count();
 

@@ -119,6 +119,7 @@ struct QWalk {
 // attended by some query under every rule, so no head's box is empty.
 struct QBox {
   int q_first[kAxes], size[kAxes];  // the Q tile run per axis (Work)
+  int grid_first[kAxes];            // q_first / q_tile: the first Q tile of grid runs
   int first[kAxes];  // the Q tile the walk starts at (QWalk::begin: the rotation decoded)
   int count;
   // Per axis the tiles of the run whose pair with the KV tile is full (the others partial), so
@@ -142,6 +143,7 @@ __device__ __forceinline__ void set_head_boxes(const BwdParams& p, const Work& w
     for (int a = 0; a < kAxes; ++a) {
       b.q_first[a] = t.q_first[a];
       b.size[a] = t.q_size[a];
+      b.grid_first[a] = t.q_first[a] / p.q_tile[a];
       b.first[a] = walk.first[a];
       const Range full =
           full_q_tiles_of_run(p.rules.axes[g][a], p.axes[a].extent, w.kt[a], p.q_tile[a],
