@@ -66,9 +66,10 @@ struct StorageBase {
   // registers (used by partial pairs only); written by lane 0 of the row's quad. With head rules
   // one set per group.
   int key_q_lo[kKeySets][kBwdKvRows][kAxes], key_q_width[kKeySets][kBwdKvRows][kAxes];
-  // Without head rules the first query of the CTA's Q tile run per axis (Work::q_first), read
-  // from here by the producer warp and the dQ writer, whose 40 registers do not hold it.
-  int q_first[kAxes];
+  // Without head rules the CTA's Work::q_shift (placed Q tiles only), read from here where a
+  // placed walk needs it so that no role holds it in registers (the producer warp and the dQ
+  // writer have 40).
+  int q_shift[kAxes];
   float lse2[kStages][kBwdQRows];
   float delta[kStages][kBwdQRows];
   uint64_t kv_full;
@@ -117,22 +118,20 @@ struct RoleWalk {
     else
       walk.next(w);
   }
-  // The first query per axis of the current visit's Q tile (the runs of the head's box).
-  __device__ __forceinline__ void q_origin(int (&row)[kAxes]) const {
+  // The query added to the first query qt * q_tile of the visit's Q tile on axis a: none on the
+  // grid, where the branch (uniform over the launch) skips the read, so that a grid walk costs
+  // what a walk without placement does.
+  __device__ __forceinline__ int q_shift(int a) const {
+    if (p.q_placement != KvPlacement::placed) return 0;
     if constexpr (kRules)
-      q_tile_origin(p, walk.box->q_first, walk.qt, row);
+      return walk.box->q_shift[a];
     else
-      q_tile_origin(p, s.q_first, walk.qt, row);
+      return s.q_shift[a];
   }
-  // The visit's Q tile on the grid, for runs on the grid (deterministic mode, additional mode).
-  __device__ __forceinline__ void grid_q_tile(int (&t)[kAxes]) const {
+  // The first query per axis of the visit's Q tile.
+  __device__ __forceinline__ void q_origin(int (&row)[kAxes]) const {
 #pragma unroll
-    for (int a = 0; a < kAxes; ++a) {
-      if constexpr (kRules)
-        t[a] = walk.box->grid_first[a] + walk.qt[a];
-      else
-        t[a] = (w.q_first[a] >> log2_pow2(p.q_tile[a])) + walk.qt[a];
-    }
+    for (int a = 0; a < kAxes; ++a) row[a] = walk.qt[a] * p.q_tile[a] + q_shift(a);
   }
 };
 
@@ -282,8 +281,9 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
 #pragma unroll
       for (int a = 0; a < kAxes; ++a)
         if (a >= walk.changed)
+          // Tile qt of the run from query q_shift (the grid's when not placed).
           axis_class[a] =
-              classify_run_q_tile(p.axes[a], p.axes[a].extent, QTileRun{w.q_first[a], w.q_size[a]},
+              classify_run_q_tile(p.axes[a], p.axes[a].extent, QTileRun{role.q_shift(a), 0},
                                   qt[a], p.q_tile[a], w.kt[a], p.kv_tile[a]);
       partial = combine(combine(axis_class[0], axis_class[1]), axis_class[2]) != PairClass::full;
     }
@@ -292,10 +292,7 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
       // The writer is done with this ring slot (last used four visits ago): at the previous
       // visit this warpgroup waited (dq_empty) for the writer to finish the visit before that,
       // and the writer goes in order.
-      // Deterministic mode runs grid Q tiles: the tile's first query over its rows is its
-      // index on the grid.
-      int grid_qt[kAxes];
-      role.grid_q_tile(grid_qt);
+      // Deterministic mode runs grid Q tiles: qt is the tile's index on the grid.
       int rank = 0;
       if (p.additional) {
         rank = w.kt[2];
@@ -307,16 +304,15 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
         int size[kAxes], off[kAxes];
 #pragma unroll
         for (int a = 0; a < kAxes; ++a) {
-          const Range kr = kv_tiles_for_q_tile(axes[a], p.axes[a].extent, grid_qt[a],
-                                               p.q_tile[a], p.kv_tile[a]);
+          const Range kr = kv_tiles_for_q_tile(axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
+                                               p.kv_tile[a]);
           size[a] = kr.size();
           off[a] = w.kt[a] - kr.begin;
         }
         rank = p.kv_outer_axis_fastest ? (off[2] * size[1] + off[1]) * size[0] + off[0]
                                        : (off[0] * size[1] + off[1]) * size[2] + off[2];
       }
-      const int q_lin =
-          (grid_qt[0] * p.q_tiles[1] + grid_qt[1]) * p.q_tiles[2] + grid_qt[2];
+      const int q_lin = (qt[0] * p.q_tiles[1] + qt[1]) * p.q_tiles[2] + qt[2];
       s.turn_index[it % 4] = (w.batch * p.heads_q + head) * p.q_tiles_per_image + q_lin;
       s.turn_rank[it % 4] = rank;
     }
@@ -653,7 +649,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kRules)
       set_head_boxes(p, w, s.heads);
     else
-      for (int a = 0; a < kAxes; ++a) s.q_first[a] = w.q_first[a];
+      for (int a = 0; a < kAxes; ++a) s.q_shift[a] = w.q_shift[a];
   }
   __syncthreads();
   if (warpgroup == 0) {

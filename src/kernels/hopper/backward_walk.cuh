@@ -2,8 +2,9 @@
 // walk over its visits: for each query head of the KV head's GQA group, every Q tile of the box,
 // starting at a per-CTA rotation and wrapping around. The walk is an odometer, so that a step
 // costs a few adds instead of the divisions of decoding a visit index. The box is a Q tile run
-// per axis (the core's q_tile_run, grid or placed): the walk counts tiles m of the run, and the
-// tile's first query is first + m * q_tile.
+// per axis (the core's q_tile_run, grid or placed). The walk counts Q tiles qt whose first query
+// is qt * q_tile + q_shift: grid runs walk their grid tiles with no shift (the arithmetic of a
+// walk without placement), placed runs walk tiles 0.. shifted to the run's first query.
 #pragma once
 
 #include "gna/core/tiling.hpp"
@@ -15,7 +16,8 @@ namespace gna::hopper::bwd {
 struct Work {
   int kt[kAxes];     // KV tile per axis (spatial); kt[2] = additional tile (additional mode)
   int head_kv, batch;
-  int q_first[kAxes], q_size[kAxes];  // per axis the Q tile run: first query, tiles
+  int q_begin[kAxes], q_size[kAxes];  // per axis the walked Q tiles [q_begin, q_begin + q_size)
+  int q_shift[kAxes];  // per axis the query added to qt * q_tile: 0 on the grid, else run.first
   int q_count;       // Q tiles per query head
   int rotation;      // visit index (inside a head) the walk starts at
 };
@@ -29,12 +31,14 @@ __device__ __forceinline__ void set_q_box(const BwdParams& p, const AxisRule* ax
 #pragma unroll
   for (int a = 0; a < kAxes; ++a) {
     if (p.additional) {
-      w.q_first[a] = 0;
+      w.q_begin[a] = w.q_shift[a] = 0;
       w.q_size[a] = p.q_tiles[a];
     } else {
       const QTileRun run = q_tile_run(axes[a], p.axes[a].extent, w.kt[a], p.q_tile[a],
                                       p.kv_tile[a], p.q_placement);
-      w.q_first[a] = run.first;
+      const bool placed = p.q_placement == KvPlacement::placed;
+      w.q_begin[a] = placed ? 0 : run.first >> log2_pow2(p.q_tile[a]);
+      w.q_shift[a] = placed ? run.first : 0;
       w.q_size[a] = max_i(run.count, 0);
     }
     w.q_count *= w.q_size[a];
@@ -72,7 +76,7 @@ __device__ __forceinline__ Work make_work(const BwdParams& p) {
 }
 
 struct QWalk {
-  int qt[kAxes];     // Q tile of the current visit (its index m in the run per axis)
+  int qt[kAxes];     // Q tile of the current visit
   int first[kAxes];  // the Q tile every head's walk starts at
   int head;          // query head of the current visit
   int left;          // visits left in this head, the current one included
@@ -84,10 +88,10 @@ struct QWalk {
     changed = 0;
     if (w.q_count == 0) return;
     int i = w.rotation;
-    first[2] = i % w.q_size[2];
+    first[2] = w.q_begin[2] + i % w.q_size[2];
     i /= w.q_size[2];
-    first[1] = i % w.q_size[1];
-    first[0] = i / w.q_size[1];
+    first[1] = w.q_begin[1] + i % w.q_size[1];
+    first[0] = w.q_begin[0] + i / w.q_size[1];
 #pragma unroll
     for (int a = 0; a < kAxes; ++a) qt[a] = first[a];
   }
@@ -102,13 +106,13 @@ struct QWalk {
       return;
     }
     changed = 2;
-    if (++qt[2] == w.q_size[2]) {
-      qt[2] = 0;
+    if (++qt[2] == w.q_begin[2] + w.q_size[2]) {
+      qt[2] = w.q_begin[2];
       changed = 1;
-      if (++qt[1] == w.q_size[1]) {
-        qt[1] = 0;
+      if (++qt[1] == w.q_begin[1] + w.q_size[1]) {
+        qt[1] = w.q_begin[1];
         changed = 0;
-        if (++qt[0] == w.q_size[0]) qt[0] = 0;
+        if (++qt[0] == w.q_begin[0] + w.q_size[0]) qt[0] = w.q_begin[0];
       }
     }
   }
@@ -118,11 +122,11 @@ struct QWalk {
 // memory, and the visits of the CTA (summed over the query heads of its KV head). Every key is
 // attended by some query under every rule, so no head's box is empty.
 struct QBox {
-  int q_first[kAxes], size[kAxes];  // the Q tile run per axis (Work)
-  int grid_first[kAxes];            // q_first / q_tile: the first Q tile of grid runs
+  int begin[kAxes], end[kAxes];  // the walked Q tiles per axis (Work::q_begin, q_size)
+  int q_shift[kAxes];            // Work::q_shift
   int first[kAxes];  // the Q tile the walk starts at (QWalk::begin: the rotation decoded)
   int count;
-  // Per axis the tiles of the run whose pair with the KV tile is full (the others partial), so
+  // Per axis the walked Q tiles whose pair with the KV tile is full (the others partial), so
   // that a visit's class is read here instead of computed from the rules in the walk.
   int full_begin[kAxes], full_end[kAxes];
 };
@@ -141,15 +145,15 @@ __device__ __forceinline__ void set_head_boxes(const BwdParams& p, const Work& w
     QBox& b = hb.box[g];
 #pragma unroll
     for (int a = 0; a < kAxes; ++a) {
-      b.q_first[a] = t.q_first[a];
-      b.size[a] = t.q_size[a];
-      b.grid_first[a] = t.q_first[a] / p.q_tile[a];
+      b.begin[a] = t.q_begin[a];
+      b.end[a] = t.q_begin[a] + t.q_size[a];
+      b.q_shift[a] = t.q_shift[a];
       b.first[a] = walk.first[a];
-      const Range full =
-          full_q_tiles_of_run(p.rules.axes[g][a], p.axes[a].extent, w.kt[a], p.q_tile[a],
-                              p.kv_tile[a], QTileRun{t.q_first[a], t.q_size[a]});
-      b.full_begin[a] = full.begin;
-      b.full_end[a] = full.end;
+      const QTileRun run{t.q_begin[a] * p.q_tile[a] + t.q_shift[a], t.q_size[a]};
+      const Range full = full_q_tiles_of_run(p.rules.axes[g][a], p.axes[a].extent, w.kt[a],
+                                             p.q_tile[a], p.kv_tile[a], run);
+      b.full_begin[a] = t.q_begin[a] + full.begin;
+      b.full_end[a] = t.q_begin[a] + full.end;
     }
     b.count = t.q_count;
   }
@@ -163,7 +167,7 @@ __device__ __forceinline__ void set_head_boxes(const BwdParams& p, const Work& w
 // order inside a box). The box stays in shared memory, read at a head change and where a step
 // wraps an axis, so that the walk holds no more registers than QWalk.
 struct BoxWalk {
-  int qt[kAxes];  // Q tile of the current visit (its index in the run per axis)
+  int qt[kAxes];  // Q tile of the current visit
   int head;       // query head of the current visit
   int left;       // visits left in this head, the current one included
   int changed;    // lowest axis whose Q tile changed at the last step (0 after a head change)
@@ -191,13 +195,13 @@ struct BoxWalk {
       return;
     }
     changed = 2;
-    if (++qt[2] == box->size[2]) {
-      qt[2] = 0;
+    if (++qt[2] == box->end[2]) {
+      qt[2] = box->begin[2];
       changed = 1;
-      if (++qt[1] == box->size[1]) {
-        qt[1] = 0;
+      if (++qt[1] == box->end[1]) {
+        qt[1] = box->begin[1];
         changed = 0;
-        if (++qt[0] == box->size[0]) qt[0] = 0;
+        if (++qt[0] == box->end[0]) qt[0] = box->begin[0];
       }
     }
   }
@@ -222,13 +226,6 @@ __device__ __forceinline__ KvTileCoords kv_tile_coords(const BwdParams& p, const
     c.c4 = w.batch * p.axes[0].extent + w.kt[0] * p.kv_tile[0];
   }
   return c;
-}
-
-// The first query per axis of the visit's Q tile (tile qt of the runs from q_first).
-__device__ __forceinline__ void q_tile_origin(const BwdParams& p, const int (&q_first)[kAxes],
-                                              const int (&qt)[kAxes], int (&row)[kAxes]) {
-#pragma unroll
-  for (int a = 0; a < kAxes; ++a) row[a] = q_first[a] + qt[a] * p.q_tile[a];
 }
 
 // Adds to `off` the offset of row r of the Q tile whose first query per axis is `row` in the
