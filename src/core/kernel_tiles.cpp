@@ -17,7 +17,7 @@ TileKernel hopper_forward_tile_kernel(int head_dim, KvPlacements placements) {
   return k;
 }
 
-TileKernel hopper_backward_tile_kernel(KvPlacements q_placements) {
+TileKernel hopper_backward_tile_kernel(int head_dim, KvPlacements q_placements) {
   TileKernel k;
   k.name = "hopper backward";
   k.q_rows = kHopperBwdQRows;
@@ -25,7 +25,8 @@ TileKernel hopper_backward_tile_kernel(KvPlacements q_placements) {
   k.walk = PairWalk::per_kv_tile;
   k.forced_q = {kHopperBwdQRows, true};
   k.forced_kv = {kHopperBwdKvRows, true};
-  k.kv_placements = q_placements;
+  k.kv_placements =
+      hopper_backward_placed_q_head_dim(head_dim) ? q_placements : KvPlacements::grid;
   return k;
 }
 

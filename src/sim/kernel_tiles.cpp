@@ -84,8 +84,9 @@ Config kernel_tiles(const Config& c, TiledKernel k, int head_dim) {
     case TiledKernel::hopper_backward:
       if (!hopper_backward_head_dim(head_dim))
         fail_invalid("head_dim: the hopper backward runs 32, 64 or 128, got ", head_dim);
-      // KernelOptions' default: grid or placed Q tiles per KV tile, whichever is cheaper.
-      kernel = hopper_backward_tile_kernel(KvPlacements::either);
+      // KernelOptions' default: grid or placed Q tiles per KV tile, whichever is cheaper, where
+      // the head dim has placed kernels.
+      kernel = hopper_backward_tile_kernel(head_dim, KvPlacements::either);
       break;
     default:
       fail_invalid("kernel must be one of ", kernel_names(), ", got id ", static_cast<int>(k));

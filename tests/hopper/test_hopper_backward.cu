@@ -4,9 +4,10 @@
 // a quarter of the configurations), each in fp16 and bf16, fresh random inputs, gradients
 // poisoned with NaN before each call (tolerances: tests/gpu_reference/gpu_harness.hpp).
 // Configurations per rank: GNA_HOPPER_BWD_SWEEP (default 24); seed: GNA_TEST_SEED.
-// Placed Q tiles: a sweep forcing them (KernelOptions::q_placements) against the reference,
-// asserting that placed launches ran and that their runs differ from the grid's on some
-// configurations; GNA_HOPPER_BWD_SWEEP configurations per rank.
+// Placed Q tiles: a sweep forcing them (KernelOptions::q_placements) at head dim 128 (the one
+// with placed kernels) against the reference, asserting that placed launches ran and that their
+// runs differ from the grid's on some configurations, and that other head dims choose the grid;
+// GNA_HOPPER_BWD_SWEEP configurations per rank.
 // Also: deterministic mode gives the same bits in repeated runs. (That the inverse tile ranges
 // the kernel walks mirror the forward's is a CPU test: Tiling.InverseTileRangesMirrorForward.)
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <cstring>
 
 #include "backend/backend.hpp"
+#include "gna/core/kernel_tiles.hpp"
 #include "gna/core/tiling.hpp"
 #include "gpu_harness.hpp"
 #include "kernels/hopper/backward_launch.hpp"
@@ -132,14 +134,17 @@ PlacedQUse placed_q_use(const Problem& p, const KernelOptions& kopt) {
   return u;
 }
 
-// Placed Q tiles forced over a random sweep of every rank (forced tile shapes on a quarter of the
-// configurations, deterministic mode on an eighth: it runs the grid whatever is asked), each in
-// fp16 and bf16 against the reference with NaN-poisoned gradients.
+// Placed Q tiles forced over a random sweep of every rank at head dim 128, the head dim with
+// placed kernels (forced tile shapes on a quarter of the configurations, deterministic mode on an
+// eighth: it runs the grid whatever is asked), each in fp16 and bf16 against the reference with
+// NaN-poisoned gradients.
 TEST(HopperBackward, PlacedQTiles) {
   SKIP_WITHOUT_SM90();
   const uint64_t seed = test_seed();
   std::mt19937_64 rng(seed + 977);
-  const ConfigLimits lim = limits();
+  ConfigLimits lim = limits();
+  lim.dims = {{128, 128}};
+  ASSERT_TRUE(hopper_backward_placed_q_head_dim(128));
   const int configs = sweep_size();
   int failures = 0, differs = 0, past_end = 0, deterministic = 0, checked = 0;
   const int64_t placed_before = hopper::backward_launch_count().placed_q;
@@ -159,6 +164,11 @@ TEST(HopperBackward, PlacedQTiles) {
     kopt.deterministic = uniform(rng, 0, 7) == 0;
     deterministic += kopt.deterministic;
     const Problem p = problem_of(c);
+    for (int d : {32, 64}) {  // no placed kernels there: the chooser keeps the grid
+      Problem other = p;
+      other.dim_qk = other.dim_v = d;
+      EXPECT_EQ(hopper::choose_backward_tiles(other, kopt).q_placement, KvPlacement::grid) << d;
+    }
     if (!kopt.deterministic) {
       const PlacedQUse use = placed_q_use(p, kopt);
       differs += use.differs;

@@ -37,8 +37,16 @@ TEST(KernelTiles, DescriptionsAreTheKernels) {
                 PairWalk::per_q_tile, {128, true}, {64, true}, KvPlacements::grid);
   EXPECT_EQ(hopper_kv_tile_tokens(256), 64);
   EXPECT_EQ(hopper_kv_tile_tokens(128), 128);
-  expect_kernel(hopper_backward_tile_kernel(), "hopper backward", 64, 128, PairWalk::per_kv_tile,
-                {64, true}, {128, true}, KvPlacements::grid);
+  expect_kernel(hopper_backward_tile_kernel(128, KvPlacements::grid), "hopper backward", 64, 128,
+                PairWalk::per_kv_tile, {64, true}, {128, true}, KvPlacements::grid);
+  // Placed Q tiles only at the head dims that have placed kernels; the others stay on the grid.
+  for (int d : {32, 64, 128})
+    EXPECT_EQ(hopper_backward_tile_kernel(d, KvPlacements::either).kv_placements,
+              hopper_backward_placed_q_head_dim(d) ? KvPlacements::either : KvPlacements::grid)
+        << d;
+  EXPECT_TRUE(hopper_backward_placed_q_head_dim(128));
+  EXPECT_FALSE(hopper_backward_placed_q_head_dim(64));
+  EXPECT_FALSE(hopper_backward_placed_q_head_dim(32));
   const TileKernel narrow = portable_forward_tile_kernel(64), wide = portable_forward_tile_kernel(128);
   expect_kernel(narrow, "portable forward", 64, 64, PairWalk::per_q_tile, {128, false}, {64, true},
                 KvPlacements::grid);
@@ -117,7 +125,7 @@ TEST(KernelTiles, CAbiIsTheChoosersChoice) {
         << name << ": " << gna_sim_last_error();
     // The backward places its Q tiles (placed or not, its KV tiles are static).
     ScoredTiles backward = tile_choice(problem_of(*c, c->head_dim),
-                                       hopper_backward_tile_kernel(KvPlacements::either),
+                                       hopper_backward_tile_kernel(c->head_dim, KvPlacements::either),
                                        kNoForcedTile, kNoForcedTile);
     backward.kv_placement = KvPlacement::grid;
     expect_chosen(chosen, in, backward, name);

@@ -30,11 +30,16 @@ bool hopper_backward_head_dim(int head_dim);
 // hold exactly the kernel's rows.
 TileKernel hopper_forward_tile_kernel(int head_dim, KvPlacements placements);
 
+// Head dims at which the Hopper backward has kernels with placed Q tiles (their own
+// instantiations, so that the grid kernels carry no placement code); others run grid Q tiles.
+constexpr bool hopper_backward_placed_q_head_dim(int head_dim) { return head_dim == 128; }
+
 // The Hopper backward: Q tiles of kHopperBwdQRows, KV tiles of kHopperBwdKvRows, each KV tile
-// walking the box of Q tiles that attend to it, grid or placed as `q_placements` allows (the
-// kernel runs both from a launch parameter; KernelOptions::q_placements, `either` by default;
-// deterministic mode runs grid Q tiles). Forced tiles hold exactly the rows.
-TileKernel hopper_backward_tile_kernel(KvPlacements q_placements = KvPlacements::grid);
+// walking the box of Q tiles that attend to it, grid or placed as `q_placements` allows where
+// the head dim has placed kernels (hopper_backward_placed_q_head_dim), else grid
+// (KernelOptions::q_placements, `either` by default; deterministic mode runs grid Q tiles).
+// Forced tiles hold exactly the rows.
+TileKernel hopper_backward_tile_kernel(int head_dim, KvPlacements q_placements);
 
 // The portable kernels (every one walks per Q tile on grid KV tiles). The forward runs Q tiles of
 // kPortableForwardRowsQ rows (one m-block per warp) or kPortableForwardRowsQWide (two) against

@@ -171,10 +171,17 @@ GNA_HD Range full_q_tiles_of_run(const AxisRule& a, int n, int kt, int tile_q, i
   return Range{min_i(begin, end), end};
 }
 
-// The grid Q tiles whose pair with KV tile kt is full on this axis, a range (the grid run from
-// Q tile 0 of full_q_tiles_of_run): every other Q tile of q_tiles_for_kv_tile is partial.
+// The grid Q tiles whose pair with KV tile kt is full on this axis, a range (full_q_tiles_of_run
+// of the grid run from Q tile 0, without the run's offsets: the grid kernels' setup): every
+// other Q tile of q_tiles_for_kv_tile is partial.
 GNA_HD Range full_q_tiles_of_kv_tile(const AxisRule& a, int n, int kt, int tile_q, int tile_kv) {
-  return full_q_tiles_of_run(a, n, kt, tile_q, tile_kv, QTileRun{0, tiles_along(n, tile_q)});
+  const int k_begin = kt * tile_kv, k_end = k_begin + tile_kv;
+  if (k_end > n) return Range{0, 0};
+  const int reach = a.causal ? k_end - 1 : first_query_with_start_at_least(a, n, k_end - a.window);
+  const int past = first_query_with_start_at_least(a, n, k_begin + 1);
+  const int begin = ceil_div(reach, tile_q);
+  const int end = past >= n ? tiles_along(n, tile_q) : past / tile_q;
+  return Range{min_i(begin, end), end};
 }
 
 // Per-axis tile shape of a multi-dimensional tile (unused axes are 1).

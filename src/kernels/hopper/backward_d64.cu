@@ -1,13 +1,14 @@
-// Instantiations of the backward kernel for head dim 64 (bf16 and fp16).
+// Instantiations of the backward kernel for head dim 64 (bf16 and fp16; grid Q tiles).
 #include "kernels/hopper/backward_instance.cuh"
 
 namespace gna::hopper {
 
-void launch_backward_d64(bool bf16, const void* maps, const BwdParams& p, int grid, void* stream) {
+void launch_backward_d64(bool bf16, KvPlacement q_placement, const void* maps, const BwdParams& p,
+                         int grid, void* stream) {
   if (bf16)
-    launch_backward_kernel<64, Bf16Tag>(maps, p, grid, stream);
+    launch_backward_kernel<64, Bf16Tag>(q_placement, maps, p, grid, stream);
   else
-    launch_backward_kernel<64, F16Tag>(maps, p, grid, stream);
+    launch_backward_kernel<64, F16Tag>(q_placement, maps, p, grid, stream);
 }
 
 }  // namespace gna::hopper

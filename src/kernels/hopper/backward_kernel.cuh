@@ -66,10 +66,6 @@ struct StorageBase {
   // registers (used by partial pairs only); written by lane 0 of the row's quad. With head rules
   // one set per group.
   int key_q_lo[kKeySets][kBwdKvRows][kAxes], key_q_width[kKeySets][kBwdKvRows][kAxes];
-  // Without head rules the CTA's Work::q_shift (placed Q tiles only), read from here where a
-  // placed walk needs it so that no role holds it in registers (the producer warp and the dQ
-  // writer have 40).
-  int q_shift[kAxes];
   float lse2[kStages][kBwdQRows];
   float delta[kStages][kBwdQRows];
   uint64_t kv_full;
@@ -81,23 +77,34 @@ struct StorageBase {
   int turn_index[4], turn_rank[4];
 };
 
-// The storage of the kernel without head rules (kRules false) and with them.
-template <int D, bool kRules>
+// The storage of the kernel without head rules (kRules false) and with them, on grid Q tiles
+// and placed (kPlacedQ).
+template <int D, bool kRules, bool kPlacedQ>
 struct SharedStorage;
 template <int D>
-struct SharedStorage<D, false> : StorageBase<D, 1> {};
+struct SharedStorage<D, false, false> : StorageBase<D, 1> {};
 template <int D>
-struct SharedStorage<D, true> : StorageBase<D, kMaxHeadGroups> {
-  HeadBoxes heads;  // each group's Q box for this KV tile (backward_walk.cuh)
+struct SharedStorage<D, true, false> : StorageBase<D, kMaxHeadGroups> {
+  HeadBoxes<false> heads;  // each group's Q box for this KV tile (backward_walk.cuh)
+};
+template <int D>
+struct SharedStorage<D, false, true> : StorageBase<D, 1> {
+  // The CTA's Work::q_shift, read from here where a placed walk needs it so that no role holds
+  // it in registers (the producer warp and the dQ writer have 40).
+  int q_shift[kAxes];
+};
+template <int D>
+struct SharedStorage<D, true, true> : StorageBase<D, kMaxHeadGroups> {
+  HeadBoxes<true> heads;  // each group's Q box and shift for this KV tile
 };
 
 // The walk of one role over the CTA's visits: without head rules every query head walks the
 // CTA's box (QWalk; the rules are never read), with them (kRules) its group's (BoxWalk).
-template <int D, bool kRules>
+template <int D, bool kRules, bool kPlacedQ>
 struct RoleWalk {
-  using Walk = std::conditional_t<kRules, BoxWalk, QWalk>;
+  using Walk = std::conditional_t<kRules, BoxWalk<kPlacedQ>, QWalk>;
   const BwdParams& p;
-  const SharedStorage<D, kRules>& s;
+  const SharedStorage<D, kRules, kPlacedQ>& s;
   const Work& w;
   Walk& walk;
 
@@ -118,30 +125,33 @@ struct RoleWalk {
     else
       walk.next(w);
   }
-  // The query added to the first query qt * q_tile of the visit's Q tile on axis a: none on the
-  // grid, where the branch (uniform over the launch) skips the read, so that a grid walk costs
-  // what a walk without placement does.
+  // Placed kernels: the query added to the first query qt * q_tile of the visit's Q tile on
+  // axis a (the first query of the head's run).
   __device__ __forceinline__ int q_shift(int a) const {
-    if (p.q_placement != KvPlacement::placed) return 0;
+    static_assert(kPlacedQ, "grid Q tiles have no shift");
     if constexpr (kRules)
       return walk.box->q_shift[a];
     else
       return s.q_shift[a];
   }
-  // The first query per axis of the visit's Q tile.
-  __device__ __forceinline__ void q_origin(int (&row)[kAxes]) const {
-#pragma unroll
-    for (int a = 0; a < kAxes; ++a) row[a] = walk.qt[a] * p.q_tile[a] + q_shift(a);
+  // The first query on axis a of the visit's Q tile (computed where used, as the grid walk
+  // always did).
+  __device__ __forceinline__ int q_first(int a) const {
+    if constexpr (kPlacedQ)
+      return walk.qt[a] * p.q_tile[a] + q_shift(a);
+    else
+      return walk.qt[a] * p.q_tile[a];
   }
 };
 
-template <int D, bool kRules>
+template <int D, bool kRules, bool kPlacedQ>
 constexpr int shared_bytes() {
-  return static_cast<int>(sizeof(SharedStorage<D, kRules>)) + 1024;
+  return static_cast<int>(sizeof(SharedStorage<D, kRules, kPlacedQ>)) + 1024;
 }
 
-template <int D, bool kRules>
-__device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D, kRules>& s, const Work& w,
+template <int D, bool kRules, bool kPlacedQ>
+__device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D, kRules, kPlacedQ>& s,
+                                         const Work& w,
                                          const CUtensorMap* tm_q, const CUtensorMap* tm_do,
                                          const CUtensorMap* tm_k, const CUtensorMap* tm_v) {
   using KvT = TileLayout<D, kBwdKvRows>;
@@ -159,13 +169,12 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D, kR
                   c.c2, c.c3, c.c4);
     }
   }
-  typename RoleWalk<D, kRules>::Walk walk;
-  RoleWalk<D, kRules> role{p, s, w, walk};
+  typename RoleWalk<D, kRules, kPlacedQ>::Walk walk;
+  RoleWalk<D, kRules, kPlacedQ> role{p, s, w, walk};
   const int total = role.begin();
   for (int it = 0; it < total; ++it, role.next()) {
     const int head = walk.head;
-    int row[kAxes];
-    role.q_origin(row);
+    const int(&qt)[kAxes] = walk.qt;
     const int stage = it % kStages;
     const uint32_t phase = (it / kStages) & 1;
     mbar_wait(&s.q_empty[stage], phase ^ 1);
@@ -174,9 +183,10 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D, kR
 #pragma unroll
       for (int box = 0; box < QT::kBoxes; ++box) {
         tma_load_5d(s.q[stage] + box * QT::kBoxBytes, tm_q, &s.q_full[stage], box * QT::kBoxCols,
-                    head, row[2], row[1], x_base + row[0]);
+                    head, role.q_first(2), role.q_first(1), x_base + role.q_first(0));
         tma_load_5d(s.d_o[stage] + box * QT::kBoxBytes, tm_do, &s.q_full[stage],
-                    box * QT::kBoxCols, head, row[2], row[1], x_base + row[0]);
+                    box * QT::kBoxCols, head, role.q_first(2), role.q_first(1),
+                    x_base + role.q_first(0));
       }
     }
     // Rows outside the image (tensor edge or the next folded batch) get LSE = +inf: P = 0.
@@ -184,7 +194,13 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D, kR
     for (int h = 0; h < 2; ++h) {
       const int r = lane + 32 * h;
       int64_t off = w.batch * p.row_batch_stride + head;
-      const bool valid = q_row_offset(p, row, r, off);
+      bool valid;
+      if constexpr (kPlacedQ) {
+        const int row[kAxes] = {role.q_first(0), role.q_first(1), role.q_first(2)};
+        valid = q_row_offset(p, row, r, off);
+      } else {
+        valid = tile_row_offset(p.axes, qt, p.q_tile, r, p.row_axis_stride, off);
+      }
       s.lse2[stage][r] = valid ? p.lse2[off] : INFINITY;
       s.delta[stage][r] = valid ? p.delta[off] : 0.f;
     }
@@ -192,8 +208,9 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D, kR
   }
 }
 
-template <int D, typename Tag, bool kRules>
-__device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kRules>& s, const Work& w,
+template <int D, typename Tag, bool kRules, bool kPlacedQ>
+__device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kRules, kPlacedQ>& s,
+                                         const Work& w,
                                          int wg, const CUtensorMap* tm_dk,
                                          const CUtensorMap* tm_dv) {
   using KvT = TileLayout<D, kBwdKvRows>;
@@ -260,8 +277,8 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
   // The last additional KV tile may hold slots beyond the additional keys: its pairs are masked.
   const bool key_mask = p.additional && (w.kt[2] + 1) * kBwdKvRows > p.additional_kv;
   PairClass axis_class[kAxes];  // per axis, recomputed only where the walk moved (no rules)
-  typename RoleWalk<D, kRules>::Walk walk;
-  RoleWalk<D, kRules> role{p, s, w, walk};
+  typename RoleWalk<D, kRules, kPlacedQ>::Walk walk;
+  RoleWalk<D, kRules, kPlacedQ> role{p, s, w, walk};
   const int total = role.begin();
   for (int it = 0; it < total; ++it, role.next()) {
     const int head = walk.head;
@@ -280,11 +297,15 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
     } else if (!p.additional) {
 #pragma unroll
       for (int a = 0; a < kAxes; ++a)
-        if (a >= walk.changed)
-          // Tile qt of the run from query q_shift (the grid's when not placed).
-          axis_class[a] =
-              classify_run_q_tile(p.axes[a], p.axes[a].extent, QTileRun{role.q_shift(a), 0},
-                                  qt[a], p.q_tile[a], w.kt[a], p.kv_tile[a]);
+        if (a >= walk.changed) {
+          if constexpr (kPlacedQ)  // tile qt of the run from query q_shift
+            axis_class[a] =
+                classify_run_q_tile(p.axes[a], p.axes[a].extent, QTileRun{role.q_shift(a), 0},
+                                    qt[a], p.q_tile[a], w.kt[a], p.kv_tile[a]);
+          else
+            axis_class[a] = classify_axis_tiles(p.axes[a], p.axes[a].extent, qt[a], w.kt[a],
+                                                p.q_tile[a], p.kv_tile[a]);
+        }
       partial = combine(combine(axis_class[0], axis_class[1]), axis_class[2]) != PairClass::full;
     }
     const bool masked = partial || key_mask;
@@ -292,7 +313,7 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
       // The writer is done with this ring slot (last used four visits ago): at the previous
       // visit this warpgroup waited (dq_empty) for the writer to finish the visit before that,
       // and the writer goes in order.
-      // Deterministic mode runs grid Q tiles: qt is the tile's index on the grid.
+      // Deterministic mode runs the grid kernels: qt is the tile's index on the grid.
       int rank = 0;
       if (p.additional) {
         rank = w.kt[2];
@@ -368,14 +389,12 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
       // holds no group), relative to the Q tile's first query.
       int set = 0;
       if constexpr (kRules) set = p.rules.group_of_head[head];
-      int row[kAxes];
-      role.q_origin(row);
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
         for (int a = 0; a < kAxes; ++a) {
           const int r = wg * 64 + row_in_wg + 8 * i;
-          lo[i][a] = s.key_q_lo[set][r][a] - row[a];
+          lo[i][a] = s.key_q_lo[set][r][a] - role.q_first(a);
           q_width[i][a] = s.key_q_width[set][r][a];
         }
 #pragma unroll
@@ -511,7 +530,7 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
     named_barrier_sync(3, 256);
     if (threadIdx.x == 128) {
       // The tile's coordinates decoded again rather than kept in registers through the loop.
-      const Work t = make_work(p);
+      const Work t = make_work<kPlacedQ>(p);
       const KvTileCoords c = kv_tile_coords(p, t);
 #pragma unroll
       for (int box = 0; box < KvT::kBoxes; ++box) {
@@ -568,18 +587,17 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
 // box (rows outside the image are clipped by the map). In deterministic mode it first waits for
 // the warpgroup's turn at the Q tile and passes the turn on once the additions are performed,
 // so that the consumers never wait for turns themselves.
-template <int D, bool kRules>
-__device__ __forceinline__ void dq_writer(const BwdParams& p, SharedStorage<D, kRules>& s, const Work& w,
+template <int D, bool kRules, bool kPlacedQ>
+__device__ __forceinline__ void dq_writer(const BwdParams& p, SharedStorage<D, kRules, kPlacedQ>& s,
+                                          const Work& w,
                                           const CUtensorMap* tm_dq) {
   constexpr int kDqN = dq_columns<D>();
   constexpr bool kSplitColumns = D == 128;
   const int x_base = w.batch * p.axes[0].extent;
-  typename RoleWalk<D, kRules>::Walk walk;
-  RoleWalk<D, kRules> role{p, s, w, walk};
+  typename RoleWalk<D, kRules, kPlacedQ>::Walk walk;
+  RoleWalk<D, kRules, kPlacedQ> role{p, s, w, walk};
   const int total = role.begin();
   for (int it = 0; it < total; ++it, role.next()) {
-    int row[kAxes];
-    role.q_origin(row);
     int* turn = nullptr;
     int rank = 0;
 #pragma unroll 1
@@ -594,7 +612,7 @@ __device__ __forceinline__ void dq_writer(const BwdParams& p, SharedStorage<D, k
 #pragma unroll
       for (int box = 0; box < kDqN / kDqBoxCols; ++box)
         tma_reduce_add_5d(tm_dq, s.dq[wg][box], col0 + box * kDqBoxCols, walk.head,
-                          row[2], row[1], x_base + row[0]);
+                          role.q_first(2), role.q_first(1), x_base + role.q_first(0));
       bulk_commit();
       if (turn != nullptr) {
         bulk_wait<0>();
@@ -610,8 +628,10 @@ __device__ __forceinline__ void dq_writer(const BwdParams& p, SharedStorage<D, k
 }
 
 // kRules: the kernel of launches with head rules (BwdParams::rules.groups > 0); without, the
-// rules are never read and the kernel is the plain one.
-template <int D, typename Tag, bool kRules>
+// rules are never read and the kernel is the plain one. kPlacedQ: the kernel of launches with
+// placed Q tiles (BwdTiles::q_placement); without, the walk is the grid's and nothing of the
+// placement is compiled.
+template <int D, typename Tag, bool kRules, bool kPlacedQ>
 __global__ void __launch_bounds__(kThreads, 1)
     backward_kernel(const __grid_constant__ CUtensorMap tm_q,
                     const __grid_constant__ CUtensorMap tm_do,
@@ -621,8 +641,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const __grid_constant__ CUtensorMap tm_dk,
                     const __grid_constant__ CUtensorMap tm_dv, const __grid_constant__ BwdParams p) {
   extern __shared__ uint8_t smem_raw[];
-  auto& s = *reinterpret_cast<SharedStorage<D, kRules>*>(align_shared_1024(smem_raw));
-  const Work w = make_work(p);
+  auto& s = *reinterpret_cast<SharedStorage<D, kRules, kPlacedQ>*>(align_shared_1024(smem_raw));
+  const Work w = make_work<kPlacedQ>(p);
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     prefetch_tensor_map(&tm_q);
@@ -645,22 +665,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     fence_barrier_init();
   }
-  if (threadIdx.x == 128) {
-    if constexpr (kRules)
-      set_head_boxes(p, w, s.heads);
-    else
+  if constexpr (kRules) {
+    if (threadIdx.x == 128) set_head_boxes<kPlacedQ>(p, w, s.heads);
+  } else if constexpr (kPlacedQ) {
+    if (threadIdx.x == 128)
       for (int a = 0; a < kAxes; ++a) s.q_shift[a] = w.q_shift[a];
   }
   __syncthreads();
   if (warpgroup == 0) {
     regs_decrease<kProducerRegs>();
     if (threadIdx.x < 32)
-      producer<D, kRules>(p, s, w, &tm_q, &tm_do, &tm_k, &tm_v);
+      producer<D, kRules, kPlacedQ>(p, s, w, &tm_q, &tm_do, &tm_k, &tm_v);
     else if (threadIdx.x == 32)
-      dq_writer<D, kRules>(p, s, w, &tm_dq);
+      dq_writer<D, kRules, kPlacedQ>(p, s, w, &tm_dq);
   } else {
     regs_increase<kConsumerRegs>();
-    consumer<D, Tag, kRules>(p, s, w, warpgroup - 1, &tm_dk, &tm_dv);
+    consumer<D, Tag, kRules, kPlacedQ>(p, s, w, warpgroup - 1, &tm_dk, &tm_dv);
   }
 }
 

@@ -22,18 +22,19 @@
 
 namespace gna::hopper {
 
-// The backward as the core's tile chooser sees it: gna/core/kernel_tiles.hpp. Deterministic
-// mode keeps grid Q tiles: its turn counters order the KV tiles adding into one grid Q tile,
-// which placed Q tiles (one run per KV tile) do not share.
-TileKernel backward_tile_kernel(const KernelOptions& options) {
-  return hopper_backward_tile_kernel(options.deterministic ? KvPlacements::grid
-                                                           : options.q_placements);
+// The backward as the core's tile chooser sees it: gna/core/kernel_tiles.hpp (placed Q tiles
+// only at the head dims with placed kernels). Deterministic mode keeps grid Q tiles: its turn
+// counters order the KV tiles adding into one grid Q tile, which placed Q tiles (one run per KV
+// tile) do not share.
+TileKernel backward_tile_kernel(const Problem& p, const KernelOptions& options) {
+  return hopper_backward_tile_kernel(
+      p.dim_qk, options.deterministic ? KvPlacements::grid : options.q_placements);
 }
 
 // With head rules one shape and one placement for every group, scored over the groups weighted
 // by their heads.
 BwdTiles choose_backward_tiles(const Problem& p, const KernelOptions& options) {
-  const ScoredTiles s = tile_choice_for_groups(head_rule_groups(p), backward_tile_kernel(options),
+  const ScoredTiles s = tile_choice_for_groups(head_rule_groups(p), backward_tile_kernel(p, options),
                                                options.q_tile, options.kv_tile);
   BwdTiles t;
   t.q = s.q;
@@ -76,18 +77,18 @@ RowStrides row_strides(const Problem& p) {
   return s;
 }
 
-void launch_kernel(int D, bool bf16, const CUtensorMap* maps, const BwdParams& bp, int grid,
-                   void* stream) {
+void launch_kernel(int D, bool bf16, KvPlacement q_placement, const CUtensorMap* maps,
+                   const BwdParams& bp, int grid, void* stream) {
   if (grid == 0) return;
   ++launches;
   if (bp.rules.groups > 0) ++head_rule_launches;
-  if (bp.q_placement == KvPlacement::placed) ++placed_q_launches;
+  if (q_placement == KvPlacement::placed) ++placed_q_launches;
   if (D == 32)
-    launch_backward_d32(bf16, maps, bp, grid, stream);
+    launch_backward_d32(bf16, q_placement, maps, bp, grid, stream);
   else if (D == 64)
-    launch_backward_d64(bf16, maps, bp, grid, stream);
+    launch_backward_d64(bf16, q_placement, maps, bp, grid, stream);
   else
-    launch_backward_d128(bf16, maps, bp, grid, stream);
+    launch_backward_d128(bf16, q_placement, maps, bp, grid, stream);
 }
 
 // Fields common to both kinds of launch.
@@ -97,7 +98,6 @@ BwdParams base_params(const Problem& p, const LaunchPlan& plan, const LaunchSlic
   set_slice_fields(bp, p, plan, s, tiles.q, tiles.kv);
   for (int ka = 0; ka < kAxes; ++ka)
     bp.kv_tiles[ka] = tiles_along(bp.axes[ka].extent, bp.kv_tile[ka]);
-  bp.q_placement = tiles.q_placement;
   bp.heads_kv = p.heads_kv;
   bp.scale = static_cast<float>(effective_scale(p));
   bp.scale_log2 = static_cast<float>(effective_scale(p) * 1.4426950408889634);
@@ -177,7 +177,7 @@ TensorRef head_view(const TensorRef& t, int axis, int first, int step, int count
 
 bool backward_splits_by_group(const Problem& p, const KernelOptions& options) {
   if (p.head_rules.groups < 2 || p.heads_kv != p.heads_q || p.additional_kv > 0) return false;
-  const TileKernel k = backward_tile_kernel(options);
+  const TileKernel k = backward_tile_kernel(p, options);
   const std::vector<WeightedProblem> groups = head_rule_groups(p);
   if (groups.size() < 2) return false;
   double heads = 0, apart = 0;
@@ -319,14 +319,13 @@ void backward(const BackwardCall& call) {
       encode_token_map(&maps[6], p, plan, s, call.dv, bp.kv_tile, D);
     }
     const int grid = bp.kv_tiles_per_image * p.heads_kv * plan.per_run;
-    launch_kernel(D, bf16, maps, bp, grid, stream);
+    launch_kernel(D, bf16, tiles.q_placement, maps, bp, grid, stream);
   }
 
   if (p.additional_kv > 0) {
     for (const LaunchSlice& s : plan_add.slices) {
       BwdParams bp = base_params(p_add, plan_add, s, tiles);
       bp.additional = 1;
-      bp.q_placement = KvPlacement::grid;  // every Q tile of the grid
       bp.kv_tiles_per_image = tiles_along(p.additional_kv, kBwdKvRows);
       set_rows(bp, p_add, plan_add, s, lse2, delta);
       const TensorRef& dak = *call.d_additional_k;
@@ -354,7 +353,7 @@ void backward(const BackwardCall& call) {
         encode_additional_map(&maps[6], dav, p.dtype, D, kBwdKvRows);
       }
       const int grid = bp.kv_tiles_per_image * p.heads_kv * plan_add.per_run;
-      launch_kernel(D, bf16, maps, bp, grid, stream);
+      launch_kernel(D, bf16, KvPlacement::grid, maps, bp, grid, stream);  // every grid Q tile
     }
   }
 

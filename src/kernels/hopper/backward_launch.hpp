@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "gna/core/tiling.hpp"
 #include "kernels/hopper/backward_params.hpp"
 
 namespace gna::hopper {
@@ -17,14 +18,17 @@ namespace gna::hopper {
 // tile of the backward.
 struct BwdTiles {
   TileShape q, kv;
-  KvPlacement q_placement = KvPlacement::grid;  // of the Q tiles (BwdParams::q_placement)
+  // Where each KV tile's Q tiles start (the core's q_tile_run): on the grid of the Q tile, or
+  // placed at the first query of the KV tile's union query window (a kernel of its own).
+  KvPlacement q_placement = KvPlacement::grid;
   double visited_pairs = 0;  // (Q tile, KV tile) pairs of one image and head
   double full_pairs = 0;
 };
 BwdTiles choose_backward_tiles(const Problem& p, const KernelOptions& options);
 // The backward's description for the chooser under these options: the Q tile placements of
-// KernelOptions::q_placements, grid only in deterministic mode.
-TileKernel backward_tile_kernel(const KernelOptions& options);
+// KernelOptions::q_placements where the head dim has placed kernels
+// (hopper_backward_placed_q_head_dim), grid only in deterministic mode.
+TileKernel backward_tile_kernel(const Problem& p, const KernelOptions& options);
 
 bool supports_backward(const BackwardCall& call, std::string* why);
 void backward(const BackwardCall& call);
@@ -50,9 +54,13 @@ struct BackwardLaunchCount {
 BackwardLaunchCount backward_launch_count();
 
 // Kernel launchers per head dim (backward_d*.cu). maps: q, dO, k, v, dQ accumulator, dK and dV tensor maps (the last two
-// read only when BwdParams::store_by_tma).
-void launch_backward_d32(bool bf16, const void* maps, const BwdParams& p, int grid, void* stream);
-void launch_backward_d64(bool bf16, const void* maps, const BwdParams& p, int grid, void* stream);
-void launch_backward_d128(bool bf16, const void* maps, const BwdParams& p, int grid, void* stream);
+// read only when BwdParams::store_by_tma). q_placement picks the grid or the placed kernel
+// (placed only where hopper_backward_placed_q_head_dim).
+void launch_backward_d32(bool bf16, KvPlacement q_placement, const void* maps, const BwdParams& p,
+                         int grid, void* stream);
+void launch_backward_d64(bool bf16, KvPlacement q_placement, const void* maps, const BwdParams& p,
+                         int grid, void* stream);
+void launch_backward_d128(bool bf16, KvPlacement q_placement, const void* maps,
+                          const BwdParams& p, int grid, void* stream);
 
 }  // namespace gna::hopper

@@ -9,7 +9,6 @@
 #include <cstdint>
 
 #include "gna/core/axis_rule.hpp"
-#include "gna/core/tiling.hpp"
 #include "kernels/hopper/head_rules.hpp"
 #include "kernels/hopper/tile_sizes.hpp"
 
@@ -24,11 +23,7 @@ struct BwdParams {
   AxisRule axes[kAxes];   // extent = group length (whole extent in additional mode), dilation 1
   int q_tile[kAxes];      // Q tile per axis (powers of two, product kBwdQRows)
   int kv_tile[kAxes];     // KV tile per axis (powers of two, product kBwdKvRows)
-  int q_tiles[kAxes];     // Q tiles per axis (of the grid)
-  // Where each KV tile's Q tiles start per axis (the core's q_tile_run): on the grid of the Q
-  // tile, or placed at the first query of the KV tile's union query window (spatial mode;
-  // deterministic mode runs the grid, whose Q tiles its turn counters count).
-  KvPlacement q_placement;
+  int q_tiles[kAxes];     // Q tiles per axis
   int kv_tiles[kAxes];    // KV tiles per axis (spatial mode)
   int q_tiles_per_image;
   int kv_tiles_per_image;  // spatial: product of kv_tiles; additional: additional KV tiles

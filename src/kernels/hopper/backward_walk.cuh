@@ -2,10 +2,13 @@
 // walk over its visits: for each query head of the KV head's GQA group, every Q tile of the box,
 // starting at a per-CTA rotation and wrapping around. The walk is an odometer, so that a step
 // costs a few adds instead of the divisions of decoding a visit index. The box is a Q tile run
-// per axis (the core's q_tile_run, grid or placed). The walk counts Q tiles qt whose first query
-// is qt * q_tile + q_shift: grid runs walk their grid tiles with no shift (the arithmetic of a
-// walk without placement), placed runs walk tiles 0.. shifted to the run's first query.
+// per axis (the core's q_tile_run): the grid kernels (kPlacedQ false) walk grid Q tiles qt, first
+// query qt * q_tile; the placed kernels walk the run's tiles 0.. whose first query is
+// qt * q_tile + q_shift, the run's first query. Everything placed is under `if constexpr`, so
+// that the grid kernels compile the walk without placement.
 #pragma once
+
+#include <type_traits>
 
 #include "gna/core/tiling.hpp"
 #include "kernels/hopper/backward_params.hpp"
@@ -17,29 +20,35 @@ struct Work {
   int kt[kAxes];     // KV tile per axis (spatial); kt[2] = additional tile (additional mode)
   int head_kv, batch;
   int q_begin[kAxes], q_size[kAxes];  // per axis the walked Q tiles [q_begin, q_begin + q_size)
-  int q_shift[kAxes];  // per axis the query added to qt * q_tile: 0 on the grid, else run.first
+  int q_shift[kAxes];  // placed kernels: per axis the query added to qt * q_tile (run.first)
   int q_count;       // Q tiles per query head
   int rotation;      // visit index (inside a head) the walk starts at
 };
 
-// The box of Q tiles whose queries attend KV tile w.kt under the rules `axes` with the launch's
-// placement (every grid Q tile in additional mode) and the walk's rotation; `tile` is the KV
-// tile's index in the launch.
+// The box of Q tiles whose queries attend KV tile w.kt under the rules `axes`, grid or placed
+// (every grid Q tile in additional mode, which the placed kernels never run), and the walk's
+// rotation; `tile` is the KV tile's index in the launch.
+template <bool kPlacedQ>
 __device__ __forceinline__ void set_q_box(const BwdParams& p, const AxisRule* axes, int tile,
                                           Work& w) {
   w.q_count = 1;
 #pragma unroll
   for (int a = 0; a < kAxes; ++a) {
     if (p.additional) {
-      w.q_begin[a] = w.q_shift[a] = 0;
+      w.q_begin[a] = 0;
+      if constexpr (kPlacedQ) w.q_shift[a] = 0;
       w.q_size[a] = p.q_tiles[a];
-    } else {
+    } else if constexpr (kPlacedQ) {
       const QTileRun run = q_tile_run(axes[a], p.axes[a].extent, w.kt[a], p.q_tile[a],
-                                      p.kv_tile[a], p.q_placement);
-      const bool placed = p.q_placement == KvPlacement::placed;
-      w.q_begin[a] = placed ? 0 : run.first >> log2_pow2(p.q_tile[a]);
-      w.q_shift[a] = placed ? run.first : 0;
+                                      p.kv_tile[a], KvPlacement::placed);
+      w.q_begin[a] = 0;
+      w.q_shift[a] = run.first;
       w.q_size[a] = max_i(run.count, 0);
+    } else {
+      const Range r = q_tiles_for_kv_tile(axes[a], p.axes[a].extent, w.kt[a], p.q_tile[a],
+                                          p.kv_tile[a]);
+      w.q_begin[a] = r.begin;
+      w.q_size[a] = max_i(r.end - r.begin, 0);
     }
     w.q_count *= w.q_size[a];
   }
@@ -49,6 +58,7 @@ __device__ __forceinline__ void set_q_box(const BwdParams& p, const AxisRule* ax
   w.rotation = p.turns == nullptr && w.q_count > 1 ? tile % w.q_count : 0;
 }
 
+template <bool kPlacedQ>
 __device__ __forceinline__ Work make_work(const BwdParams& p) {
   Work w;
   int work = blockIdx.x;
@@ -71,7 +81,7 @@ __device__ __forceinline__ Work make_work(const BwdParams& p) {
     w.kt[1] = (tile / p.kv_tiles[2]) % p.kv_tiles[1];
     w.kt[0] = tile / (p.kv_tiles[2] * p.kv_tiles[1]);
   }
-  set_q_box(p, p.axes, tile, w);  // with head rules each head's box replaces it (HeadBoxes)
+  set_q_box<kPlacedQ>(p, p.axes, tile, w);  // with head rules each head's box replaces it (HeadBoxes)
   return w;
 }
 
@@ -123,37 +133,51 @@ struct QWalk {
 // attended by some query under every rule, so no head's box is empty.
 struct QBox {
   int begin[kAxes], end[kAxes];  // the walked Q tiles per axis (Work::q_begin, q_size)
-  int q_shift[kAxes];            // Work::q_shift
   int first[kAxes];  // the Q tile the walk starts at (QWalk::begin: the rotation decoded)
   int count;
   // Per axis the walked Q tiles whose pair with the KV tile is full (the others partial), so
   // that a visit's class is read here instead of computed from the rules in the walk.
   int full_begin[kAxes], full_end[kAxes];
 };
+// The box of the placed kernels: with the query its tiles are shifted by (Work::q_shift).
+struct PlacedQBox : QBox {
+  int q_shift[kAxes];
+};
+template <bool kPlacedQ>
 struct HeadBoxes {
-  QBox box[kMaxHeadGroups];
+  using Box = std::conditional_t<kPlacedQ, PlacedQBox, QBox>;
+  Box box[kMaxHeadGroups];
   int visits;
 };
 
-__device__ __forceinline__ void set_head_boxes(const BwdParams& p, const Work& w, HeadBoxes& hb) {
+template <bool kPlacedQ>
+__device__ __forceinline__ void set_head_boxes(const BwdParams& p, const Work& w,
+                                               HeadBoxes<kPlacedQ>& hb) {
   const int tile = blockIdx.x % p.kv_tiles_per_image;
   for (int g = 0; g < p.rules.groups; ++g) {
     Work t = w;
-    set_q_box(p, p.rules.axes[g], tile, t);
+    set_q_box<kPlacedQ>(p, p.rules.axes[g], tile, t);
     QWalk walk;
     walk.begin(t, 0);
-    QBox& b = hb.box[g];
+    auto& b = hb.box[g];
 #pragma unroll
     for (int a = 0; a < kAxes; ++a) {
       b.begin[a] = t.q_begin[a];
       b.end[a] = t.q_begin[a] + t.q_size[a];
-      b.q_shift[a] = t.q_shift[a];
       b.first[a] = walk.first[a];
-      const QTileRun run{t.q_begin[a] * p.q_tile[a] + t.q_shift[a], t.q_size[a]};
-      const Range full = full_q_tiles_of_run(p.rules.axes[g][a], p.axes[a].extent, w.kt[a],
-                                             p.q_tile[a], p.kv_tile[a], run);
-      b.full_begin[a] = t.q_begin[a] + full.begin;
-      b.full_end[a] = t.q_begin[a] + full.end;
+      if constexpr (kPlacedQ) {  // tiles 0.. of the run (q_begin 0)
+        b.q_shift[a] = t.q_shift[a];
+        const Range full = full_q_tiles_of_run(p.rules.axes[g][a], p.axes[a].extent, w.kt[a],
+                                               p.q_tile[a], p.kv_tile[a],
+                                               QTileRun{t.q_shift[a], t.q_size[a]});
+        b.full_begin[a] = full.begin;
+        b.full_end[a] = full.end;
+      } else {
+        const Range full = full_q_tiles_of_kv_tile(p.rules.axes[g][a], p.axes[a].extent,
+                                                   w.kt[a], p.q_tile[a], p.kv_tile[a]);
+        b.full_begin[a] = full.begin;
+        b.full_end[a] = full.end;
+      }
     }
     b.count = t.q_count;
   }
@@ -166,14 +190,15 @@ __device__ __forceinline__ void set_head_boxes(const BwdParams& p, const Work& w
 // Head rules: the walk over the CTA's visits, each query head over its group's box (QWalk's
 // order inside a box). The box stays in shared memory, read at a head change and where a step
 // wraps an axis, so that the walk holds no more registers than QWalk.
+template <bool kPlacedQ>
 struct BoxWalk {
   int qt[kAxes];  // Q tile of the current visit
   int head;       // query head of the current visit
   int left;       // visits left in this head, the current one included
   int changed;    // lowest axis whose Q tile changed at the last step (0 after a head change)
-  const QBox* box;  // the current head's
+  const typename HeadBoxes<kPlacedQ>::Box* box;  // the current head's
 
-  __device__ __forceinline__ void start_head(const BwdParams& p, const HeadBoxes& hb) {
+  __device__ __forceinline__ void start_head(const BwdParams& p, const HeadBoxes<kPlacedQ>& hb) {
     box = &hb.box[p.rules.group_of_head[head]];
     left = box->count;
     changed = 0;
@@ -181,14 +206,15 @@ struct BoxWalk {
     for (int a = 0; a < kAxes; ++a) qt[a] = box->first[a];
   }
 
-  __device__ __forceinline__ void begin(const BwdParams& p, const HeadBoxes& hb, int head0) {
+  __device__ __forceinline__ void begin(const BwdParams& p, const HeadBoxes<kPlacedQ>& hb,
+                                        int head0) {
     head = head0;
     start_head(p, hb);
   }
 
   // Past the last head (the step after the last visit) it reads a box that no visit uses
   // (group_of_head has an entry there).
-  __device__ __forceinline__ void next(const BwdParams& p, const HeadBoxes& hb) {
+  __device__ __forceinline__ void next(const BwdParams& p, const HeadBoxes<kPlacedQ>& hb) {
     if (--left == 0) {
       ++head;
       start_head(p, hb);
@@ -228,9 +254,10 @@ __device__ __forceinline__ KvTileCoords kv_tile_coords(const BwdParams& p, const
   return c;
 }
 
-// Adds to `off` the offset of row r of the Q tile whose first query per axis is `row` in the
-// [B, tokens, Hq] row scratch; false when the row lies beyond the extent of an axis (edge tiles,
-// placed tiles running past the group, or the next batch where batches are folded into axis 0).
+// Placed kernels: adds to `off` the offset of row r of the Q tile whose first query per axis is
+// `row` in the [B, tokens, Hq] row scratch; false when the row lies beyond the extent of an axis
+// (edge tiles, placed tiles running past the group, or the next batch where batches are folded
+// into axis 0). The grid kernels use tile_row_offset.
 __device__ __forceinline__ bool q_row_offset(const BwdParams& p, const int (&row)[kAxes], int r,
                                              int64_t& off) {
   int local[kAxes];
