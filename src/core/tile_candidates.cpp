@@ -46,4 +46,6 @@ AxisPairStats axis_pair_stats(const AxisRule& rule, int n, int tile_q, int tile_
   return st;
 }
 
+bool placement_can_differ(const AxisRule& rule, int n) { return rule.causal || rule.window < n; }
+
 }  // namespace gna

@@ -25,15 +25,18 @@ ScoredTiles score_placed(const Problem& p, const TileKernel& k, const TileShape&
   c.kv_placement = placement;
   double visited = 1, full = 1, max_box = 1, q_tiles = 1, kv_tiles = 1;
   for (int a = 0; a < p.rank; ++a) {
-    const std::tuple<int, int, KvPlacement> key{q.size[a], kv.size[a], placement};
+    const AxisRule& rule = p.axes[a];
+    const int n = group_length(rule, 0);
+    // Where placed tiles equal the grid ones the axis shares the grid's statistics.
+    const KvPlacement axis_placement =
+        placement_can_differ(rule, n) ? placement : KvPlacement::grid;
+    const std::tuple<int, int, KvPlacement> key{q.size[a], kv.size[a], axis_placement};
     auto it = memo[a].find(key);
-    if (it == memo[a].end()) {
-      const AxisRule& rule = p.axes[a];
+    if (it == memo[a].end())
       it = memo[a]
-               .emplace(key, axis_pair_stats(rule, group_length(rule, 0), q.size[a], kv.size[a],
-                                             k.walk, placement))
+               .emplace(key, axis_pair_stats(rule, n, q.size[a], kv.size[a], k.walk,
+                                             axis_placement))
                .first;
-    }
     const AxisPairStats& st = it->second;
     visited *= st.visited;
     full *= st.full;

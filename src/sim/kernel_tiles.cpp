@@ -4,6 +4,7 @@
 
 #include "gna/core/error.hpp"
 #include "gna/core/kernel_tiles.hpp"
+#include "gna/core/tile_candidates.hpp"
 #include "gna/core/tile_choice.hpp"
 
 namespace gna::sim {
@@ -17,22 +18,34 @@ std::string normalized(const std::string& name) {
   return s;
 }
 
-// The chooser memoizes pair statistics per axis and (Q side, KV side, placement): its work is
-// about that of simulating each such combination on each axis (per KV tile for the backward's
-// placed Q tiles: the same order of work).
+// The chooser memoizes pair statistics per axis and (Q side, KV side, placement), scoring a
+// second placement only on axes where it can differ (placement_can_differ). Per combination, a
+// per_q_tile walk classifies every KV tile of every Q tile's run: about the work of simulating it.
+// A per_kv_tile walk takes each KV tile's run and its full Q tiles in closed form
+// (full_q_tiles_of_run): a few steps per KV tile.
 double choice_steps(const Config& c, const TileKernel& k) {
-  const int placements = k.kv_placements == KvPlacements::either ? 2 : 1;
   double steps = 0;
-  for (int a = 0; a < c.rank; ++a)
+  for (int a = 0; a < c.rank; ++a) {
+    const AxisRule& rule = c.axes[a];
+    const int n = group_length(rule, 0);
+    const int placements =
+        k.kv_placements == KvPlacements::either && placement_can_differ(rule, n) ? 2 : 1;
     for (int q = 1; q <= k.q_rows; q *= 2)
       for (int kv = 1; kv <= k.kv_rows; kv *= 2) {
-        Config one;
-        one.rank = 1;
-        one.axes[0] = c.axes[a];
-        one.q_tile[0] = q;
-        one.kv_tile[0] = kv;
-        steps += placements * simulation_steps(one);
+        double walk = 0;
+        if (k.walk == PairWalk::per_kv_tile) {
+          walk = 1 + tiles_along(n, kv);
+        } else {
+          Config one;
+          one.rank = 1;
+          one.axes[0] = rule;
+          one.q_tile[0] = q;
+          one.kv_tile[0] = kv;
+          walk = simulation_steps(one);
+        }
+        steps += placements * walk;
       }
+  }
   return steps;
 }
 

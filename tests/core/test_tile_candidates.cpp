@@ -161,5 +161,37 @@ TEST(TileCandidates, AxisPairStatsOfPlacedQTiles) {
   });
 }
 
+// Where placement cannot differ (a non-causal window covering the group), placed tiles have the
+// grid's statistics on both walks, so the chooser scores such an axis once; random axes where it
+// can differ keep theirs (checked above against brute force).
+TEST(TileCandidates, PlacementCannotDifferOnADenseAxis) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (int t = 0; t < 500; ++t) {
+    AxisRule a;
+    a.extent = a.window = rand_int(rng, 2, 300);
+    a.stride = rand_int(rng, 1, a.window);
+    a.dilation = 1;
+    a.causal = false;
+    const int n = a.extent, tq = rand_int(rng, 1, 70), tk = rand_int(rng, 1, 140);
+    SCOPED_TRACE("L=K=" + std::to_string(n) + " s=" + std::to_string(a.stride) + " tq=" +
+                 std::to_string(tq) + " tk=" + std::to_string(tk));
+    ASSERT_FALSE(placement_can_differ(a, n));
+    for (PairWalk walk : {PairWalk::per_q_tile, PairWalk::per_kv_tile}) {
+      const auto grid = axis_pair_stats(a, n, tq, tk, walk, KvPlacement::grid);
+      const auto placed = axis_pair_stats(a, n, tq, tk, walk, KvPlacement::placed);
+      EXPECT_EQ(placed.visited, grid.visited);
+      EXPECT_EQ(placed.full, grid.full);
+      EXPECT_EQ(placed.max_box, grid.max_box);
+    }
+    a.causal = true;  // causal windows differ per query: placement can move the runs
+    EXPECT_TRUE(placement_can_differ(a, n));
+    a.causal = false;
+    a.window = n - 1;
+    if (a.window >= 2) EXPECT_TRUE(placement_can_differ(a, n));
+  }
+}
+
 }  // namespace
 }  // namespace gna::test

@@ -165,6 +165,32 @@ TEST(KernelTiles, HopperForwardPlacement) {
   EXPECT_NEAR(r.tile_speedup, 10.24, 1e-9);
 }
 
+// Every case of the Hopper sets gets its kernel's tiles within the step limit, the dense 1-D
+// sequence of 8192 tokens included (the backward's chooser takes its KV tiles' Q tile runs in
+// closed form, and a dense axis once for both placements).
+TEST(KernelTiles, HopperSetsAreWithinTheStepLimit) {
+  int backward_cases = 0;
+  for (const BenchCase& c : bench_cases()) {
+    const bool fwd = in_set(c, "hopper"), bwd = in_set(c, "hopper-bwd");
+    if (!fwd && !bwd) continue;
+    const gna_sim_config in = c_config(c);
+    gna_sim_config chosen{};
+    if (fwd)
+      EXPECT_EQ(gna_sim_kernel_tiles(&in, GNA_SIM_KERNEL_HOPPER_FORWARD, c.head_dim, &chosen),
+                GNA_STATUS_OK)
+          << c.name << ": " << gna_sim_last_error();
+    if (bwd) {
+      ++backward_cases;
+      EXPECT_EQ(gna_sim_kernel_tiles(&in, GNA_SIM_KERNEL_HOPPER_BACKWARD, c.head_dim, &chosen),
+                GNA_STATUS_OK)
+          << c.name << ": " << gna_sim_last_error();
+    }
+  }
+  EXPECT_GT(backward_cases, 3);
+  ASSERT_NE(find_bench_case("1d dense 8k h4"), nullptr);
+  EXPECT_TRUE(in_set(*find_bench_case("1d dense 8k h4"), "hopper-bwd"));
+}
+
 // The C++ function and the C one agree, and simulating the chosen config is simulating its
 // explicit tiles.
 TEST(KernelTiles, CppAndCAgree) {

@@ -30,4 +30,10 @@ struct AxisPairStats {
 AxisPairStats axis_pair_stats(const AxisRule& rule, int n, int tile_q, int tile_kv, PairWalk walk,
                               KvPlacement placement = KvPlacement::grid);
 
+// Whether placed tiles can differ from grid tiles on this axis (dilation group of length n).
+// They cannot where every query attends every key of the group (non-causal, window n): every
+// union window, of keys or of queries, is the whole group, so both placements run from 0 and
+// their pair statistics are the same. The chooser scores such an axis once.
+bool placement_can_differ(const AxisRule& rule, int n);
+
 }  // namespace gna
