@@ -9,18 +9,26 @@
 namespace gna::test {
 namespace {
 
-// Brute-force class of the pair on one axis (group g, tiles of the given sizes).
-PairClass brute_class(const AxisRule& a, int g, int qt, int kt, int tq, int tk) {
+// Brute-force class on one axis (group g) of the pair (tq queries from group coordinate q_begin,
+// tk keys from k_begin): coordinates outside the group are padding rows (never attend).
+PairClass brute_class_of_ranges(const AxisRule& a, int g, int q_begin, int tq, int k_begin,
+                                int tk) {
   const int n = group_length(a, g);
   bool any = false, all = true;
-  for (int ig = qt * tq; ig < std::min((qt + 1) * tq, n); ++ig)
-    for (int jg = kt * tk; jg < (kt + 1) * tk; ++jg) {
-      const bool att = jg < n && literal_attends(a.extent, a.window, a.dilation, a.stride,
-                                                 a.causal, g + a.dilation * ig, g + a.dilation * jg);
+  for (int ig = std::max(q_begin, 0); ig < std::min(q_begin + tq, n); ++ig)
+    for (int jg = k_begin; jg < k_begin + tk; ++jg) {
+      const bool att = jg >= 0 && jg < n &&
+                       literal_attends(a.extent, a.window, a.dilation, a.stride, a.causal,
+                                       g + a.dilation * ig, g + a.dilation * jg);
       any |= att;
       all &= att;
     }
   return !any ? PairClass::empty : (all ? PairClass::full : PairClass::partial);
+}
+
+// The same for grid tiles (Q tile qt, KV tile kt).
+PairClass brute_class(const AxisRule& a, int g, int qt, int kt, int tq, int tk) {
+  return brute_class_of_ranges(a, g, qt * tq, tq, kt * tk, tk);
 }
 
 TEST(Tiling, AxisPairsMatchBruteForce) {
@@ -79,20 +87,41 @@ TEST(Tiling, InverseTileRangesMirrorForward) {
   }
 }
 
-// Brute-force class of (Q tile qt, the KV tile of tk keys from group coordinate k_begin): keys
-// past the group length are padding (never attended).
-PairClass brute_class_at(const AxisRule& a, int g, int qt, int tq, int k_begin, int tk) {
+// The axis rule and tile sizes of a check, for its failure messages.
+std::string axis_and_tiles_text(const AxisRule& a, int tq, int tk) {
+  return "L=" + std::to_string(a.extent) + " K=" + std::to_string(a.window) +
+         " d=" + std::to_string(a.dilation) + " s=" + std::to_string(a.stride) +
+         " c=" + std::to_string(a.causal) + " tq=" + std::to_string(tq) + " tk=" + std::to_string(tk);
+}
+
+// A long axis (up to 300) with a wide window, for the kernels' power-of-two tiles.
+AxisRule random_long_axis(std::mt19937_64& rng) {
+  AxisRule a;
+  a.dilation = rand_int(rng, 1, 3);
+  a.extent = rand_int(rng, 2 * a.dilation, 300);
+  a.window = rand_int(rng, 2, a.extent / a.dilation);
+  a.stride = rand_int(rng, 0, 2) == 0 ? rand_int(rng, 1, a.window) : 1;
+  a.causal = rand_int(rng, 0, 4) == 0;
+  return a;
+}
+
+// The first and last group coordinates (group g) on the other side of the rule from rows
+// [begin, end): the keys those queries attend (`of_queries`), else the queries attending those
+// keys; {n, -1} when there are none. A run that starts at the first and spans the last holds
+// every one of them.
+std::pair<int, int> attended_span(const AxisRule& a, int g, int begin, int end, bool of_queries) {
   const int n = group_length(a, g);
-  bool any = false, all = true;
-  for (int ig = qt * tq; ig < std::min((qt + 1) * tq, n); ++ig)
-    for (int jg = k_begin; jg < k_begin + tk; ++jg) {
-      const bool att = jg >= 0 && jg < n &&
-                       literal_attends(a.extent, a.window, a.dilation, a.stride, a.causal,
-                                       g + a.dilation * ig, g + a.dilation * jg);
-      any |= att;
-      all &= att;
+  int lo = n, hi = -1;
+  for (int r = begin; r < end; ++r)
+    for (int o = 0; o < n; ++o) {
+      const int ig = of_queries ? r : o, jg = of_queries ? o : r;
+      if (literal_attends(a.extent, a.window, a.dilation, a.stride, a.causal,
+                          g + a.dilation * ig, g + a.dilation * jg)) {
+        lo = std::min(lo, o);
+        hi = std::max(hi, o);
+      }
     }
-  return !any ? PairClass::empty : (all ? PairClass::full : PairClass::partial);
+  return {lo, hi};
 }
 
 // Placed KV tiles against brute force over the rule: they start at the first attended key of
@@ -102,10 +131,7 @@ PairClass brute_class_at(const AxisRule& a, int g, int qt, int tq, int k_begin, 
 // (full_tiles_of_run, grid runs too; and of every KV tile, full_q_tiles_of_kv_tile, the Q tiles
 // whose pair with it is full). Grid runs are kv_tiles_for_q_tile.
 void check_placed_tiles(const AxisRule& a, int tq, int tk) {
-  SCOPED_TRACE("L=" + std::to_string(a.extent) + " K=" + std::to_string(a.window) +
-               " d=" + std::to_string(a.dilation) + " s=" + std::to_string(a.stride) +
-               " c=" + std::to_string(a.causal) + " tq=" + std::to_string(tq) +
-               " tk=" + std::to_string(tk));
+  SCOPED_TRACE(axis_and_tiles_text(a, tq, tk));
   for (int g = 0; g < a.dilation; ++g) {
     const int n = group_length(a, g);
     for (int qt = 0; qt < tiles_along(n, tq); ++qt) {
@@ -114,16 +140,7 @@ void check_placed_tiles(const AxisRule& a, int tq, int tk) {
       const KvTileRun same = kv_tile_run(a, n, qt, tq, tk, KvPlacement::placed);
       ASSERT_EQ(same.first, run.first);
       ASSERT_EQ(same.count, run.count);
-      int lo = n, hi = -1;
-      for (int ig = qt * tq; ig < std::min((qt + 1) * tq, n); ++ig)
-        for (int jg = 0; jg < n; ++jg)
-          if (literal_attends(a.extent, a.window, a.dilation, a.stride, a.causal,
-                              g + a.dilation * ig, g + a.dilation * jg)) {
-            ASSERT_GE(jg, run.first);
-            ASSERT_LT(jg, run.first + run.count * tk);
-            lo = std::min(lo, jg);
-            hi = std::max(hi, jg);
-          }
+      const auto [lo, hi] = attended_span(a, g, qt * tq, std::min((qt + 1) * tq, n), true);
       ASSERT_LE(lo, hi);  // every query attends at least itself or its window
       ASSERT_EQ(run.first, lo);
       ASSERT_EQ(run.count, (hi - lo + 1 + tk - 1) / tk);
@@ -135,7 +152,7 @@ void check_placed_tiles(const AxisRule& a, int tq, int tk) {
       const Range full = full_tiles_of_run(a, n, qt, tq, tk, run);
       for (int m = 0; m < run.count; ++m) {
         const int k_begin = run.first + m * tk;
-        const PairClass expected = brute_class_at(a, g, qt, tq, k_begin, tk);
+        const PairClass expected = brute_class_of_ranges(a, g, qt * tq, tq, k_begin, tk);
         ASSERT_NE(expected, PairClass::empty) << "m " << m;
         ASSERT_EQ(classify_q_tile_keys(a, n, qt, tq, k_begin, tk), expected) << "m " << m;
         ASSERT_EQ(full.contains(m), expected == PairClass::full) << "m " << m;
@@ -143,13 +160,13 @@ void check_placed_tiles(const AxisRule& a, int tq, int tk) {
       // The inverse: the full Q tiles of every KV tile (full_q_tiles_of_kv_tile).
       for (int kt = 0; kt < tiles_along(n, tk); ++kt) {
         ASSERT_EQ(full_q_tiles_of_kv_tile(a, n, kt, tq, tk).contains(qt),
-                  brute_class_at(a, g, qt, tq, kt * tk, tk) == PairClass::full)
+                  brute_class(a, g, qt, kt, tq, tk) == PairClass::full)
             << "kt " << kt;
       }
       const Range grid_full = full_tiles_of_run(a, n, qt, tq, tk, grid_run);
       for (int m = 0; m < grid_run.count; ++m)
         ASSERT_EQ(grid_full.contains(m),
-                  brute_class_at(a, g, qt, tq, grid_run.first + m * tk, tk) == PairClass::full)
+                  brute_class_of_ranges(a, g, qt * tq, tq, grid_run.first + m * tk, tk) == PairClass::full)
             << "grid m " << m;
     }
   }
@@ -165,30 +182,10 @@ TEST(Tiling, PlacedKvTilesMatchBruteForce) {
   }
   // Long axes, wide windows and the kernels' power-of-two tiles.
   for (int t = 0; t < 300; ++t) {
-    AxisRule a;
-    a.dilation = rand_int(rng, 1, 3);
-    a.extent = rand_int(rng, 2 * a.dilation, 300);
-    a.window = rand_int(rng, 2, a.extent / a.dilation);
-    a.stride = rand_int(rng, 0, 2) == 0 ? rand_int(rng, 1, a.window) : 1;
-    a.causal = rand_int(rng, 0, 4) == 0;
+    const AxisRule a = random_long_axis(rng);
     check_placed_tiles(a, 1 << rand_int(rng, 0, 7), 1 << rand_int(rng, 0, 7));
     if (HasFatalFailure()) return;
   }
-}
-
-// Brute-force class of (the Q tile of tq queries from group coordinate q_begin, KV tile kt):
-// queries past the group length are rows without a query (never attend).
-PairClass brute_class_of_rows(const AxisRule& a, int g, int q_begin, int tq, int kt, int tk) {
-  const int n = group_length(a, g);
-  bool any = false, all = true;
-  for (int ig = q_begin; ig < std::min(q_begin + tq, n); ++ig)
-    for (int jg = kt * tk; jg < (kt + 1) * tk; ++jg) {
-      const bool att = jg < n && literal_attends(a.extent, a.window, a.dilation, a.stride,
-                                                 a.causal, g + a.dilation * ig, g + a.dilation * jg);
-      any |= att;
-      all &= att;
-    }
-  return !any ? PairClass::empty : (all ? PairClass::full : PairClass::partial);
 }
 
 // Placed Q tiles of a KV tile against brute force over the rule (the mirror of
@@ -198,25 +195,13 @@ PairClass brute_class_of_rows(const AxisRule& a, int g, int q_begin, int tq, int
 // (never empty) and the full ones are full_q_tiles_of_run. Grid runs are q_tiles_for_kv_tile,
 // with the same classes and full ranges.
 void check_placed_q_tiles(const AxisRule& a, int tq, int tk) {
-  SCOPED_TRACE("L=" + std::to_string(a.extent) + " K=" + std::to_string(a.window) +
-               " d=" + std::to_string(a.dilation) + " s=" + std::to_string(a.stride) +
-               " c=" + std::to_string(a.causal) + " tq=" + std::to_string(tq) +
-               " tk=" + std::to_string(tk));
+  SCOPED_TRACE(axis_and_tiles_text(a, tq, tk));
   for (int g = 0; g < a.dilation; ++g) {
     const int n = group_length(a, g);
     for (int kt = 0; kt < tiles_along(n, tk); ++kt) {
       SCOPED_TRACE("group " + std::to_string(g) + " kt " + std::to_string(kt));
       const QTileRun run = q_tile_run(a, n, kt, tq, tk, KvPlacement::placed);
-      int lo = n, hi = -1;
-      for (int jg = kt * tk; jg < std::min((kt + 1) * tk, n); ++jg)
-        for (int ig = 0; ig < n; ++ig)
-          if (literal_attends(a.extent, a.window, a.dilation, a.stride, a.causal,
-                              g + a.dilation * ig, g + a.dilation * jg)) {
-            ASSERT_GE(ig, run.first);
-            ASSERT_LT(ig, run.first + run.count * tq);
-            lo = std::min(lo, ig);
-            hi = std::max(hi, ig);
-          }
+      const auto [lo, hi] = attended_span(a, g, kt * tk, std::min((kt + 1) * tk, n), false);
       ASSERT_LE(lo, hi);  // every key is attended by some query
       ASSERT_EQ(run.first, lo);
       ASSERT_EQ(run.count, (hi - lo + 1 + tq - 1) / tq);
@@ -228,7 +213,7 @@ void check_placed_q_tiles(const AxisRule& a, int tq, int tk) {
       for (const QTileRun& r : {run, grid_run}) {
         const Range full = full_q_tiles_of_run(a, n, kt, tq, tk, r);
         for (int m = 0; m < r.count; ++m) {
-          const PairClass expected = brute_class_of_rows(a, g, r.first + m * tq, tq, kt, tk);
+          const PairClass expected = brute_class_of_ranges(a, g, r.first + m * tq, tq, kt * tk, tk);
           ASSERT_NE(expected, PairClass::empty) << "first " << r.first << " m " << m;
           ASSERT_EQ(classify_run_q_tile(a, n, r, m, tq, kt, tk), expected)
               << "first " << r.first << " m " << m;
@@ -258,12 +243,7 @@ TEST(Tiling, PlacedQTilesMatchBruteForce) {
   EXPECT_GT(moved, 0);
   // Long axes, wide windows and the kernels' power-of-two tiles.
   for (int t = 0; t < 300; ++t) {
-    AxisRule a;
-    a.dilation = rand_int(rng, 1, 3);
-    a.extent = rand_int(rng, 2 * a.dilation, 300);
-    a.window = rand_int(rng, 2, a.extent / a.dilation);
-    a.stride = rand_int(rng, 0, 2) == 0 ? rand_int(rng, 1, a.window) : 1;
-    a.causal = rand_int(rng, 0, 4) == 0;
+    const AxisRule a = random_long_axis(rng);
     check_placed_q_tiles(a, 1 << rand_int(rng, 0, 7), 1 << rand_int(rng, 0, 7));
     if (HasFatalFailure()) return;
   }

@@ -54,6 +54,26 @@ TileShape random_tile(std::mt19937_64& rng, int rank, int tokens) {
   return t;
 }
 
+// Configuration i in fp16 and in bf16 (the same values) against the reference; the failures.
+int check_both_dtypes(const Config& c, const KernelOptions& kopt, std::mt19937_64& rng, int i,
+                      uint64_t seed) {
+  Case f16;
+  f16.build(c, DType::f16, rng, true);
+  Case bf16;
+  bf16.copy_as(f16, DType::bf16);
+  int failures = 0;
+  for (Case* cs : {&f16, &bf16}) {
+    const std::string err = cs->check_backward("hopper", kopt);
+    if (!err.empty()) {
+      ++failures;
+      ADD_FAILURE() << dtype_name(cs->q.dtype) << " config " << i << ": " << c.describe()
+                    << (kopt.deterministic ? " deterministic" : "") << ": " << err
+                    << " (GNA_TEST_SEED=" << seed << ")";
+    }
+  }
+  return failures;
+}
+
 void sweep(int rank) {
   SKIP_WITHOUT_SM90();
   const uint64_t seed = test_seed();
@@ -70,19 +90,7 @@ void sweep(int rank) {
     }
     kopt.deterministic = uniform(rng, 0, 3) == 0;
     deterministic += kopt.deterministic;
-    Case f16;
-    f16.build(c, DType::f16, rng, true);
-    Case bf16;
-    bf16.copy_as(f16, DType::bf16);
-    for (Case* cs : {&f16, &bf16}) {
-      const std::string err = cs->check_backward("hopper", kopt);
-      if (!err.empty()) {
-        ++failures;
-        ADD_FAILURE() << dtype_name(cs->q.dtype) << " config " << i << ": " << c.describe()
-                      << (kopt.deterministic ? " deterministic" : "") << ": " << err
-                      << " (GNA_TEST_SEED=" << seed << ")";
-      }
-    }
+    failures += check_both_dtypes(c, kopt, rng, i, seed);
   }
   std::printf("hopper backward sweep rank %d: %d configurations x {f16, bf16} (%d deterministic), "
               "%d failed, seed %llu\n",
@@ -176,19 +184,7 @@ TEST(HopperBackward, PlacedQTiles) {
     } else {
       EXPECT_EQ(hopper::choose_backward_tiles(p, kopt).q_placement, KvPlacement::grid);
     }
-    Case f16;
-    f16.build(c, DType::f16, rng, true);
-    Case bf16;
-    bf16.copy_as(f16, DType::bf16);
-    for (Case* cs : {&f16, &bf16}) {
-      const std::string err = cs->check_backward("hopper", kopt);
-      if (!err.empty()) {
-        ++failures;
-        ADD_FAILURE() << dtype_name(cs->q.dtype) << " config " << i << ": " << c.describe()
-                      << (kopt.deterministic ? " deterministic" : "") << ": " << err
-                      << " (GNA_TEST_SEED=" << seed << ")";
-      }
-    }
+    failures += check_both_dtypes(c, kopt, rng, i, seed);
   }
   const int64_t placed_launches = hopper::backward_launch_count().placed_q - placed_before;
   std::printf("hopper backward placed Q tiles: %d configurations x {f16, bf16} (%d deterministic), "
