@@ -14,6 +14,8 @@ TileKernel hopper_forward_tile_kernel(int head_dim, KvPlacements placements) {
   k.forced_q = {k.q_rows, true};
   k.forced_kv = {k.kv_rows, true};
   k.kv_placements = placements;
+  k.weights.partial = kHopperPartialPairWeight;
+  k.weights.item = kHopperForwardItemPairs;
   return k;
 }
 
@@ -27,6 +29,8 @@ TileKernel hopper_backward_tile_kernel(int head_dim, KvPlacements q_placements) 
   k.forced_kv = {kHopperBwdKvRows, true};
   k.kv_placements =
       hopper_backward_placed_q_head_dim(head_dim) ? q_placements : KvPlacements::grid;
+  k.weights.partial = kHopperPartialPairWeight;
+  k.weights.item = kHopperBackwardItemPairs;
   return k;
 }
 

@@ -30,8 +30,10 @@ double choice_steps(const Config& c, const TileKernel& k) {
     const int n = group_length(rule, 0);
     const int placements =
         k.kv_placements == KvPlacements::either && placement_can_differ(rule, n) ? 2 : 1;
-    for (int q = 1; q <= k.q_rows; q *= 2)
-      for (int kv = 1; kv <= k.kv_rows; kv *= 2) {
+    // On one axis the tiles are the rows; on more, each axis takes every power of two up to them.
+    const int q_min = c.rank == 1 ? k.q_rows : 1, kv_min = c.rank == 1 ? k.kv_rows : 1;
+    for (int q = q_min; q <= k.q_rows; q *= 2)
+      for (int kv = kv_min; kv <= k.kv_rows; kv *= 2) {
         double walk = 0;
         if (k.walk == PairWalk::per_kv_tile) {
           walk = 1 + tiles_along(n, kv);
@@ -80,30 +82,33 @@ std::string kernel_names() {
   return s;
 }
 
+namespace {
+
+// The kernel's tile description at its default options (KernelOptions): grid or placed tiles,
+// whichever is cheaper, where the kernel has both.
+TileKernel tile_kernel(TiledKernel k, int head_dim) {
+  switch (k) {
+    case TiledKernel::hopper_forward:
+      if (!hopper_forward_head_dim(head_dim))
+        fail_invalid("head_dim: the hopper forward runs 32, 64, 128 or 256, got ", head_dim);
+      return hopper_forward_tile_kernel(head_dim, KvPlacements::either);
+    case TiledKernel::hopper_backward:
+      if (!hopper_backward_head_dim(head_dim))
+        fail_invalid("head_dim: the hopper backward runs 32, 64 or 128, got ", head_dim);
+      return hopper_backward_tile_kernel(head_dim, KvPlacements::either);
+  }
+  fail_invalid("kernel must be one of ", kernel_names(), ", got id ", static_cast<int>(k));
+}
+
+}  // namespace
+
 Config kernel_tiles(const Config& c, TiledKernel k, int head_dim) {
   Config out = c;
   out.tiling = Tiling::multi_dim;
   out.kv_tiling = KvTiling::static_tiles;
   for (int a = 0; a < kMaxRank; ++a) out.q_tile[a] = out.kv_tile[a] = 1;
   validate(out);  // the rule (the core's messages) and the token count
-  TileKernel kernel;
-  switch (k) {
-    case TiledKernel::hopper_forward:
-      if (!hopper_forward_head_dim(head_dim))
-        fail_invalid("head_dim: the hopper forward runs 32, 64, 128 or 256, got ", head_dim);
-      // KernelOptions' default: grid or placed KV tiles, whichever is cheaper.
-      kernel = hopper_forward_tile_kernel(head_dim, KvPlacements::either);
-      break;
-    case TiledKernel::hopper_backward:
-      if (!hopper_backward_head_dim(head_dim))
-        fail_invalid("head_dim: the hopper backward runs 32, 64 or 128, got ", head_dim);
-      // KernelOptions' default: grid or placed Q tiles per KV tile, whichever is cheaper, where
-      // the head dim has placed kernels.
-      kernel = hopper_backward_tile_kernel(head_dim, KvPlacements::either);
-      break;
-    default:
-      fail_invalid("kernel must be one of ", kernel_names(), ", got id ", static_cast<int>(k));
-  }
+  const TileKernel kernel = tile_kernel(k, head_dim);
   const double steps = choice_steps(out, kernel);
   if (steps > kMaxSimulationSteps)
     fail_invalid("the ", kernel.name, " tile choice would take about ",
@@ -122,6 +127,26 @@ Config kernel_tiles(const Config& c, TiledKernel k, int head_dim) {
       kernel.walk == PairWalk::per_q_tile && s.kv_placement == KvPlacement::placed;
   out.kv_tiling = placed_kv ? KvTiling::dynamic_tiles : KvTiling::static_tiles;
   return out;
+}
+
+KernelPrediction predict(const Result& r, TiledKernel k, int head_dim) {
+  const TileKernel kernel = tile_kernel(k, head_dim);
+  auto cost = [&](const Result& x) {
+    const double items = static_cast<double>(
+        kernel.walk == PairWalk::per_q_tile ? x.q_tiles : x.kv_tiles);
+    return tile_cost(static_cast<double>(x.visited_pairs), static_cast<double>(x.pairs.full),
+                     items, kernel.weights);
+  };
+  // Dense attention over the same tokens in row-major runs of the kernel's tile rows, without
+  // padding (what a dense kernel such as cuDNN's runs), every pair full.
+  const double tokens = static_cast<double>(r.tokens);
+  const double q_tiles = tokens / kernel.q_rows, kv_tiles = tokens / kernel.kv_rows;
+  KernelPrediction p;
+  p.cost = cost(r);
+  p.dense_cost = tile_cost(q_tiles * kv_tiles, q_tiles * kv_tiles,
+                           kernel.walk == PairWalk::per_q_tile ? q_tiles : kv_tiles, kernel.weights);
+  p.speedup = p.dense_cost / p.cost;
+  return p;
 }
 
 }  // namespace gna::sim

@@ -172,11 +172,18 @@ class Kernel(unittest.TestCase):
             self.assertEqual(d["config"]["q_tile_tokens"], want)
             e = run_json(*problem, *self.explicit(d), *e2e)
             del d["config"]["kernel"], d["config"]["head_dim"]
+            # The kernel's cost model adds its prediction: the more pairs, the more cost.
+            prediction = {k: d.pop(k) for k in ("predicted_cost", "predicted_dense_cost",
+                                                "predicted_speedup")}
+            self.assertGreater(prediction["predicted_cost"], d["visited_pairs"])
+            self.assertAlmostEqual(prediction["predicted_speedup"],
+                                   prediction["predicted_dense_cost"] / prediction["predicted_cost"])
             self.assertEqual(d, e, problem)
         table = run("--preset", "hunyuan", "--kernel", "hopper-forward")
         self.assertEqual(table.returncode, 0, table.stderr)
         self.assertIn("hopper-forward, head dim 128", table.stdout)
         self.assertIn("dynamic KV tiles: Q tile 2x8x8, KV tile 2x8x8", table.stdout)
+        self.assertIn("predicted speedup", table.stdout)
         d = run_json("--shape", "30x48x80", "--window", "18x24x24", "--kernel", "hopper-forward")
         self.assertEqual(d["config"]["head_dim"], 128)
 

@@ -221,6 +221,59 @@ TEST(KernelTiles, CppAndCAgree) {
   EXPECT_FALSE(parse_kernel("portable forward", &parsed));
 }
 
+Config config_of(const BenchCase& c) {
+  Config config;
+  config.rank = c.rank;
+  for (int a = 0; a < c.rank; ++a)
+    config.axes[a] = AxisRule{c.extent[a], c.window[a], c.dilation[a], c.stride[a], c.causal[a]};
+  return config;
+}
+
+// On one axis the forward's only tiles are its rows: the choice of every 1-D case (32k tokens)
+// is within the simulator's step limit.
+TEST(KernelTiles, OneAxisForwardChoiceIsWithinTheStepLimit) {
+  int cases = 0;
+  for (const BenchCase& c : bench_cases()) {
+    if (c.rank != 1) continue;
+    ++cases;
+    const Config k = kernel_tiles(config_of(c), TiledKernel::hopper_forward, 128);
+    EXPECT_EQ(k.q_tile[0], kHopperTileTokens) << c.name;
+    EXPECT_EQ(k.kv_tile[0], hopper_kv_tile_tokens(128)) << c.name;
+  }
+  EXPECT_GE(cases, 2);
+}
+
+// The prediction is the core's cost model over the simulated counts: pairs, partial pairs at the
+// measured weight, a work item per walked tile; dense attention over the same tokens (no
+// padding) predicts exactly 1.
+TEST(KernelTiles, PredictionIsTheCostModel) {
+  for (TiledKernel kernel : tiled_kernels()) {
+    const bool fwd = kernel == TiledKernel::hopper_forward;
+    const double item = fwd ? kHopperForwardItemPairs : kHopperBackwardItemPairs;
+    for (const char* name : {"hunyuan 18x24x24 NA", "hunyuan 18x24x24 s16x8x8", "wan 15x27x48",
+                             "hunyuan dense"}) {
+      SCOPED_TRACE(std::string(kernel_name(kernel)) + " " + name);
+      const BenchCase* c = find_bench_case(name);
+      ASSERT_NE(c, nullptr);
+      const Result r = simulate(kernel_tiles(config_of(*c), kernel, 128));
+      const KernelPrediction p = predict(r, kernel, 128);
+      const double walked = static_cast<double>(fwd ? r.q_tiles : r.kv_tiles);
+      EXPECT_NEAR(p.cost,
+                  static_cast<double>(r.visited_pairs) +
+                      kHopperPartialPairWeight * static_cast<double>(r.pairs.partial) +
+                      item * walked,
+                  1e-6 * p.cost);
+      const double q = r.tokens / double(fwd ? kHopperTileTokens : kHopperBwdQRows);
+      const double kv = r.tokens / double(fwd ? kHopperTileTokens : kHopperBwdKvRows);
+      EXPECT_NEAR(p.dense_cost, q * kv + item * (fwd ? q : kv), 1e-6 * p.dense_cost);
+      EXPECT_DOUBLE_EQ(p.speedup, p.dense_cost / p.cost);
+      if (std::string(name) == "hunyuan dense") EXPECT_NEAR(p.speedup, 1.0, 1e-12);
+      if (r.block_sparse) EXPECT_NEAR(p.cost, r.visited_pairs + item * walked, 1e-6 * p.cost);
+      else EXPECT_GT(p.cost, r.visited_pairs + item * walked);
+    }
+  }
+}
+
 std::string error_of(const gna_sim_config* in, int kernel, int head_dim) {
   gna_sim_config chosen{};
   EXPECT_NE(gna_sim_kernel_tiles(in, kernel, head_dim, &chosen), GNA_STATUS_OK);

@@ -78,6 +78,12 @@ void write_result_fields(JsonWriter& j, const Options& o, const Result& r) {
       .value("partial", r.pairs.partial)
       .end_object();
   j.value("block_sparse", r.block_sparse).value("wasted_flop_fraction", r.wasted_flop_fraction);
+  if (o.has_kernel) {
+    const KernelPrediction p = predict(r, o.kernel, o.head_dim);
+    j.value("predicted_cost", p.cost)
+        .value("predicted_dense_cost", p.dense_cost)
+        .value("predicted_speedup", p.speedup);
+  }
   if (o.has_end_to_end) {
     j.value("e2e_flop_speedup", end_to_end_speedup(o.end_to_end, r.flop_speedup))
         .value("e2e_tile_speedup", end_to_end_speedup(o.end_to_end, r.tile_speedup));
@@ -113,6 +119,13 @@ std::string result_table(const Options& o, const Result& r) {
                                            grouped(r.pairs.partial));
   s += line("perfectly block-sparse", r.block_sparse ? "yes" : "no");
   s += line("wasted FLOP fraction", format("%.2f%%", 100 * r.wasted_flop_fraction));
+  if (o.has_kernel) {
+    const KernelPrediction p = predict(r, o.kernel, o.head_dim);
+    s += line("predicted speedup", format("%.2fx", p.speedup) +
+                                       " against dense attention (the kernel's cost model: " +
+                                       format("%.0f", p.cost) + " against " +
+                                       format("%.0f", p.dense_cost) + " tile pairs)");
+  }
   if (o.has_end_to_end) {
     const EndToEnd& e = o.end_to_end;
     s += line("end-to-end speedup",

@@ -20,6 +20,15 @@ constexpr int hopper_kv_tile_tokens(int head_dim) {
 constexpr int kHopperBwdQRows = 64;
 constexpr int kHopperBwdKvRows = 128;
 
+// The Hopper kernels' cost weights (TileCostWeights), measured on an H100 at head dim 128 by a
+// least-squares fit of kernel times against the simulator's pair and tile counts of the video
+// cases (docs/performance.md, "What a Hopper kernel's time is made of"): a partial pair costs
+// 1.40 full pairs in both kernels; a forward work item (Q tile) 5.2 pairs more, a backward one
+// (KV tile, with its dK / dV epilogue) 15.7.
+constexpr double kHopperPartialPairWeight = 0.40;
+constexpr double kHopperForwardItemPairs = 5.2;
+constexpr double kHopperBackwardItemPairs = 15.7;
+
 // Head dims the Hopper kernels run (forward 32, 64, 128, 256; backward 32, 64, 128).
 bool hopper_forward_head_dim(int head_dim);
 bool hopper_backward_head_dim(int head_dim);

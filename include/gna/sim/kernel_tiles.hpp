@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gna/sim/config.hpp"
+#include "gna/sim/simulator.hpp"
 
 namespace gna::sim {
 
@@ -32,5 +33,19 @@ std::string kernel_names();
 // an invalid rule, and the estimate when scoring the candidates would take more than
 // kMaxSimulationSteps.
 Config kernel_tiles(const Config& c, TiledKernel k, int head_dim);
+
+// The kernel's predicted time on a simulated configuration, from its cost model (the core's
+// tile_cost with the kernel's measured weights, kernel_tiles.hpp): pairs, partial pairs and work
+// items (Q tiles of the forward, KV tiles of the backward), in units of one dense tile pair.
+// `speedup` is the prediction the benchmarks compare with (× cuDNN dense): dense attention over
+// the same tokens at the kernel's cost per pair, in row-major runs of its tile rows without
+// padding (as a dense kernel runs them), against this configuration.
+struct KernelPrediction {
+  double cost = 0;
+  double dense_cost = 0;
+  double speedup = 0;  // dense_cost / cost
+};
+// `r` is simulate() of a configuration with the kernel's tiles (kernel_tiles).
+KernelPrediction predict(const Result& r, TiledKernel k, int head_dim);
 
 }  // namespace gna::sim
