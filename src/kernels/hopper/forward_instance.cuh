@@ -1,6 +1,6 @@
 // Launches one instantiation of the forward kernel (maps: 5 CUtensorMap in order q, k, v,
-// additional k, additional v): one CTA per work item (grid = items), or the persistent kernel
-// (grid = CTAs walking the items).
+// additional k, additional v) with its work hand-out: one CTA per work item (grid = items), or
+// persistent CTAs walking the items (grid = CTAs).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,7 +8,6 @@
 #include "gna/core/error.hpp"
 #include "kernels/hopper/forward_kernel.cuh"
 #include "kernels/hopper/forward_launch.hpp"
-#include "kernels/hopper/forward_persistent.cuh"
 
 namespace gna::hopper {
 
@@ -21,29 +20,24 @@ void reserve_shared(Kernel kernel, int smem) {
          cudaGetErrorString(attr));
 }
 
+template <int D, typename Tag, bool kRules, typename Sched>
+void launch_with(const CUtensorMap* maps, const FwdParams& p, int grid, cudaStream_t st) {
+  constexpr int smem = shared_bytes<D, Sched>();
+  static const bool reserved =
+      (reserve_shared(forward_kernel<D, Tag, kRules, Sched>, smem), true);
+  (void)reserved;
+  forward_kernel<D, Tag, kRules, Sched><<<grid, kThreads, smem, st>>>(maps[0], maps[1], maps[2],
+                                                                       maps[3], maps[4], p);
+}
+
 template <int D, typename Tag, bool kRules>
 void launch_forward_kernel(const CUtensorMap* maps, const FwdParams& p, int grid, bool persistent,
                            cudaStream_t st) {
-  bool launched = false;
-  // Head dim 256 has no persistent kernel: two 64 KB Q buffers do not fit beside the K/V ring.
+  // Head dim 256 has no persistent CTAs: two 64 KB Q buffers do not fit beside the K/V ring.
   if constexpr (D <= 128) {
-    if (persistent) {
-      constexpr int smem = persistent_shared_bytes<D>();
-      static const bool reserved =
-          (reserve_shared(persistent_forward_kernel<D, Tag, kRules>, smem), true);
-      (void)reserved;
-      persistent_forward_kernel<D, Tag, kRules><<<grid, kThreads, smem, st>>>(
-          maps[0], maps[1], maps[2], maps[3], maps[4], p);
-      launched = true;
-    }
+    if (persistent) return launch_with<D, Tag, kRules, PersistentCtas>(maps, p, grid, st);
   }
-  if (!launched) {
-    constexpr int smem = shared_bytes<D>();
-    static const bool reserved = (reserve_shared(forward_kernel<D, Tag, kRules>, smem), true);
-    (void)reserved;
-    forward_kernel<D, Tag, kRules><<<grid, kThreads, smem, st>>>(maps[0], maps[1], maps[2],
-                                                                 maps[3], maps[4], p);
-  }
+  launch_with<D, Tag, kRules, OneItemPerCta>(maps, p, grid, st);
 }
 
 // Launches with head rules run their own instantiation (kRules), so that the kernel without them

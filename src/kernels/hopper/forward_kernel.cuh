@@ -1,11 +1,17 @@
-// The Hopper forward kernel: one CTA per (128-token Q tile, head, batch) with a producer warp
-// issuing TMA loads of multi-dimensional boxes straight from the heads-last tensors and two
-// consumer warpgroups (64 Q rows each) doing S = Q K^T (wgmma SS), the online softmax in the
-// exp2 domain and O += P V (wgmma RS, P from registers). K and V flow through rings guarded by
-// full/empty mbarriers. Per (Q tile, KV tile) pair the core's tiling math decides: empty pairs
-// are never loaded, full pairs run without mask code, partial pairs apply the per-axis rule with
-// one unsigned compare per axis and element. The GEMMs, the softmax and the epilogue are shared
-// with the persistent kernel (forward_mainloop.cuh, forward_softmax.cuh, forward_epilogue.cuh).
+// The Hopper forward kernel: CTAs of a producer warp issuing TMA loads of multi-dimensional boxes
+// straight from the heads-last tensors and two consumer warpgroups (64 Q rows each) doing
+// S = Q K^T (wgmma SS), the online softmax in the exp2 domain and O += P V (wgmma RS, P from
+// registers). Which work items (128-token Q tile, head, batch) a CTA runs is its scheduler's
+// (forward_scheduler.cuh): one item per CTA, or persistent CTAs walking items round robin or
+// from a counter (longest first). One body serves both: the producer streams the KV tiles of the
+// CTA's items through one K/V ring and tags each stage with what the consumers need (item, tile
+// class, key offsets); per (Q tile, KV tile) pair the core's tiling math decides: empty pairs are
+// never loaded, full pairs run without mask code, partial pairs apply the per-axis rule with one
+// unsigned compare per axis and element. With many items per CTA, Q is double-buffered so the
+// next item's Q arrives while the current one finishes, and the consumers pipeline across items:
+// the next item's first S is issued together with the current one's last P V, and the current
+// item's epilogue runs while the other consumer warpgroup holds the tensor cores. The GEMMs, the
+// softmax and the epilogue are forward_mainloop.cuh, forward_softmax.cuh, forward_epilogue.cuh.
 #pragma once
 
 #include <cuda.h>
@@ -18,364 +24,396 @@
 #include "kernels/hopper/forward_load.cuh"
 #include "kernels/hopper/forward_mainloop.cuh"
 #include "kernels/hopper/forward_params.hpp"
+#include "kernels/hopper/forward_scheduler.cuh"
 #include "kernels/hopper/forward_softmax.cuh"
+#include "kernels/hopper/forward_work_item.cuh"
 #include "kernels/hopper/ptx.cuh"
 
 namespace gna::hopper {
 
-constexpr int kStages = 2;  // K/V ring depth of the persistent kernel
-// K/V ring depth of the one-item kernel: three stages where they fit beside the Q tile (head
-// dim <= 128: 32 + 6 x 32 KB of the 227 KB), so a KV tile's load is issued two tiles ahead.
-constexpr int kv_stages(int head_dim) { return head_dim > 128 ? 2 : 3; }
 constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
-// Register split (128 * producer + 256 * consumer <= 64 K): head dim 256 keeps 128 O
-// accumulators per thread and takes the largest consumer share.
-constexpr int producer_regs(int head_dim) { return head_dim > 128 ? 24 : 40; }
-constexpr int consumer_regs(int head_dim) { return head_dim > 128 ? 240 : 232; }
-constexpr int kClassTable = 256;  // per-axis class entries kept in shared memory
 
-template <int D>
+// What the consumers need about the KV tile in a stage, written by the producer before the
+// stage's K load is armed (the mbarrier's arrive releases it, the consumers' wait acquires it).
+struct StageTag {
+  int tile;        // Q tile of the work item (linear index inside the image)
+  int head_batch;  // head + heads_q * batch
+  int flags;       // kFirstTile | kPartialTile | kEndOfWork
+  int key_limit;   // real keys of the tile (fewer only in the last additional-KV tile)
+  int kv_origin[kAxes];  // first key of the KV tile per axis (group coordinates)
+};
+constexpr int kFirstTile = 1;    // first KV tile of a work item
+constexpr int kPartialTile = 2;  // the pair needs the per-axis mask
+constexpr int kEndOfWork = 4;    // no KV tile: the CTA's work is done
+
+// What the kernel's shape takes from the head dim and the scheduler. A CTA with many items
+// double-buffers Q; the K/V ring then has 2 stages, one item per CTA has room for 3 (head dim
+// <= 128: 32 + 6 x 32 KB of the 227 KB), so a KV tile's load is issued two tiles ahead. Head dim
+// 256 (a 64 KB Q tile, 64-key KV tiles) has room for one Q buffer and 2 stages only.
+template <int D, typename Sched>
+struct ForwardShape {
+  static_assert(D <= 128 || !Sched::kManyItems, "head dim 256 has room for one Q buffer only");
+  static constexpr int kQBuffers = Sched::kManyItems ? 2 : 1;
+  static constexpr int kStages = D > 128 || Sched::kManyItems ? 2 : 3;
+  // Register split: 128 * producer + 256 * consumer within the launch allocation of
+  // 384 x 168 = 64512 (setmaxnreg only moves registers inside it). Head dim 256 keeps 128 O
+  // accumulators per thread and takes the largest consumer share; the producer of many items
+  // keeps the next item's state.
+  static constexpr int kProducerRegs = D > 128 ? 24 : Sched::kManyItems ? 72 : 40;
+  static constexpr int kConsumerRegs = D > 128 ? 240 : Sched::kManyItems ? 216 : 232;
+  // Head dim 256: the consumers' per-row key windows live in shared memory instead of
+  // registers, next to the 128 O accumulators per thread.
+  static constexpr bool kWindowsInSmem = D > 128;
+};
+
+template <int D, typename Sched>
 struct SharedStorage {
-  alignas(1024) uint8_t q[TileLayout<D>::kTileBytes];
-  alignas(1024) uint8_t k[kv_stages(D)][KvLayout<D>::kTileBytes];
-  alignas(1024) uint8_t v[kv_stages(D)][KvLayout<D>::kTileBytes];
-  uint64_t q_full;
-  uint64_t k_full[kv_stages(D)], k_empty[kv_stages(D)];
-  uint64_t v_full[kv_stages(D)], v_empty[kv_stages(D)];
-  uint8_t axis_class[kAxes][kClassTable];  // PairClass per KV tile of each axis run
-  int full_tiles[kAxes][2];  // runs longer than the table: their full tiles [begin, end)
-  // Head dim 256: the consumers' per-row key windows (begin, width per row and axis) live here
-  // instead of in registers, next to the 128 O accumulators per thread.
-  int row_window[D > 128 ? 4 * kAxes : 1][D > 128 ? 256 : 1];
+  using Shape = ForwardShape<D, Sched>;
+  // Item j of the CTA uses q[j % kQBuffers]; also its O staging.
+  alignas(1024) uint8_t q[Shape::kQBuffers][TileLayout<D>::kTileBytes];
+  alignas(1024) uint8_t k[Shape::kStages][KvLayout<D>::kTileBytes];
+  alignas(1024) uint8_t v[Shape::kStages][KvLayout<D>::kTileBytes];
+  StageTag tag[Shape::kStages];
+  uint64_t q_full[Shape::kQBuffers], q_empty[Shape::kQBuffers];
+  uint64_t k_full[Shape::kStages], k_empty[Shape::kStages];
+  uint64_t v_full[Shape::kStages], v_empty[Shape::kStages];
+  // Per row and consumer thread: key window begin and width per row and axis.
+  int row_window[Shape::kWindowsInSmem ? 4 * kAxes : 1][Shape::kWindowsInSmem ? 256 : 1];
 };
 
-template <int D>
+template <int D, typename Sched>
 constexpr int shared_bytes() {
-  return static_cast<int>(sizeof(SharedStorage<D>)) + 1024;  // + alignment slack
+  return static_cast<int>(sizeof(SharedStorage<D, Sched>)) + 1024;  // + alignment slack
 }
 
-// The KV tiles a Q tile visits under the item's rules `axes` (axes_of_item): the per-axis runs
-// from the core (grid or placed, p.kv_placement; tile m of axis a starts at key
-// first[a] + m * kv_tile[a]), then the additional-KV tiles.
-struct KvWalk {
-  int first[kAxes];
-  int size[kAxes];
-  int spatial;     // tiles in the box
-  int additional;  // tiles of additional keys
-};
-
-__device__ __forceinline__ KvWalk make_walk(const FwdParams& p, const AxisRule* axes,
-                                            const int (&qt)[kAxes], int kv_tokens = kTileTokens) {
-  KvWalk w;
-  w.spatial = 1;
-#pragma unroll
-  for (int a = 0; a < kAxes; ++a) {
-    const KvTileRun r = kv_tile_run(axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
-                                    p.kv_tile[a], p.kv_placement);
-    w.first[a] = r.first;
-    w.size[a] = r.count;
-    w.spatial *= w.size[a];
-  }
-  w.additional = (p.additional_kv + kv_tokens - 1) / kv_tokens;
-  return w;
-}
-
-// Position in the walk: index t (spatial tiles first, then additional ones) and the KV tile
-// offsets inside the per-axis runs. The walk never meets an empty pair: every tile of an
-// axis run intersects the union of the Q tile's windows on that axis, and because the rule is
-// an AND over axes with Q and KV tiles being products of per-axis sets, a pair is empty only if
-// one of its axes is.
-struct KvCursor {
-  int t;
-  int idx[kAxes];
-};
-
-__device__ __forceinline__ void cursor_begin(KvCursor& c) {
-  c.t = 0;
-  c.idx[0] = c.idx[1] = c.idx[2] = 0;
-}
-
-__device__ __forceinline__ void cursor_step(const KvWalk& w, KvCursor& c) {
-  ++c.t;
-  if (c.t >= w.spatial) return;
-  if (++c.idx[2] == w.size[2]) {
-    c.idx[2] = 0;
-    if (++c.idx[1] == w.size[1]) {
-      c.idx[1] = 0;
-      ++c.idx[0];
-    }
-  }
-}
-
-template <int D, bool kRules>
-__device__ __forceinline__ void producer_loop(const FwdParams& p, SharedStorage<D>& s,
-                                              const CUtensorMap* tm_q, const CUtensorMap* tm_k,
-                                              const CUtensorMap* tm_v, const CUtensorMap* tm_ak,
-                                              const CUtensorMap* tm_av, const int (&qt)[kAxes],
-                                              int head, int batch) {
+template <int D, typename Sched, bool kRules>
+__device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Sched>& s,
+                                         const Sched& sched, const CUtensorMap* tm_q,
+                                         const CUtensorMap* tm_k, const CUtensorMap* tm_v,
+                                         const CUtensorMap* tm_ak, const CUtensorMap* tm_av) {
+  using Shape = ForwardShape<D, Sched>;
   using L = TileLayout<D>;
   using KL = KvLayout<D>;
   constexpr int kKv = kv_tile_tokens(D);
-  const int head_kv = head / p.heads_per_kv;
-  const int x_base = batch * p.axes[0].extent;  // batches folded into the outermost axis
-  mbar_expect_tx(&s.q_full, L::kTileBytes);
-  load_tile<L>(s.q, tm_q, &s.q_full, head, qt[2] * p.q_tile[2], qt[1] * p.q_tile[1],
-               x_base + qt[0] * p.q_tile[0]);
+  constexpr int kQ = Shape::kQBuffers;
+  constexpr int kStages = Shape::kStages;
+  // Q of work item `item`, the CTA's item number `jq`, into buffer jq % kQ once the consumers
+  // have released it (after the epilogue of item jq - kQ).
+  auto load_q = [&](int item, int jq) {
+    int tile, hb;
+    decode_item<kRules>(p, item, tile, hb);
+    int qt[kAxes];
+    tile_coords(p, tile, qt);
+    const int qb = jq % kQ;
+    if constexpr (kQ > 1) mbar_wait(&s.q_empty[qb], ((jq / kQ) & 1) ^ 1);
+    mbar_expect_tx(&s.q_full[qb], L::kTileBytes);
+    load_tile<L>(s.q[qb], tm_q, &s.q_full[qb], hb % p.heads_q, qt[2] * p.q_tile[2],
+                 qt[1] * p.q_tile[1], hb / p.heads_q * p.axes[0].extent + qt[0] * p.q_tile[0]);
+  };
+  int k = sched.first_item();
+  int j = 0;   // items of this CTA
+  int it = 0;  // KV tiles of this CTA
+  if (!sched.done(p, k)) load_q(k, 0);
+  while (!sched.done(p, k)) {
+    // The next item, asked for at the start of this one: the atomic's latency and the next
+    // item's Q load (from DRAM: Q is read once) then hide behind this item's KV tiles.
+    const int next = sched.next_item(p, k);
+    int tile, hb;
+    decode_item<kRules>(p, k, tile, hb);
+    const int head = hb % p.heads_q;
+    const int head_kv = head / p.heads_per_kv;
+    const int x_base = hb / p.heads_q * p.axes[0].extent;  // batches folded into axis 0
+    int qt[kAxes];
+    tile_coords(p, tile, qt);
+    // The next item's Q goes into the buffer of the previous item, which the consumers release
+    // after its epilogue, i.e. during this item's first KV tile: issued after this item's
+    // kQPrefetchTile-th tile (the producer runs two stages ahead), or after its last.
+    constexpr int kQPrefetchTile = 3;
+    bool next_q_issued = sched.done(p, next);
+    auto prefetch_next_q = [&] {
+      if (!next_q_issued) load_q(next, j + 1);
+      next_q_issued = true;
+    };
 
-  const KvWalk w = make_walk(p, axes_of_item<kRules>(p, head), qt, kKv);
-  int it = 0;
-  KvCursor cur;
-  cursor_begin(cur);
-  for (; cur.t < w.spatial + w.additional; cursor_step(w, cur)) {
-    int c2, c3, c4;
-    const CUtensorMap *mk, *mv;
-    if (cur.t < w.spatial) {
-      // Any key coordinate: a box past the axis' end is zero-filled, or on the folded axis 0
-      // holds the next batch's keys; either way the pair is partial and those keys masked.
-      c2 = w.first[2] + cur.idx[2] * p.kv_tile[2];
-      c3 = w.first[1] + cur.idx[1] * p.kv_tile[1];
-      c4 = x_base + w.first[0] + cur.idx[0] * p.kv_tile[0];
-      mk = tm_k;
-      mv = tm_v;
-    } else {
-      c2 = (cur.t - w.spatial) * kKv;
-      c3 = p.batch_offset + batch;
-      c4 = 0;
-      mk = tm_ak;
-      mv = tm_av;
+    const int first_it = it;
+    // One KV tile into the next stage, tagged for the consumers.
+    auto emit = [&](int flags, int key_limit, int o0, int o1, int o2, int c2, int c3, int c4,
+                    const CUtensorMap* mk, const CUtensorMap* mv) {
+      const int stage = it % kStages;
+      const uint32_t phase = (it / kStages) & 1;
+      mbar_wait(&s.k_empty[stage], phase ^ 1);
+      StageTag& tag = s.tag[stage];
+      tag.tile = tile;
+      tag.head_batch = hb;
+      tag.flags = flags | (it == first_it ? kFirstTile : 0);
+      tag.key_limit = key_limit;
+      tag.kv_origin[0] = o0;
+      tag.kv_origin[1] = o1;
+      tag.kv_origin[2] = o2;
+      mbar_expect_tx(&s.k_full[stage], KL::kTileBytes);
+      load_tile<KL>(s.k[stage], mk, &s.k_full[stage], head_kv, c2, c3, c4);
+      mbar_wait(&s.v_empty[stage], phase ^ 1);
+      mbar_expect_tx(&s.v_full[stage], KL::kTileBytes);
+      load_tile<KL>(s.v[stage], mv, &s.v_full[stage], head_kv, c2, c3, c4);
+      ++it;
+      if (it - first_it == kQPrefetchTile) prefetch_next_q();
+    };
+    // The box of KV tiles from the core's per-axis runs under the item's rules (axes_of_item;
+    // grid or placed: o is the tile's first key), classes per axis computed where that axis'
+    // tile changes, then the additional-KV tiles. The walk never meets an empty pair: every
+    // tile of an axis run meets the union of the Q tile's windows on that axis, and a pair of
+    // product sets under a rule that is an AND over axes is empty only if one of its axes is.
+    // A tile past an axis' end is zero-filled or, on the folded axis 0, holds the next batch's
+    // keys: its pair is partial and those keys are masked.
+    {
+      const AxisRule* axes = axes_of_item<kRules>(p, head);
+      int first[kAxes], end[kAxes];
+#pragma unroll
+      for (int a = 0; a < kAxes; ++a) {
+        const KvTileRun r = kv_tile_run(axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
+                                        p.kv_tile[a], p.kv_placement);
+        first[a] = r.first;
+        end[a] = r.first + r.count * p.kv_tile[a];
+      }
+      for (int o0 = first[0]; o0 < end[0]; o0 += p.kv_tile[0]) {
+        const PairClass c0 = classify_q_tile_keys(axes[0], p.axes[0].extent, qt[0], p.q_tile[0],
+                                                  o0, p.kv_tile[0]);
+        for (int o1 = first[1]; o1 < end[1]; o1 += p.kv_tile[1]) {
+          const PairClass c01 = combine(c0, classify_q_tile_keys(axes[1], p.axes[1].extent,
+                                                                 qt[1], p.q_tile[1], o1,
+                                                                 p.kv_tile[1]));
+          for (int o2 = first[2]; o2 < end[2]; o2 += p.kv_tile[2]) {
+            const PairClass c = combine(c01, classify_q_tile_keys(axes[2], p.axes[2].extent,
+                                                                  qt[2], p.q_tile[2], o2,
+                                                                  p.kv_tile[2]));
+            emit(c == PairClass::partial ? kPartialTile : 0, kKv, o0, o1, o2, o2, o1,
+                 x_base + o0, tm_k, tm_v);
+          }
+        }
+      }
     }
-    const int stage = it % kv_stages(D);
-    const uint32_t phase = (it / kv_stages(D)) & 1;
-    mbar_wait(&s.k_empty[stage], phase ^ 1);
-    mbar_expect_tx(&s.k_full[stage], KL::kTileBytes);
-    load_tile<KL>(s.k[stage], mk, &s.k_full[stage], head_kv, c2, c3, c4);
-    mbar_wait(&s.v_empty[stage], phase ^ 1);
-    mbar_expect_tx(&s.v_full[stage], KL::kTileBytes);
-    load_tile<KL>(s.v[stage], mv, &s.v_full[stage], head_kv, c2, c3, c4);
-    ++it;
+    for (int a0 = 0; a0 < p.additional_kv; a0 += kKv)
+      emit(0, min_i(kKv, p.additional_kv - a0), 0, 0, 0, a0, p.batch_offset + hb / p.heads_q, 0,
+           tm_ak, tm_av);
+    prefetch_next_q();
+    ++j;
+    k = next;
   }
+  sched.finish(p);
+  // End of work: a stage with no data, only the tag.
+  const int stage = it % kStages;
+  mbar_wait(&s.k_empty[stage], ((it / kStages) & 1) ^ 1);
+  s.tag[stage].flags = kEndOfWork;
+  mbar_arrive(&s.k_full[stage]);
 }
 
-template <int D, typename Tag, bool kRules>
-__device__ __forceinline__ void consumer_loop(const FwdParams& p, SharedStorage<D>& s,
-                                              const int (&qt)[kAxes], int head, int batch,
-                                              int consumer) {
+template <int D, typename Tag, typename Sched, bool kRules>
+__device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sched>& s,
+                                         const Sched& sched, int consumer) {
+  using Shape = ForwardShape<D, Sched>;
   using L = TileLayout<D>;
   using KL = KvLayout<D>;
   constexpr int kKv = kv_tile_tokens(D);  // keys per KV tile
   constexpr int kS = kKv / 2;             // S accumulators per thread (64 x kKv per warpgroup)
-  constexpr int kO = D / 2;            // O accumulators per thread (64 x D)
+  constexpr int kO = D / 2;               // O accumulators per thread (64 x D)
+  constexpr int kQ = Shape::kQBuffers;
+  constexpr int kStages = Shape::kStages;
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
   const int quad = lane % 4;
   const int row_in_wg = warp * 16 + lane / 4;  // and + 8
+  const float scale_log2 = p.scale_log2;
 
-  const AxisRule* axes = axes_of_item<kRules>(p, head);  // the head's rules (head_rules.hpp)
-  const KvWalk w = make_walk(p, axes, qt, kKv);
-  const int total = w.spatial + w.additional;
+  // The CTA's first item is the scheduler's, the producer's too: its row windows are computed
+  // while Q and the first K/V tiles load. A CTA without items only lets the producer finish.
+  int item_tile, item_hb;
+  {
+    const int item = sched.first_item();
+    if (sched.done(p, item)) return;
+    decode_item<kRules>(p, item, item_tile, item_hb);
+  }
 
-  // Per row (2 per thread): the key window per axis, counted from the walk's first key (so tile
-  // m of an axis starts at m * kv_tile, grid or placed).
-  constexpr bool kWindowsInSmem = D > 128;
+  // Per row (2 per thread): the key window per axis in group coordinates, under the rules of
+  // the item's head (head_rules.hpp).
   const int ctid = threadIdx.x - 128;
   int key_begin[2][kAxes], key_width[2][kAxes];
-  row_key_windows(p, axes, qt, consumer, row_in_wg, [&](int i, int a, Range kw) {
-    key_begin[i][a] = kw.begin - w.first[a];
-    key_width[i][a] = kw.size();
-    if constexpr (kWindowsInSmem) {
-      s.row_window[(i * kAxes + a) * 2][ctid] = kw.begin - w.first[a];
-      s.row_window[(i * kAxes + a) * 2 + 1][ctid] = kw.size();
-    }
-  });
+  auto begin_item = [&](int tile, int hb) {
+    int qt[kAxes];
+    tile_coords(p, tile, qt);
+    row_key_windows(p, axes_of_item<kRules>(p, hb % p.heads_q), qt, consumer, row_in_wg,
+                    [&](int i, int a, Range kw) {
+                      if constexpr (Shape::kWindowsInSmem) {
+                        s.row_window[(i * kAxes + a) * 2][ctid] = kw.begin;
+                        s.row_window[(i * kAxes + a) * 2 + 1][ctid] = kw.size();
+                      } else {
+                        key_begin[i][a] = kw.begin;
+                        key_width[i][a] = kw.size();
+                      }
+                    });
+  };
   auto window_begin = [&](int i, int a) {
-    if constexpr (kWindowsInSmem) return s.row_window[(i * kAxes + a) * 2][ctid];
+    if constexpr (Shape::kWindowsInSmem) return s.row_window[(i * kAxes + a) * 2][ctid];
     else return key_begin[i][a];
   };
   auto window_width = [&](int i, int a) {
-    if constexpr (kWindowsInSmem) return s.row_window[(i * kAxes + a) * 2 + 1][ctid];
+    if constexpr (Shape::kWindowsInSmem) return s.row_window[(i * kAxes + a) * 2 + 1][ctid];
     else return key_width[i][a];
   };
+  begin_item(item_tile, item_hb);
 
   float o[kO];
 #pragma unroll
   for (int i = 0; i < kO; ++i) o[i] = 0.f;
   float row_max[2] = {-INFINITY, -INFINITY};  // log2 domain (scaled)
   float row_sum[2] = {0.f, 0.f};              // this thread's partial sums
-  const float scale_log2 = p.scale_log2;
 
-  // wgmma descriptors of this warpgroup's Q rows and of the first K and V stages, built once; a
-  // stage or k-step only moves the start address (desc_advance).
-  const uint64_t q_desc = q_rows_desc<D>(smem_addr(s.q) + consumer * 64 * L::kRowBytes);
+  // wgmma descriptors of the first Q buffer (this warpgroup's rows), K and V stages, built once;
+  // a buffer, stage or k-step only moves the start address. Buffer and stage indices are warp
+  // uniform, so the descriptors stay in uniform registers.
+  const uint64_t q_desc = q_rows_desc<D>(smem_addr(s.q[0]) + consumer * 64 * L::kRowBytes);
   const uint64_t k_desc = k_tile_desc<D>(smem_addr(s.k[0]));
   const uint64_t v_desc = v_tile_desc<D>(smem_addr(s.v[0]));
-
-  // Per-axis pair classes of this Q tile's KV runs, computed once into shared memory; for runs
-  // longer than the table, from the range of full tiles of each run.
-  const bool class_table = w.size[0] <= kClassTable && w.size[1] <= kClassTable &&
-                           w.size[2] <= kClassTable;
-  if (!class_table && threadIdx.x == 128) {
-#pragma unroll
-    for (int a = 0; a < kAxes; ++a) {
-      const Range r = full_tiles_of_run(axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
-                                        p.kv_tile[a], KvTileRun{w.first[a], w.size[a]});
-      s.full_tiles[a][0] = r.begin;
-      s.full_tiles[a][1] = r.end;
-    }
-  }
-  if (class_table) {
-    const int tid = threadIdx.x - 128;
-#pragma unroll
-    for (int a = 0; a < kAxes; ++a)
-      for (int i = tid; i < w.size[a]; i += 256)
-        s.axis_class[a][i] = static_cast<uint8_t>(
-            classify_q_tile_keys(axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
-                                 w.first[a] + i * p.kv_tile[a], p.kv_tile[a]));
-  }
-  named_barrier_sync(5, 256);
-  mbar_wait(&s.q_full, 0);  // the tables above overlap the Q load
-  struct TileInfo {
-    int kt[kAxes];  // KV tile per axis, counted in the walk
-    bool partial;
-    int key_limit;
-  };
-  auto tile_info = [&](const KvCursor& c) {
-    TileInfo ti;
-    ti.key_limit = kKv;
-    ti.partial = false;
-    if (c.t < w.spatial) {
-      PairClass cls = PairClass::full;
-#pragma unroll
-      for (int a = 0; a < kAxes; ++a) {
-        ti.kt[a] = c.idx[a];
-        cls = combine(cls, class_table ? static_cast<PairClass>(s.axis_class[a][c.idx[a]])
-                           : Range{s.full_tiles[a][0], s.full_tiles[a][1]}.contains(c.idx[a])
-                               ? PairClass::full
-                               : PairClass::partial);
-      }
-      ti.partial = cls == PairClass::partial;
-    } else {
-      ti.kt[0] = ti.kt[1] = ti.kt[2] = 0;
-      ti.key_limit = min_i(kKv, p.additional_kv - (c.t - w.spatial) * kKv);
-    }
-    return ti;
-  };
-
-  auto issue_s = [&](float (&sacc)[kS], int stage) {
-    issue_qk<D, Tag>(sacc, q_desc, desc_advance(k_desc, stage * KL::kTileBytes));
+  auto issue_s = [&](float (&sacc)[kS], int qb, int stage) {
+    issue_qk<D, Tag>(sacc, desc_advance(q_desc, qb * L::kTileBytes),
+                     desc_advance(k_desc, stage * KL::kTileBytes));
   };
   auto issue_o = [&](const uint32_t (&pa)[kKv / 4], int stage) {
     issue_pv<D, Tag>(o, pa, desc_advance(v_desc, stage * KL::kTileBytes));
   };
-  // Masks S (partial pairs: the per-axis rule; additional-KV tail: keys beyond the count).
-  auto apply_mask = [&](float (&sacc)[kS], const int (&kt)[kAxes], bool partial, int key_limit) {
-    mask_tile<kKv>(
-        sacc, partial, key_limit, p.kv_tile,
-        [&](int i, int a) { return window_begin(i, a) - kt[a] * p.kv_tile[a]; }, window_width,
-        quad);
+  // Masks S: partial pairs get the per-axis rule, the additional-KV tail the key count; then
+  // releases the K stage (every thread: its reads of the tag come first).
+  auto mask_and_release = [&](float (&sacc)[kS], int stage) {
+    {
+      const StageTag tag = s.tag[stage];
+      mask_tile<kKv>(
+          sacc, (tag.flags & kPartialTile) != 0, tag.key_limit, p.kv_tile,
+          [&](int i, int a) { return window_begin(i, a) - tag.kv_origin[a]; }, window_width,
+          quad);
+    }
+    mbar_arrive(&s.k_empty[stage]);
+  };
+  // Epilogue of a finished item: normalise, stage this warpgroup's rows in its own rows of the
+  // item's Q buffer (its last S = Q K^T is done), store to the heads-last output; with a second
+  // Q buffer, release this one to the producer.
+  auto epilogue = [&](int tile, int hb, int qb, const float (&m)[2], float (&l_part)[2]) {
+    int qt[kAxes];
+    tile_coords(p, tile, qt);
+    write_output_rows<D, Tag>(p, o, m, l_part, s.q[qb], consumer, row_in_wg, quad, qt,
+                              hb % p.heads_q, hb / p.heads_q);
+    if constexpr (kQ > 1) {
+      // The producer's next TMA write to this buffer must follow these generic accesses.
+      fence_proxy_async_smem();
+      mbar_arrive(&s.q_empty[qb]);
+    }
   };
 
-  // The pipeline over the Q tile's KV tiles (forward_mainloop.cuh); ping-pong turns are the
-  // named barriers 3 and 4.
+  // The pipeline over the KV tiles of the CTA's items (forward_mainloop.cuh); ping-pong turns
+  // are the named barriers 3 and 4, and an item's epilogue runs in the warpgroup's softmax slot,
+  // while the other warpgroup's GEMMs hold the tensor cores. The first consumer goes first.
   const int my_turn = 3 + consumer, other_turn = 3 + (consumer ^ 1);
-  KvCursor cur;
-  cursor_begin(cur);
+  if (consumer == 1) named_barrier_arrive(3, 256);
+  int j = 0;  // items of this CTA: item j's Q is in q[j % kQ]
+  mbar_wait(&s.q_full[0], 0);
+  mbar_wait(&s.k_full[0], 0);
   uint32_t pa[kKv / 4];
   float sacc[kS];
-  if (total > 0) {
-    if (consumer == 1) named_barrier_arrive(3, 256);  // the first consumer goes first
-    mbar_wait(&s.k_full[0], 0);
-    TileInfo ti;
-    consumer_first_tile<D, Tag>(
-        sacc, pa, row_max, row_sum, scale_log2, my_turn, other_turn,
-        [&](float (&acc)[kS]) { issue_s(acc, 0); },
-        [&] {
-          ti = tile_info(cur);
-          cursor_step(w, cur);
-        },
-        [&](float (&acc)[kS]) {
-          if (lane == 0) mbar_arrive(&s.k_empty[0]);
-          apply_mask(acc, ti.kt, ti.partial, ti.key_limit);
-        });
-    int it = 1;
-    for (; cur.t < total; ++it) {
-      const int stage = it % kv_stages(D);
-      const uint32_t phase = (it / kv_stages(D)) & 1;
-      const int prev_stage = (it - 1) % kv_stages(D);
-      const uint32_t prev_phase = ((it - 1) / kv_stages(D)) & 1;
-      mbar_wait(&s.k_full[stage], phase);
-      mbar_wait(&s.v_full[prev_stage], prev_phase);
-      consumer_next_tile<D, Tag>(
-          sacc, pa, o, row_max, row_sum, scale_log2, my_turn, other_turn, lane,
-          &s.v_empty[prev_stage], [&](float (&acc)[kS]) { issue_s(acc, stage); },
-          [&](const uint32_t (&a)[kKv / 4]) { issue_o(a, prev_stage); },
-          [&] {
-            ti = tile_info(cur);  // overlaps the GEMMs just issued
-            cursor_step(w, cur);
-          },
-          [&](float (&acc)[kS]) {
-            if (lane == 0) mbar_arrive(&s.k_empty[stage]);
-            apply_mask(acc, ti.kt, ti.partial, ti.key_limit);
-          },
-          [] { return false; });  // one item: O is only rescaled
+  consumer_first_tile<D, Tag>(
+      sacc, pa, row_max, row_sum, scale_log2, my_turn, other_turn,
+      [&](float (&acc)[kS]) { issue_s(acc, 0, 0); }, [] {},
+      [&](float (&acc)[kS]) { mask_and_release(acc, 0); });
+  int it = 1;
+  for (;; ++it) {
+    const int stage = it % kStages;
+    const uint32_t phase = (it / kStages) & 1;
+    const int prev_stage = (it - 1) % kStages;
+    const uint32_t prev_phase = ((it - 1) / kStages) & 1;
+    mbar_wait(&s.k_full[stage], phase);
+    const int flags = warp_uniform(s.tag[stage].flags);
+    if (flags & kEndOfWork) break;
+    // A new item (only with many items per CTA): keep the finished one's row statistics for its
+    // epilogue, start afresh.
+    bool first = false;
+    int done_tile = item_tile, done_hb = item_hb;
+    float done_max[2] = {row_max[0], row_max[1]}, done_sum[2] = {row_sum[0], row_sum[1]};
+    if constexpr (Sched::kManyItems) {
+      first = flags & kFirstTile;
+      if (first) {
+        item_tile = s.tag[stage].tile;
+        item_hb = s.tag[stage].head_batch;
+        row_max[0] = row_max[1] = -INFINITY;
+        row_sum[0] = row_sum[1] = 0.f;
+        begin_item(item_tile, item_hb);
+        ++j;
+        mbar_wait(&s.q_full[j % kQ], (j / kQ) & 1);
+      }
     }
-    const int last = (it - 1) % kv_stages(D);
-    consumer_last_pv<D>(o, pa, my_turn, other_turn, lane, &s.v_full[last],
-                        ((it - 1) / kv_stages(D)) & 1, &s.v_empty[last],
-                        [&](const uint32_t (&a)[kKv / 4]) { issue_o(a, last); });
-    if (consumer == 0) named_barrier_sync(my_turn, 256);  // the second consumer's last pass
+    mbar_wait(&s.v_full[prev_stage], prev_phase);
+    consumer_next_tile<D, Tag>(
+        sacc, pa, o, row_max, row_sum, scale_log2, my_turn, other_turn, lane,
+        &s.v_empty[prev_stage], [&](float (&acc)[kS]) { issue_s(acc, j % kQ, stage); },
+        [&](const uint32_t (&a)[kKv / 4]) { issue_o(a, prev_stage); }, [] {},
+        [&](float (&acc)[kS]) { mask_and_release(acc, stage); },
+        [&] {
+          if constexpr (Sched::kManyItems) {
+            if (!first) return false;
+            epilogue(done_tile, done_hb, (j - 1) % kQ, done_max, done_sum);
+#pragma unroll
+            for (int i = 0; i < kO; ++i) o[i] = 0.f;
+            return true;
+          } else {
+            return false;  // one item: O is only rescaled
+          }
+        });
   }
-
-  // Epilogue: normalise, stage this warpgroup's rows in its own rows of the Q tile, store.
-  write_output_rows<D, Tag>(p, o, row_max, row_sum, s.q, consumer, row_in_wg, quad, qt, head,
-                            batch);
+  const int last = (it - 1) % kStages;
+  consumer_last_pv<D>(o, pa, my_turn, other_turn, lane, &s.v_full[last],
+                      ((it - 1) / kStages) & 1, &s.v_empty[last],
+                      [&](const uint32_t (&a)[kKv / 4]) { issue_o(a, last); });
+  epilogue(item_tile, item_hb, j % kQ, row_max, row_sum);
+  if (consumer == 0) named_barrier_sync(my_turn, 256);  // the second consumer's last turn
 }
 
-// kRules: the kernel of launches with head rules (FwdParams::rules.groups > 0); without, the
-// rules are never read and the kernel is the plain one.
-template <int D, typename Tag, bool kRules>
+// Sched: the work hand-out (forward_scheduler.cuh). kRules: the kernel of launches with head
+// rules (FwdParams::rules.groups > 0); without, the rules are never read and the kernel is the
+// plain one.
+template <int D, typename Tag, bool kRules, typename Sched>
 __global__ void __launch_bounds__(kThreads, 1)
     forward_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                    const __grid_constant__ CUtensorMap tm_v,
                    const __grid_constant__ CUtensorMap tm_ak,
                    const __grid_constant__ CUtensorMap tm_av, const __grid_constant__ FwdParams p) {
+  using Shape = ForwardShape<D, Sched>;
   extern __shared__ uint8_t smem_raw[];
-  auto& s = *reinterpret_cast<SharedStorage<D>*>(align_shared_1024(smem_raw));
-
-  int work = blockIdx.x;
-  const int tile = work % p.q_tiles_per_image;
-  work /= p.q_tiles_per_image;
-  const int head = work % p.heads_q;
-  const int batch = work / p.heads_q;
-  // Q tile coordinates as tile_coords computes them, written out: through the helper this
-  // kernel compiles to other machine code (the measured one is kept).
-  int qt[kAxes];
-  qt[2] = tile % p.q_tiles[2];
-  qt[1] = (tile / p.q_tiles[2]) % p.q_tiles[1];
-  qt[0] = tile / (p.q_tiles[2] * p.q_tiles[1]);
-
+  auto& s = *reinterpret_cast<SharedStorage<D, Sched>*>(align_shared_1024(smem_raw));
+  const Sched sched{};
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     prefetch_tensor_map(&tm_q);
     prefetch_tensor_map(&tm_k);
     prefetch_tensor_map(&tm_v);
-    mbar_init(&s.q_full, 1);
-    for (int i = 0; i < kv_stages(D); ++i) {
+    for (int i = 0; i < Shape::kQBuffers; ++i) {
+      mbar_init(&s.q_full[i], 1);
+      // Every consumer thread arrives on the barriers that release generic shared-memory
+      // accesses (stage tags, O staging): each thread's own release orders its accesses
+      // before the producer's next write, with no reliance on warp-level ordering.
+      mbar_init(&s.q_empty[i], 256);
+    }
+    for (int i = 0; i < Shape::kStages; ++i) {
       mbar_init(&s.k_full[i], 1);
       mbar_init(&s.v_full[i], 1);
-      mbar_init(&s.k_empty[i], 8);  // one arrival per consumer warp
-      mbar_init(&s.v_empty[i], 8);
+      mbar_init(&s.k_empty[i], 256);
+      mbar_init(&s.v_empty[i], 8);  // one arrival per consumer warp (V is read by wgmma only)
     }
     fence_barrier_init();
   }
   __syncthreads();
-
   if (warpgroup == 0) {
-    regs_decrease<producer_regs(D)>();
+    regs_decrease<Shape::kProducerRegs>();
     if (threadIdx.x == 0)
-      producer_loop<D, kRules>(p, s, &tm_q, &tm_k, &tm_v, &tm_ak, &tm_av, qt, head, batch);
+      producer<D, Sched, kRules>(p, s, sched, &tm_q, &tm_k, &tm_v, &tm_ak, &tm_av);
   } else {
-    regs_increase<consumer_regs(D)>();
-    consumer_loop<D, Tag, kRules>(p, s, qt, head, batch, warp_uniform(warpgroup - 1));
+    regs_increase<Shape::kConsumerRegs>();
+    consumer<D, Tag, Sched, kRules>(p, s, sched, warp_uniform(warpgroup - 1));
   }
 }
 
