@@ -280,17 +280,21 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
   auto issue_o = [&](const uint32_t (&pa)[kKv / 4], int stage) {
     issue_pv<D, Tag>(o, pa, desc_advance(v_desc, stage * KL::kTileBytes));
   };
+  // The tag of a stage, read once its K tile has landed, before the GEMMs are issued (so that no
+  // shared-memory load sits between S's completion and the softmax); the flags warp-uniform.
+  auto read_tag = [&](int stage) {
+    StageTag tag = s.tag[stage];
+    tag.flags = warp_uniform(tag.flags);
+    return tag;
+  };
   // Masks S: partial pairs get the per-axis rule, the additional-KV tail the key count; then
-  // releases the K stage (every thread: its reads of the tag come first).
-  auto mask_and_release = [&](float (&sacc)[kS], int stage) {
-    {
-      const StageTag tag = s.tag[stage];
-      mask_tile<kKv>(
-          sacc, (tag.flags & kPartialTile) != 0, tag.key_limit, p.kv_tile,
-          [&](int i, int a) { return window_begin(i, a) - tag.kv_origin[a]; }, window_width,
-          quad);
-    }
-    mbar_arrive(&s.k_empty[stage]);
+  // releases the K stage, one arrival per warp once every lane's reads of the tag are done.
+  auto mask_and_release = [&](float (&sacc)[kS], int stage, const StageTag& tag) {
+    mask_tile<kKv>(
+        sacc, (tag.flags & kPartialTile) != 0, tag.key_limit, p.kv_tile,
+        [&](int i, int a) { return window_begin(i, a) - tag.kv_origin[a]; }, window_width, quad);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&s.k_empty[stage]);
   };
   // Epilogue of a finished item: normalise, stage this warpgroup's rows in its own rows of the
   // item's Q buffer (its last S = Q K^T is done), store to the heads-last output; with a second
@@ -317,10 +321,13 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
   mbar_wait(&s.k_full[0], 0);
   uint32_t pa[kKv / 4];
   float sacc[kS];
-  consumer_first_tile<D, Tag>(
-      sacc, pa, row_max, row_sum, scale_log2, my_turn, other_turn,
-      [&](float (&acc)[kS]) { issue_s(acc, 0, 0); }, [] {},
-      [&](float (&acc)[kS]) { mask_and_release(acc, 0); });
+  {
+    const StageTag tag = read_tag(0);
+    consumer_first_tile<D, Tag>(
+        sacc, pa, row_max, row_sum, scale_log2, my_turn, other_turn,
+        [&](float (&acc)[kS]) { issue_s(acc, 0, 0); }, [] {},
+        [&](float (&acc)[kS]) { mask_and_release(acc, 0, tag); });
+  }
   int it = 1;
   for (;; ++it) {
     const int stage = it % kStages;
@@ -328,18 +335,18 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
     const int prev_stage = (it - 1) % kStages;
     const uint32_t prev_phase = ((it - 1) / kStages) & 1;
     mbar_wait(&s.k_full[stage], phase);
-    const int flags = warp_uniform(s.tag[stage].flags);
-    if (flags & kEndOfWork) break;
+    const StageTag tag = read_tag(stage);
+    if (tag.flags & kEndOfWork) break;
     // A new item (only with many items per CTA): keep the finished one's row statistics for its
     // epilogue, start afresh.
     bool first = false;
     int done_tile = item_tile, done_hb = item_hb;
     float done_max[2] = {row_max[0], row_max[1]}, done_sum[2] = {row_sum[0], row_sum[1]};
     if constexpr (Sched::kManyItems) {
-      first = flags & kFirstTile;
+      first = tag.flags & kFirstTile;
       if (first) {
-        item_tile = s.tag[stage].tile;
-        item_hb = s.tag[stage].head_batch;
+        item_tile = tag.tile;
+        item_hb = tag.head_batch;
         row_max[0] = row_max[1] = -INFINITY;
         row_sum[0] = row_sum[1] = 0.f;
         begin_item(item_tile, item_hb);
@@ -352,7 +359,7 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
         sacc, pa, o, row_max, row_sum, scale_log2, my_turn, other_turn, lane,
         &s.v_empty[prev_stage], [&](float (&acc)[kS]) { issue_s(acc, j % kQ, stage); },
         [&](const uint32_t (&a)[kKv / 4]) { issue_o(a, prev_stage); }, [] {},
-        [&](float (&acc)[kS]) { mask_and_release(acc, stage); },
+        [&](float (&acc)[kS]) { mask_and_release(acc, stage, tag); },
         [&] {
           if constexpr (Sched::kManyItems) {
             if (!first) return false;
@@ -393,16 +400,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     prefetch_tensor_map(&tm_v);
     for (int i = 0; i < Shape::kQBuffers; ++i) {
       mbar_init(&s.q_full[i], 1);
-      // Every consumer thread arrives on the barriers that release generic shared-memory
-      // accesses (stage tags, O staging): each thread's own release orders its accesses
-      // before the producer's next write, with no reliance on warp-level ordering.
+      // Every consumer thread arrives on the barrier that releases a Q buffer after the O
+      // staging: each thread's own release orders its generic accesses before the producer's
+      // next TMA write.
       mbar_init(&s.q_empty[i], 256);
     }
     for (int i = 0; i < Shape::kStages; ++i) {
       mbar_init(&s.k_full[i], 1);
       mbar_init(&s.v_full[i], 1);
-      mbar_init(&s.k_empty[i], 256);
-      mbar_init(&s.v_empty[i], 8);  // one arrival per consumer warp (V is read by wgmma only)
+      // One arrival per consumer warp: V is read by wgmma only, a K stage's tag by every lane
+      // before the warp's __syncwarp (which orders the lanes' reads before lane 0's arrival).
+      mbar_init(&s.k_empty[i], 8);
+      mbar_init(&s.v_empty[i], 8);
     }
     fence_barrier_init();
   }
