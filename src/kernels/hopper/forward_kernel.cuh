@@ -4,10 +4,10 @@
 // registers). Which work items (128-token Q tile, head, batch) a CTA runs is its scheduler's
 // (forward_scheduler.cuh): one item per CTA, or persistent CTAs walking items round robin or
 // from a counter (longest first). One body serves both: the producer streams the KV tiles of the
-// CTA's items through one K/V ring and tags each stage with what the consumers need (item, tile
-// class, key offsets); per (Q tile, KV tile) pair the core's tiling math decides: empty pairs are
-// never loaded, full pairs run without mask code, partial pairs apply the per-axis rule with one
-// unsigned compare per axis and element. With many items per CTA, Q is double-buffered so the
+// CTA's items through one K/V ring and tags each stage with what the consumers need (item, the
+// item's tile count, tile class, key offsets); per (Q tile, KV tile) pair the core's tiling math
+// decides: empty pairs are never loaded, full pairs run without mask code, partial pairs apply
+// the per-axis rule with one unsigned compare per axis and element. With many items per CTA, Q is double-buffered so the
 // next item's Q arrives while the current one finishes, and the consumers pipeline across items:
 // the next item's first S is issued together with the current one's last P V, and the current
 // item's epilogue runs while the other consumer warpgroup holds the tensor cores. The GEMMs, the
@@ -38,11 +38,11 @@ constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
 struct StageTag {
   int tile;        // Q tile of the work item (linear index inside the image)
   int head_batch;  // head + heads_q * batch
-  int flags;       // kFirstTile | kPartialTile | kEndOfWork
+  int flags;       // kPartialTile | kEndOfWork
+  int item_tiles;  // KV tiles of the work item (the consumers read it at its first tile)
   int key_limit;   // real keys of the tile (fewer only in the last additional-KV tile)
   int kv_origin[kAxes];  // first key of the KV tile per axis (group coordinates)
 };
-constexpr int kFirstTile = 1;    // first KV tile of a work item
 constexpr int kPartialTile = 2;  // the pair needs the per-axis mask
 constexpr int kEndOfWork = 4;    // no KV tile: the CTA's work is done
 
@@ -135,6 +135,24 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Sc
       next_q_issued = true;
     };
 
+    // The box of KV tiles from the core's per-axis runs under the item's rules (axes_of_item;
+    // grid or placed: tile m of axis a starts at key first[a] + m * kv_tile[a]), then the
+    // additional-KV tiles.
+    const AxisRule* axes = axes_of_item<kRules>(p, head);
+    int first[kAxes], end[kAxes];
+    int item_tiles = (p.additional_kv + kKv - 1) / kKv;
+    {
+      int spatial = 1;
+#pragma unroll
+      for (int a = 0; a < kAxes; ++a) {
+        const KvTileRun r = kv_tile_run(axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
+                                        p.kv_tile[a], p.kv_placement);
+        first[a] = r.first;
+        end[a] = r.first + r.count * p.kv_tile[a];
+        spatial *= r.count;
+      }
+      item_tiles += spatial;
+    }
     const int first_it = it;
     // One KV tile into the next stage, tagged for the consumers.
     auto emit = [&](int flags, int key_limit, int o0, int o1, int o2, int c2, int c3, int c4,
@@ -145,7 +163,8 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Sc
       StageTag& tag = s.tag[stage];
       tag.tile = tile;
       tag.head_batch = hb;
-      tag.flags = flags | (it == first_it ? kFirstTile : 0);
+      tag.flags = flags;
+      tag.item_tiles = item_tiles;
       tag.key_limit = key_limit;
       tag.kv_origin[0] = o0;
       tag.kv_origin[1] = o1;
@@ -158,23 +177,13 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Sc
       ++it;
       if (it - first_it == kQPrefetchTile) prefetch_next_q();
     };
-    // The box of KV tiles from the core's per-axis runs under the item's rules (axes_of_item;
-    // grid or placed: o is the tile's first key), classes per axis computed where that axis'
-    // tile changes, then the additional-KV tiles. The walk never meets an empty pair: every
-    // tile of an axis run meets the union of the Q tile's windows on that axis, and a pair of
-    // product sets under a rule that is an AND over axes is empty only if one of its axes is.
-    // A tile past an axis' end is zero-filled or, on the folded axis 0, holds the next batch's
-    // keys: its pair is partial and those keys are masked.
+    // The walk (o: a tile's first key per axis), classes per axis computed where that axis'
+    // tile changes. It never meets an empty pair: every tile of an axis run meets the union of
+    // the Q tile's windows on that axis, and a pair of product sets under a rule that is an AND
+    // over axes is empty only if one of its axes is. A tile past an axis' end is zero-filled
+    // or, on the folded axis 0, holds the next batch's keys: its pair is partial and those keys
+    // are masked.
     {
-      const AxisRule* axes = axes_of_item<kRules>(p, head);
-      int first[kAxes], end[kAxes];
-#pragma unroll
-      for (int a = 0; a < kAxes; ++a) {
-        const KvTileRun r = kv_tile_run(axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
-                                        p.kv_tile[a], p.kv_placement);
-        first[a] = r.first;
-        end[a] = r.first + r.count * p.kv_tile[a];
-      }
       for (int o0 = first[0]; o0 < end[0]; o0 += p.kv_tile[0]) {
         const PairClass c0 = classify_q_tile_keys(axes[0], p.axes[0].extent, qt[0], p.q_tile[0],
                                                   o0, p.kv_tile[0]);
@@ -199,12 +208,15 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Sc
     ++j;
     k = next;
   }
-  sched.finish(p);
-  // End of work: a stage with no data, only the tag.
-  const int stage = it % kStages;
-  mbar_wait(&s.k_empty[stage], ((it / kStages) & 1) ^ 1);
-  s.tag[stage].flags = kEndOfWork;
-  mbar_arrive(&s.k_full[stage]);
+  if constexpr (Sched::kManyItems) {
+    sched.finish(p);
+    // End of work: a stage with no data, only the tag (one item per CTA: the consumers stop
+    // after the item's tiles).
+    const int stage = it % kStages;
+    mbar_wait(&s.k_empty[stage], ((it / kStages) & 1) ^ 1);
+    s.tag[stage].flags = kEndOfWork;
+    mbar_arrive(&s.k_full[stage]);
+  }
 }
 
 template <int D, typename Tag, typename Sched, bool kRules>
@@ -280,12 +292,11 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
   auto issue_o = [&](const uint32_t (&pa)[kKv / 4], int stage) {
     issue_pv<D, Tag>(o, pa, desc_advance(v_desc, stage * KL::kTileBytes));
   };
-  // The tag of a stage, read once its K tile has landed, before the GEMMs are issued (so that no
-  // shared-memory load sits between S's completion and the softmax); the flags warp-uniform.
-  auto read_tag = [&](int stage) {
-    StageTag tag = s.tag[stage];
+  // What the mask needs from a stage's tag, read while the stage's GEMMs run (no shared-memory
+  // load between the K wait and the GEMM issue, nor between S's completion and the mask).
+  auto read_tag = [&](StageTag& tag, int stage) {
+    tag = s.tag[stage];
     tag.flags = warp_uniform(tag.flags);
-    return tag;
   };
   // Masks S: partial pairs get the per-axis rule, the additional-KV tail the key count; then
   // releases the K stage, one arrival per warp once every lane's reads of the tag are done.
@@ -319,13 +330,16 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
   int j = 0;  // items of this CTA: item j's Q is in q[j % kQ]
   mbar_wait(&s.q_full[0], 0);
   mbar_wait(&s.k_full[0], 0);
+  // KV tiles of the current item still to come: the loop needs the tags only where an item ends,
+  // so the wait for a K tile leads straight to the GEMM issue.
+  int tiles_left = warp_uniform(s.tag[0].item_tiles) - 1;
   uint32_t pa[kKv / 4];
   float sacc[kS];
   {
-    const StageTag tag = read_tag(0);
+    StageTag tag;
     consumer_first_tile<D, Tag>(
         sacc, pa, row_max, row_sum, scale_log2, my_turn, other_turn,
-        [&](float (&acc)[kS]) { issue_s(acc, 0, 0); }, [] {},
+        [&](float (&acc)[kS]) { issue_s(acc, 0, 0); }, [&] { read_tag(tag, 0); },
         [&](float (&acc)[kS]) { mask_and_release(acc, 0, tag); });
   }
   int it = 1;
@@ -334,19 +348,22 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
     const uint32_t phase = (it / kStages) & 1;
     const int prev_stage = (it - 1) % kStages;
     const uint32_t prev_phase = ((it - 1) / kStages) & 1;
-    mbar_wait(&s.k_full[stage], phase);
-    const StageTag tag = read_tag(stage);
-    if (tag.flags & kEndOfWork) break;
-    // A new item (only with many items per CTA): keep the finished one's row statistics for its
-    // epilogue, start afresh.
+    // The item's tiles are done: with one item per CTA, so is the CTA; with many, the next
+    // stage starts the next item (keep the finished one's row statistics for its epilogue,
+    // start afresh) or ends the work.
     bool first = false;
     int done_tile = item_tile, done_hb = item_hb;
     float done_max[2] = {row_max[0], row_max[1]}, done_sum[2] = {row_sum[0], row_sum[1]};
-    if constexpr (Sched::kManyItems) {
-      first = tag.flags & kFirstTile;
-      if (first) {
-        item_tile = tag.tile;
-        item_hb = tag.head_batch;
+    if (tiles_left == 0) {
+      if constexpr (!Sched::kManyItems) {
+        break;
+      } else {
+        mbar_wait(&s.k_full[stage], phase);
+        if (warp_uniform(s.tag[stage].flags) & kEndOfWork) break;
+        first = true;
+        item_tile = s.tag[stage].tile;
+        item_hb = s.tag[stage].head_batch;
+        tiles_left = warp_uniform(s.tag[stage].item_tiles);
         row_max[0] = row_max[1] = -INFINITY;
         row_sum[0] = row_sum[1] = 0.f;
         begin_item(item_tile, item_hb);
@@ -354,11 +371,15 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
         mbar_wait(&s.q_full[j % kQ], (j / kQ) & 1);
       }
     }
+    if (!first) mbar_wait(&s.k_full[stage], phase);
+    --tiles_left;
     mbar_wait(&s.v_full[prev_stage], prev_phase);
+    StageTag tag;
     consumer_next_tile<D, Tag>(
         sacc, pa, o, row_max, row_sum, scale_log2, my_turn, other_turn, lane,
         &s.v_empty[prev_stage], [&](float (&acc)[kS]) { issue_s(acc, j % kQ, stage); },
-        [&](const uint32_t (&a)[kKv / 4]) { issue_o(a, prev_stage); }, [] {},
+        [&](const uint32_t (&a)[kKv / 4]) { issue_o(a, prev_stage); },
+        [&] { read_tag(tag, stage); },
         [&](float (&acc)[kS]) { mask_and_release(acc, stage, tag); },
         [&] {
           if constexpr (Sched::kManyItems) {
