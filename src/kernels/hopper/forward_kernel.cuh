@@ -292,20 +292,23 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
   auto issue_o = [&](const uint32_t (&pa)[kKv / 4], int stage) {
     issue_pv<D, Tag>(o, pa, desc_advance(v_desc, stage * KL::kTileBytes));
   };
-  // What the mask needs from a stage's tag, read while the stage's GEMMs run (no shared-memory
-  // load between the K wait and the GEMM issue, nor between S's completion and the mask).
+  // What the mask needs from a stage's tag, copied into registers while the stage's GEMMs run
+  // (no shared-memory load between the K wait and the GEMM issue, nor between S's completion and
+  // the mask). Every read of a stage's tag precedes, in program order, this thread's own release
+  // of that K stage: the producer rewrites the tag right after its k_empty wait.
   auto read_tag = [&](StageTag& tag, int stage) {
     tag = s.tag[stage];
     tag.flags = warp_uniform(tag.flags);
   };
   // Masks S: partial pairs get the per-axis rule, the additional-KV tail the key count; then
-  // releases the K stage, one arrival per warp once every lane's reads of the tag are done.
+  // releases the K stage. Every consumer thread arrives (k_empty counts 256): each thread's own
+  // release orders its reads of the tag (here, at an item's first tile and at the loop's start)
+  // before the producer's next write of it, without relying on warp-level ordering.
   auto mask_and_release = [&](float (&sacc)[kS], int stage, const StageTag& tag) {
     mask_tile<kKv>(
         sacc, (tag.flags & kPartialTile) != 0, tag.key_limit, p.kv_tile,
         [&](int i, int a) { return window_begin(i, a) - tag.kv_origin[a]; }, window_width, quad);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&s.k_empty[stage]);
+    mbar_arrive(&s.k_empty[stage]);
   };
   // Epilogue of a finished item: normalise, stage this warpgroup's rows in its own rows of the
   // item's Q buffer (its last S = Q K^T is done), store to the heads-last output; with a second
@@ -429,10 +432,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < Shape::kStages; ++i) {
       mbar_init(&s.k_full[i], 1);
       mbar_init(&s.v_full[i], 1);
-      // One arrival per consumer warp: V is read by wgmma only, a K stage's tag by every lane
-      // before the warp's __syncwarp (which orders the lanes' reads before lane 0's arrival).
-      mbar_init(&s.k_empty[i], 8);
-      mbar_init(&s.v_empty[i], 8);
+      // Every consumer thread releases a K stage: its tag is read by every thread, and each
+      // thread's own arrival orders its reads before the producer's next write of the tag.
+      mbar_init(&s.k_empty[i], 256);
+      mbar_init(&s.v_empty[i], 8);  // one arrival per consumer warp (V is read by wgmma only)
     }
     fence_barrier_init();
   }
