@@ -35,13 +35,17 @@ constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
 
 // What the consumers need about the KV tile in a stage, written by the producer before the
 // stage's K load is armed (the mbarrier's arrive releases it, the consumers' wait acquires it).
-struct StageTag {
-  int tile;        // Q tile of the work item (linear index inside the image)
-  int head_batch;  // head + heads_q * batch
-  int flags;       // kPartialTile | kEndOfWork
-  int item_tiles;  // KV tiles of the work item (the consumers read it at its first tile)
-  int key_limit;   // real keys of the tile (fewer only in the last additional-KV tile)
+// The mask fields come first: the consumers copy only them at every tile.
+struct TileMask {
+  int flags;             // kPartialTile | kEndOfWork
+  int key_limit;         // real keys of the tile (fewer only in the last additional-KV tile)
   int kv_origin[kAxes];  // first key of the KV tile per axis (group coordinates)
+};
+struct StageTag {
+  TileMask mask;
+  int item_tiles;  // KV tiles of the work item (the consumers read it at its first tile)
+  int tile;        // many items per CTA: Q tile of the work item (linear index in the image)
+  int head_batch;  // many items per CTA: head + heads_q * batch
 };
 constexpr int kPartialTile = 2;  // the pair needs the per-axis mask
 constexpr int kEndOfWork = 4;    // no KV tile: the CTA's work is done
@@ -137,9 +141,11 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Sc
 
     // The box of KV tiles from the core's per-axis runs under the item's rules (axes_of_item;
     // grid or placed: tile m of axis a starts at key first[a] + m * kv_tile[a]), then the
-    // additional-KV tiles.
+    // additional-KV tiles. A tile's pair class per axis comes from the run's range of full tiles
+    // (the core's full_tiles_of_run; every other tile of the run is partial) as key bounds
+    // computed once per item: per KV tile the walk only compares its first key with them.
     const AxisRule* axes = axes_of_item<kRules>(p, head);
-    int first[kAxes], end[kAxes];
+    int first[kAxes], end[kAxes], full_begin[kAxes], full_end[kAxes];
     int item_tiles = (p.additional_kv + kKv - 1) / kKv;
     {
       int spatial = 1;
@@ -147,8 +153,12 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Sc
       for (int a = 0; a < kAxes; ++a) {
         const KvTileRun r = kv_tile_run(axes[a], p.axes[a].extent, qt[a], p.q_tile[a],
                                         p.kv_tile[a], p.kv_placement);
+        const Range full =
+            full_tiles_of_run(axes[a], p.axes[a].extent, qt[a], p.q_tile[a], p.kv_tile[a], r);
         first[a] = r.first;
         end[a] = r.first + r.count * p.kv_tile[a];
+        full_begin[a] = r.first + full.begin * p.kv_tile[a];
+        full_end[a] = r.first + full.end * p.kv_tile[a];
         spatial *= r.count;
       }
       item_tiles += spatial;
@@ -161,14 +171,16 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Sc
       const uint32_t phase = (it / kStages) & 1;
       mbar_wait(&s.k_empty[stage], phase ^ 1);
       StageTag& tag = s.tag[stage];
-      tag.tile = tile;
-      tag.head_batch = hb;
-      tag.flags = flags;
+      tag.mask.flags = flags;
+      tag.mask.key_limit = key_limit;
+      tag.mask.kv_origin[0] = o0;
+      tag.mask.kv_origin[1] = o1;
+      tag.mask.kv_origin[2] = o2;
       tag.item_tiles = item_tiles;
-      tag.key_limit = key_limit;
-      tag.kv_origin[0] = o0;
-      tag.kv_origin[1] = o1;
-      tag.kv_origin[2] = o2;
+      if constexpr (Sched::kManyItems) {  // one item per CTA: the consumers know their item
+        tag.tile = tile;
+        tag.head_batch = hb;
+      }
       mbar_expect_tx(&s.k_full[stage], KL::kTileBytes);
       load_tile<KL>(s.k[stage], mk, &s.k_full[stage], head_kv, c2, c3, c4);
       mbar_wait(&s.v_empty[stage], phase ^ 1);
@@ -177,26 +189,19 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Sc
       ++it;
       if (it - first_it == kQPrefetchTile) prefetch_next_q();
     };
-    // The walk (o: a tile's first key per axis), classes per axis computed where that axis'
-    // tile changes. It never meets an empty pair: every tile of an axis run meets the union of
-    // the Q tile's windows on that axis, and a pair of product sets under a rule that is an AND
-    // over axes is empty only if one of its axes is. A tile past an axis' end is zero-filled
-    // or, on the folded axis 0, holds the next batch's keys: its pair is partial and those keys
-    // are masked.
+    // The walk (o: a tile's first key per axis), each axis' class where that axis' tile changes.
+    // It never meets an empty pair: every tile of an axis run meets the union of the Q tile's
+    // windows on that axis, and a pair of product sets under a rule that is an AND over axes is
+    // empty only if one of its axes is. A tile past an axis' end is zero-filled or, on the folded
+    // axis 0, holds the next batch's keys: its pair is partial and those keys are masked.
     {
       for (int o0 = first[0]; o0 < end[0]; o0 += p.kv_tile[0]) {
-        const PairClass c0 = classify_q_tile_keys(axes[0], p.axes[0].extent, qt[0], p.q_tile[0],
-                                                  o0, p.kv_tile[0]);
+        const bool full0 = o0 >= full_begin[0] && o0 < full_end[0];
         for (int o1 = first[1]; o1 < end[1]; o1 += p.kv_tile[1]) {
-          const PairClass c01 = combine(c0, classify_q_tile_keys(axes[1], p.axes[1].extent,
-                                                                 qt[1], p.q_tile[1], o1,
-                                                                 p.kv_tile[1]));
+          const bool full01 = full0 && o1 >= full_begin[1] && o1 < full_end[1];
           for (int o2 = first[2]; o2 < end[2]; o2 += p.kv_tile[2]) {
-            const PairClass c = combine(c01, classify_q_tile_keys(axes[2], p.axes[2].extent,
-                                                                  qt[2], p.q_tile[2], o2,
-                                                                  p.kv_tile[2]));
-            emit(c == PairClass::partial ? kPartialTile : 0, kKv, o0, o1, o2, o2, o1,
-                 x_base + o0, tm_k, tm_v);
+            const bool full = full01 && o2 >= full_begin[2] && o2 < full_end[2];
+            emit(full ? 0 : kPartialTile, kKv, o0, o1, o2, o2, o1, x_base + o0, tm_k, tm_v);
           }
         }
       }
@@ -214,7 +219,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Sc
     // after the item's tiles).
     const int stage = it % kStages;
     mbar_wait(&s.k_empty[stage], ((it / kStages) & 1) ^ 1);
-    s.tag[stage].flags = kEndOfWork;
+    s.tag[stage].mask.flags = kEndOfWork;
     mbar_arrive(&s.k_full[stage]);
   }
 }
@@ -292,23 +297,26 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
   auto issue_o = [&](const uint32_t (&pa)[kKv / 4], int stage) {
     issue_pv<D, Tag>(o, pa, desc_advance(v_desc, stage * KL::kTileBytes));
   };
-  // What the mask needs from a stage's tag, copied into registers while the stage's GEMMs run
-  // (no shared-memory load between the K wait and the GEMM issue, nor between S's completion and
-  // the mask). Every read of a stage's tag precedes, in program order, this thread's own release
-  // of that K stage: the producer rewrites the tag right after its k_empty wait.
-  auto read_tag = [&](StageTag& tag, int stage) {
-    tag = s.tag[stage];
-    tag.flags = warp_uniform(tag.flags);
+  // What the mask needs from a stage's tag (its mask fields only), copied into registers while
+  // the stage's GEMMs run (no shared-memory load between the K wait and the GEMM issue, nor
+  // between S's completion and the mask). Every read of a stage's tag precedes, in program order,
+  // this thread's own release of that K stage: the producer rewrites the tag right after its
+  // k_empty wait.
+  auto read_mask = [&](TileMask& m, int stage) {
+    m = s.tag[stage].mask;
+    m.flags = warp_uniform(m.flags);
   };
-  // Masks S: partial pairs get the per-axis rule, the additional-KV tail the key count; then
-  // releases the K stage. Every consumer thread arrives (k_empty counts 256): each thread's own
-  // release orders its reads of the tag (here, at an item's first tile and at the loop's start)
-  // before the producer's next write of it, without relying on warp-level ordering.
-  auto mask_and_release = [&](float (&sacc)[kS], int stage, const StageTag& tag) {
-    mask_tile<kKv>(
-        sacc, (tag.flags & kPartialTile) != 0, tag.key_limit, p.kv_tile,
-        [&](int i, int a) { return window_begin(i, a) - tag.kv_origin[a]; }, window_width, quad);
+  // Releases the K stage once S is done (its tag is in registers by then; the arrive's memory
+  // clobber keeps the tag loads before it), then masks S: partial pairs get the per-axis rule,
+  // the additional-KV tail the key count. Every consumer thread arrives (k_empty counts 256):
+  // each thread's own release orders its reads of the tag (here, at an item's first tile and at
+  // the loop's start) before the producer's next write of it, without relying on warp-level
+  // ordering.
+  auto release_and_mask = [&](float (&sacc)[kS], int stage, const TileMask& m) {
     mbar_arrive(&s.k_empty[stage]);
+    mask_tile<kKv>(
+        sacc, (m.flags & kPartialTile) != 0, m.key_limit, p.kv_tile,
+        [&](int i, int a) { return window_begin(i, a) - m.kv_origin[a]; }, window_width, quad);
   };
   // Epilogue of a finished item: normalise, stage this warpgroup's rows in its own rows of the
   // item's Q buffer (its last S = Q K^T is done), store to the heads-last output; with a second
@@ -339,11 +347,11 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
   uint32_t pa[kKv / 4];
   float sacc[kS];
   {
-    StageTag tag;
+    TileMask mask;
     consumer_first_tile<D, Tag>(
         sacc, pa, row_max, row_sum, scale_log2, my_turn, other_turn,
-        [&](float (&acc)[kS]) { issue_s(acc, 0, 0); }, [&] { read_tag(tag, 0); },
-        [&](float (&acc)[kS]) { mask_and_release(acc, 0, tag); });
+        [&](float (&acc)[kS]) { issue_s(acc, 0, 0); }, [&] { read_mask(mask, 0); },
+        [&](float (&acc)[kS]) { release_and_mask(acc, 0, mask); });
   }
   int it = 1;
   for (;; ++it) {
@@ -362,7 +370,7 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
         break;
       } else {
         mbar_wait(&s.k_full[stage], phase);
-        if (warp_uniform(s.tag[stage].flags) & kEndOfWork) break;
+        if (warp_uniform(s.tag[stage].mask.flags) & kEndOfWork) break;
         first = true;
         item_tile = s.tag[stage].tile;
         item_hb = s.tag[stage].head_batch;
@@ -377,13 +385,13 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
     if (!first) mbar_wait(&s.k_full[stage], phase);
     --tiles_left;
     mbar_wait(&s.v_full[prev_stage], prev_phase);
-    StageTag tag;
+    TileMask mask;
     consumer_next_tile<D, Tag>(
         sacc, pa, o, row_max, row_sum, scale_log2, my_turn, other_turn, lane,
         &s.v_empty[prev_stage], [&](float (&acc)[kS]) { issue_s(acc, j % kQ, stage); },
         [&](const uint32_t (&a)[kKv / 4]) { issue_o(a, prev_stage); },
-        [&] { read_tag(tag, stage); },
-        [&](float (&acc)[kS]) { mask_and_release(acc, stage, tag); },
+        [&] { read_mask(mask, stage); },
+        [&](float (&acc)[kS]) { release_and_mask(acc, stage, mask); },
         [&] {
           if constexpr (Sched::kManyItems) {
             if (!first) return false;
