@@ -15,7 +15,6 @@ TileKernel hopper_forward_tile_kernel(int head_dim, KvPlacements placements) {
   k.forced_kv = {k.kv_rows, true};
   k.kv_placements = placements;
   k.weights.partial = kHopperPartialPairWeight;
-  k.weights.item = kHopperForwardItemPairs;
   return k;
 }
 
@@ -30,7 +29,6 @@ TileKernel hopper_backward_tile_kernel(int head_dim, KvPlacements q_placements) 
   k.kv_placements =
       hopper_backward_placed_q_head_dim(head_dim) ? q_placements : KvPlacements::grid;
   k.weights.partial = kHopperPartialPairWeight;
-  k.weights.item = kHopperBackwardItemPairs;
   return k;
 }
 

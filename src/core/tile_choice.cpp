@@ -49,8 +49,7 @@ ScoredTiles score_placed(const Problem& p, const TileKernel& k, const TileShape&
   c.max_box = max_box;
   c.q_tiles = q_tiles;
   c.kv_tiles = kv_tiles;
-  c.cost = tile_cost(visited, full, k.walk == PairWalk::per_q_tile ? q_tiles : kv_tiles,
-                     k.weights);
+  c.cost = tile_cost(visited, full, k.weights);
   return c;
 }
 
@@ -139,9 +138,8 @@ int64_t bits_of(double x) {
 
 }  // namespace
 
-double tile_cost(double visited_pairs, double full_pairs, double items, const TileCostWeights& w) {
-  return (visited_pairs + w.partial * (visited_pairs - full_pairs) + w.item * items) * w.rows /
-         w.speedup;
+double tile_cost(double visited_pairs, double full_pairs, const TileCostWeights& w) {
+  return (visited_pairs + w.partial * (visited_pairs - full_pairs)) * w.rows / w.speedup;
 }
 
 bool tile_forced(const TileShape& t, int rank) {
@@ -174,7 +172,7 @@ void append_kernel_key(std::vector<int64_t>& key, const TileKernel& k, int rank,
                        const TileShape& forced_q, const TileShape& forced_kv) {
   key.insert(key.end(),
              {k.q_rows, k.kv_rows, static_cast<int64_t>(k.walk), bits_of(k.weights.partial),
-              bits_of(k.weights.rows), bits_of(k.weights.speedup), bits_of(k.weights.item),
+              bits_of(k.weights.rows), bits_of(k.weights.speedup),
               static_cast<int64_t>(k.kv_placements)});
   const bool fq = tile_forced(forced_q, rank), fkv = tile_forced(forced_kv, rank);
   for (int a = 0; a < rank; ++a)

@@ -131,20 +131,18 @@ Config kernel_tiles(const Config& c, TiledKernel k, int head_dim) {
 
 KernelPrediction predict(const Result& r, TiledKernel k, int head_dim) {
   const TileKernel kernel = tile_kernel(k, head_dim);
-  auto cost = [&](const Result& x) {
-    const double items = static_cast<double>(
-        kernel.walk == PairWalk::per_q_tile ? x.q_tiles : x.kv_tiles);
-    return tile_cost(static_cast<double>(x.visited_pairs), static_cast<double>(x.pairs.full),
-                     items, kernel.weights);
-  };
+  const bool per_q_tile = kernel.walk == PairWalk::per_q_tile;
+  const double item = per_q_tile ? kHopperForwardItemPairs : kHopperBackwardItemPairs;
   // Dense attention over the same tokens in row-major runs of the kernel's tile rows, without
   // padding (what a dense kernel such as cuDNN's runs), every pair full.
   const double tokens = static_cast<double>(r.tokens);
   const double q_tiles = tokens / kernel.q_rows, kv_tiles = tokens / kernel.kv_rows;
   KernelPrediction p;
-  p.cost = cost(r);
-  p.dense_cost = tile_cost(q_tiles * kv_tiles, q_tiles * kv_tiles,
-                           kernel.walk == PairWalk::per_q_tile ? q_tiles : kv_tiles, kernel.weights);
+  p.cost = tile_cost(static_cast<double>(r.visited_pairs), static_cast<double>(r.pairs.full),
+                     kernel.weights) +
+           item * static_cast<double>(per_q_tile ? r.q_tiles : r.kv_tiles);
+  p.dense_cost = tile_cost(q_tiles * kv_tiles, q_tiles * kv_tiles, kernel.weights) +
+                 item * (per_q_tile ? q_tiles : kv_tiles);
   p.speedup = p.dense_cost / p.cost;
   return p;
 }

@@ -53,10 +53,9 @@ void expect_same(const ScoredTiles& a, const ScoredTiles& b) {
 }
 
 TEST(TileChoice, CostWeightsAreExplicit) {
-  EXPECT_EQ(tile_cost(10, 6, 3, TileCostWeights{}), 11);
-  EXPECT_EQ(tile_cost(10, 6, 3, TileCostWeights{1, 1, 1}), 14);
-  EXPECT_EQ(tile_cost(10, 6, 3, TileCostWeights{0.25, 2, 1.5}), 11 * 2 / 1.5);
-  EXPECT_EQ(tile_cost(10, 6, 3, TileCostWeights{0.25, 2, 1.5, 2}), (11 + 6) * 2 / 1.5);
+  EXPECT_EQ(tile_cost(10, 6, TileCostWeights{}), 11);
+  EXPECT_EQ(tile_cost(10, 6, TileCostWeights{1, 1, 1}), 14);
+  EXPECT_EQ(tile_cost(10, 6, TileCostWeights{0.25, 2, 1.5}), 11 * 2 / 1.5);
 }
 
 // Every candidate once, cheapest first, ties in candidate order, the same on every call.

@@ -20,11 +20,13 @@ constexpr int hopper_kv_tile_tokens(int head_dim) {
 constexpr int kHopperBwdQRows = 64;
 constexpr int kHopperBwdKvRows = 128;
 
-// The Hopper kernels' cost weights (TileCostWeights), measured on an H100 at head dim 128 by a
-// least-squares fit of kernel times against the simulator's pair and tile counts of the video
-// cases (docs/performance.md, "What a Hopper kernel's time is made of"): a partial pair costs
-// 1.40 full pairs in both kernels; a forward work item (Q tile) 5.2 pairs more, a backward one
-// (KV tile, with its dK / dV epilogue) 15.7.
+// The Hopper kernels' cost, measured on an H100 at head dim 128 by a least-squares fit of kernel
+// times against the simulator's pair and tile counts of the video cases (docs/performance.md,
+// "What a Hopper kernel's time is made of"): a partial pair costs 1.40 full pairs in both
+// kernels (the chooser's TileCostWeights::partial); a forward work item (Q tile) 5.2 pairs more,
+// a backward one (KV tile, with its dK / dV epilogue) 15.7. The item costs serve the simulator's
+// prediction only: ranking tiles by them chose slower tiles on small problems (a 64x6 layout's
+// backward 22% slower, measured), where an item's cost is not the video cases' fixed share.
 constexpr double kHopperPartialPairWeight = 0.40;
 constexpr double kHopperForwardItemPairs = 5.2;
 constexpr double kHopperBackwardItemPairs = 15.7;

@@ -12,19 +12,16 @@
 namespace gna {
 
 // Cost of a candidate in units of one dense (Q tile, KV tile) pair of the kernel's reference
-// tiles: a partial (masked) pair costs 1 + partial dense pairs, and each work item (a tile of
-// the walked side: a Q tile of a per_q_tile walk, a KV tile of a per_kv_tile walk) `item` more
-// (its loads before the first pair and its epilogue); rows / speedup scales the cost of a kernel
-// variant whose Q tiles hold `rows` times the reference rows and run `speedup` times as many
-// rows per unit of time (1 / 1 for a kernel with one variant). The Hopper kernels' weights are
-// measured (kernel_tiles.hpp); the simulator predicts a kernel's time from the same cost.
+// tiles: a partial (masked) pair costs 1 + partial dense pairs; rows / speedup scales the pairs of
+// a kernel variant whose Q tiles hold `rows` times the reference rows and run `speedup` times
+// as many rows per unit of time (1 / 1 for a kernel with one variant). The Hopper kernels'
+// partial weight is measured (kernel_tiles.hpp).
 struct TileCostWeights {
   double partial = 0.25;
   double rows = 1;
   double speedup = 1;
-  double item = 0;
 };
-double tile_cost(double visited_pairs, double full_pairs, double items, const TileCostWeights& w);
+double tile_cost(double visited_pairs, double full_pairs, const TileCostWeights& w);
 
 // Forced tiles a kernel runs: every side >= 1 and the volume exactly `tokens` (exact) or at most
 // `tokens`.

@@ -34,9 +34,10 @@ std::string kernel_names();
 // kMaxSimulationSteps.
 Config kernel_tiles(const Config& c, TiledKernel k, int head_dim);
 
-// The kernel's predicted time on a simulated configuration, from its cost model (the core's
-// tile_cost with the kernel's measured weights, kernel_tiles.hpp): pairs, partial pairs and work
-// items (Q tiles of the forward, KV tiles of the backward), in units of one dense tile pair.
+// The kernel's predicted time on a simulated configuration, from its measured cost (the core's
+// tile_cost with the kernel's weights, plus its work items' cost, kernel_tiles.hpp): pairs,
+// partial pairs and work items (Q tiles of the forward, KV tiles of the backward), in units of
+// one dense tile pair.
 // `speedup` is the prediction the benchmarks compare with (× cuDNN dense): dense attention over
 // the same tokens at the kernel's cost per pair, in row-major runs of its tile rows without
 // padding (as a dense kernel runs them), against this configuration.
