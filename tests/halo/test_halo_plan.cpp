@@ -181,6 +181,73 @@ void check_walk_tables(const Problem& p, Side side, const Plan& plan) {
   }
 }
 
+// The streamed dK / dV kernel's walks (cta.cuh, build_slab_table and slab_walk), by brute force
+// over a problem's boxes, warp patches and slabs: one table of slab_planes planes of the warp's
+// sub-box serves every slab; a walk over slab k reads entries [first, first + 16 chunks) of it
+// (first even, one masked entry before its planes where their first entry is odd), holds exactly
+// the sub-box's planes in the slab, and its masks fit walk_mask_bytes(walk_rows + kChunk, segments).
+void check_slab_tables(const Problem& p, const Plan& plan) {
+  if (plan.slabs == 1) return;
+  const BoxShape& shape = plan.shape;
+  int groups = 1;
+  for (int a = 0; a < p.rank; ++a) groups *= p.axes[a].dilation;
+  const int S = plan.slab_planes;
+  for (int g = 0; g < groups; ++g) {
+    int n[kMaxRank] = {1, 1, 1};
+    for (int a = 0, rest = g; a < p.rank; rest /= p.axes[a].dilation, ++a)
+      n[a] = group_length(p.axes[a], rest % p.axes[a].dilation);
+    int boxes[kMaxRank] = {1, 1, 1};
+    for (int a = 0; a < p.rank; ++a) boxes[a] = tiles_along(n[a], shape.cta[a]);
+    for (int b0 = 0; b0 < boxes[0]; ++b0)
+      for (int b1 = 0; b1 < boxes[1]; ++b1)
+        for (int b2 = 0; b2 < boxes[2]; ++b2) {
+          const int box[kMaxRank] = {b0, b1, b2};
+          Range halo[kMaxRank] = {{0, 1}, {0, 1}, {0, 1}};
+          for (int a = 0; a < p.rank; ++a) {
+            const Range cta{box[a] * shape.cta[a], std::min((box[a] + 1) * shape.cta[a], n[a])};
+            halo[a] = window_union(p.axes[a], n[a], cta, Side::queries_of_keys);
+          }
+          const int slabs = (halo[0].size() + S - 1) / S;
+          const int per[kMaxRank] = {shape.cta[0] / shape.warp[0], shape.cta[1] / shape.warp[1],
+                                     shape.cta[2] / shape.warp[2]};
+          for (int w = 0; w < per[0] * per[1] * per[2]; ++w) {
+            const int wc[kMaxRank] = {w / (per[1] * per[2]), w / per[2] % per[1], w % per[2]};
+            Range walk[kMaxRank] = {{0, 1}, {0, 1}, {0, 1}};
+            bool empty = false;
+            for (int a = 0; a < p.rank; ++a) {
+              const int first = box[a] * shape.cta[a] + wc[a] * shape.warp[a];
+              const Range tokens{first, std::min(first + shape.warp[a], n[a])};
+              empty = empty || tokens.empty();
+              if (!tokens.empty()) walk[a] = window_union(p.axes[a], n[a], tokens, Side::queries_of_keys);
+            }
+            if (empty) continue;
+            const int plane = walk[1].size() * walk[2].size();
+            ASSERT_LE((S * plane + kChunk - 1) / kChunk * kChunk + kChunk, plan.slab_table_rows);
+            int words = 0, planes_walked = 0;
+            for (int k = 0; k < slabs; ++k) {
+              // Halo planes the walk meets in slab k, then the walk's entries in the slab's table.
+              const int lo = std::max(k * S, walk[0].begin - halo[0].begin);
+              const int hi = std::min((k + 1) * S, walk[0].end - halo[0].begin);
+              if (hi <= lo) continue;
+              planes_walked += hi - lo;
+              const int begin = (lo - k * S) * plane, count = (hi - lo) * plane;
+              const int lead = begin & 1, first = begin - lead;
+              const int chunks = (count + lead + kChunk - 1) / kChunk;
+              ASSERT_EQ(first % 2, 0);
+              ASSERT_LE(begin + count, S * plane) << "the walk's planes lie in the slab";
+              ASSERT_LE(first + chunks * kChunk, plan.slab_table_rows) << "slab planes " << S;
+              words += (chunks + 3) / 4;
+            }
+            ASSERT_EQ(planes_walked, walk[0].size()) << "every plane of the sub-box in one slab";
+            ASSERT_LE(words * 32 * 4, walk_mask_bytes(plan.walk_rows + kChunk, plan.segments)) << "slab planes " << S;
+          }
+        }
+  }
+}
+
+// Resident CTAs per SM that shared memory allows on sm_90 (228 KB per SM, 1 KB reserved per CTA).
+int ctas_by_shared_memory(int bytes) { return 233472 / (bytes + 1024); }
+
 // Halos that do not fit shared memory stream in slabs of axis-0 planes: the 3-D 7x7x7 case at
 // head dim 64 (key halo 10^3; query halo 11^3: edge keys are attended by more queries); the
 // candidates fit, most planes first; the walk tables hold every warp's walks.
@@ -207,6 +274,7 @@ TEST(HaloPlan, Slabs) {
       const Plan plan = with_slabs(whole, planes);
       EXPECT_EQ(plan.slabs, (whole.halo[0] + planes - 1) / planes);
       check_walk_tables(three, side, plan);
+      if (side == Side::queries_of_keys) check_slab_tables(three, plan);
     }
   }
   // Halos that fit are whole, with the plan's walk table.
@@ -239,8 +307,41 @@ TEST(HaloPlan, Slabs) {
       const Plan whole = make_plan(p, side);
       const int planes = uni(1, whole.halo[0]);
       check_walk_tables(p, side, with_slabs(whole, planes));
+      if (side == Side::queries_of_keys) check_slab_tables(p, with_slabs(whole, planes));
     }
   }
+}
+
+// The streamed dK / dV pass keeps no K / V tiles and one walk table per warp for every slab, so
+// that the 3-D 7x7x7 query halo (11^3, walks of up to 1,331 entries per warp) streams at two CTAs
+// per SM by shared memory in slabs of 2 planes and three in slabs of 1 (168 registers at head dim
+// 64 allow three); hdit 13x13 takes 9 planes at three. The whole-halo layout is unchanged.
+TEST(HaloPlan, DkdvSlabsForOccupancy) {
+  const Problem three = image_problem({16, 32, 32}, {7, 7, 7}, 64);
+  const Plan whole = make_plan(three, Side::queries_of_keys);
+  EXPECT_EQ(whole.halo_rows, 11 * 11 * 11);
+  EXPECT_EQ(whole.walk_rows, 1344);
+  const Plan two = with_slabs(whole, 2), one = with_slabs(whole, 1);
+  EXPECT_EQ(two.slab_table_rows, 272);  // 2 planes of 11 x 11, whole chunks, one chunk more
+  EXPECT_EQ(ctas_by_shared_memory(dkdv_shared_bytes(two, 64)), 2);
+  EXPECT_EQ(ctas_by_shared_memory(dkdv_shared_bytes(with_slabs(whole, 3), 64)), 1);
+  EXPECT_EQ(ctas_by_shared_memory(dkdv_shared_bytes(one, 64)), 3);
+  EXPECT_GE(ctas_by_shared_memory(dkdv_shared_bytes(two, 32)), 2);
+  EXPECT_GE(ctas_by_shared_memory(dkdv_shared_bytes(one, 32)), 3);
+  // Streamed: tiles, statistics, row tables, walk tables and masks, nothing else.
+  EXPECT_EQ(dkdv_shared_bytes(two, 64), 2 * two.tile_rows * 64 * 2 + two.tile_rows * 8 + 2 * kBoxTokens * 4 +
+                                            4 * whole.halo_rows * 4 +
+                                            kWarps * (two.slab_table_rows * 8 +
+                                                      walk_mask_bytes(two.walk_rows + kChunk, two.segments)));
+  const Problem hdit = image_problem({128, 128}, {13, 13}, 64);
+  const Plan hdit_whole = make_plan(hdit, Side::queries_of_keys);
+  int most_planes = 0;
+  for (const Plan& c : slab_candidates(hdit_whole, Pass::dkdv, 64, 227 * 1024))
+    if (c.slabs > 1 && ctas_by_shared_memory(dkdv_shared_bytes(c, 64)) >= 3) most_planes = std::max(most_planes, c.slab_planes);
+  EXPECT_EQ(most_planes, 9);
+  // The whole halo keeps its layout (K / V tiles and a walk table of the whole walk).
+  const Plan nat = make_plan(image_problem({56, 56}, {7, 7}, 32), Side::queries_of_keys);
+  EXPECT_EQ(dkdv_shared_bytes(nat, 32), 43616);
 }
 
 // The dispatch rule prefers the halo kernels on the image-model shapes and leaves large windows

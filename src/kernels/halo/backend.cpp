@@ -159,10 +159,11 @@ void backward(const BackwardCall& call) {
 
 }  // namespace
 
-int launched_slabs(const Problem& p, const Plan& whole, Pass pass, int device) {
+Launched launched_plan(const Problem& p, const Plan& whole, Pass pass, int device) {
   if (pass == Pass::forward)
-    return p.dim_qk == 32 ? forward_slabs_for_dtype<32>(p, whole, device) : forward_slabs_for_dtype<64>(p, whole, device);
-  return p.dim_qk == 32 ? backward_slabs_for_dtype<32>(p, whole, pass, device) : backward_slabs_for_dtype<64>(p, whole, pass, device);
+    return p.dim_qk == 32 ? forward_launched_for_dtype<32>(p, whole, device) : forward_launched_for_dtype<64>(p, whole, device);
+  return p.dim_qk == 32 ? backward_launched_for_dtype<32>(p, whole, pass, device)
+                        : backward_launched_for_dtype<64>(p, whole, pass, device);
 }
 
 namespace {

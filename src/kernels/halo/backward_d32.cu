@@ -4,6 +4,6 @@
 namespace gna::halo {
 
 template void launch_backward_for_dtype<32>(const BackwardCall& call, const Plan& keys_plan, const Plan& queries_plan);
-template int backward_slabs_for_dtype<32>(const Problem& p, const Plan& whole, Pass pass, int device);
+template Launched backward_launched_for_dtype<32>(const Problem& p, const Plan& whole, Pass pass, int device);
 
 }  // namespace gna::halo

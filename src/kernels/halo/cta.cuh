@@ -561,6 +561,101 @@ __device__ __forceinline__ void build_chunk_masks(const uint32_t* coords, int ch
   }
 }
 
+// The streamed dK / dV pass's walk table (plan.hpp, slab_table_rows): one table per warp for
+// every slab, since a warp's sub-box meets each slab in a run of whole planes and the entries of
+// a plane do not depend on the slab. Entry q * plane_count + i is token i of plane q of the slab
+// (q < slab_planes): coordinates with the slab-relative plane in field 0 (the mask adds the
+// slab's first plane) and walk_offset of its slab-relative row. Entries past slab_planes planes
+// (to table_rows, whole chunks and one more) are padding at the slab's row 0.
+template <int D>
+__device__ __forceinline__ void build_slab_table(const WarpBox& w, const Slice& s, int rank, int slab_planes,
+                                                 int table_rows, uint32_t* coords, uint32_t* offsets) {
+  const int lane = threadIdx.x % 32;
+  const int entries = slab_planes * w.plane_count;
+  const SmallDivisor div[kMaxRank] = {small_divisor(slab_planes), w.walk_div[1], w.walk_div[2]};
+  for (int e = lane; e < table_rows; e += 32) {
+    uint32_t packed = kPaddingEntry;
+    int row = 0;
+    if (e < entries) {
+      int c[kMaxRank] = {0, 0, 0};
+      split_index(e, div, rank, c);
+      GNA_HALO_FOR_AXES(a, rank) {
+        if (a > 0) c[a] += w.walk[a].begin - s.halo[a].begin;
+        row = row * s.halo_side[a] + c[a];
+      }
+      packed = pack_fields(c, rank);
+    }
+    coords[e] = packed;
+    offsets[e] = walk_offset<D>(row);
+  }
+  __syncwarp();
+}
+
+// The warp's walk over slab k in its slab table: entries [first, first + 16 chunks), of which
+// [first + lead, first + lead + count) are the planes of its sub-box in the slab. first is even
+// (lead: one entry of the plane before, masked) so that a lane's pair of columns is one 8-byte
+// read; the entries past them are masked and point at rows of the slab's tile (loaded, or zero).
+struct SlabWalk {
+  int first, lead, count, chunks;
+};
+__device__ __forceinline__ SlabWalk slab_walk(const WarpBox& w, const Slice& s, int slab_planes, int k) {
+  const Range planes = walk_planes(w, s, slab_planes, k);
+  const int begin = (w.walk[0].begin - s.halo[0].begin + planes.begin - k * slab_planes) * w.plane_count;
+  SlabWalk sw;
+  sw.lead = begin & 1;
+  sw.first = begin - sw.lead;
+  sw.count = planes.size() * w.plane_count;
+  sw.chunks = sw.count > 0 ? ceil_div(sw.count + sw.lead, kChunk) : 0;
+  return sw;
+}
+
+// The masks of the warp's walks over every slab (slab_walk), each from a fresh mask word as
+// build_walk_masks lays them out; entries outside a walk's planes attend nothing.
+__device__ __forceinline__ void build_slab_walk_masks(const WarpBox& w, const Slice& s, int slab_planes,
+                                                      const uint32_t* coords, const RowWindows& rw,
+                                                      uint32_t* masks) {
+  if (w.empty) return;
+  const int lane = threadIdx.x % 32, t = lane % 4;
+  int word0 = 0;
+  for (int k = 0; k < slab_count(s, slab_planes); ++k) {
+    const SlabWalk sw = slab_walk(w, s, slab_planes, k);
+    const uint32_t shift = static_cast<uint32_t>(k * slab_planes);  // field 0: slab plane -> halo plane
+    const int lead = mask_lead(sw.chunks);
+    for (int v = 0; v * kMaskChunks < sw.chunks + lead; ++v) {
+      uint32_t word = 0;
+      for (int b = 0; b < kMaskChunks; ++b) {
+        const int c = v * kMaskChunks + b - lead;
+        if (c < 0 || c >= sw.chunks) continue;
+        for_each_chunk_element([&](int nb, int r, int j) {
+          const int e = c * kChunk + nb * 8 + 2 * t + j;
+          if (e < sw.lead || e >= sw.lead + sw.count) return;
+          if (attends(rw, r, (coords[sw.first + e] + shift) | kGuardBits)) word |= 1u << (8 * b + nb * 4 + r * 2 + j);
+        });
+      }
+      masks[(word0 + v) * 32 + lane] = word;
+    }
+    word0 += ceil_div(sw.chunks, kMaskChunks);
+  }
+}
+
+// A fragments of a warp's 16 rows straight from global memory (rows at element offsets
+// table[0..15] of `slice`, -1: zero), as load_a takes them from a tile: register pairs of
+// columns 2t, 2t + 1 of rows g and g + 8, then of columns 8 further.
+template <typename T, int D>
+__device__ __forceinline__ void load_a_global(uint32_t (&f)[D / 16][4], const T* slice, const int* table) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int rows[2] = {table[g], table[g + 8]};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const unsigned int* row = reinterpret_cast<const unsigned int*>(slice + rows[r] + 2 * t);
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      f[ks][r] = rows[r] >= 0 ? __ldg(row + 8 * ks) : 0u;
+      f[ks][2 + r] = rows[r] >= 0 ? __ldg(row + 8 * ks + 4) : 0u;
+    }
+  }
+}
+
 template <typename T>
 using Pair2 = typename std::conditional<std::is_same<T, __half>::value, __half2, __nv_bfloat162>::type;
 

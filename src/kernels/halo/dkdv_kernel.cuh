@@ -12,21 +12,25 @@
 
 namespace gna::halo {
 
-// Layout of the dK / dV pass's shared memory (bytes; dkdv_shared_bytes in plan.cpp agrees).
+// Layout of the dK / dV pass's shared memory (bytes; dkdv_shared_bytes in plan.cpp agrees). The
+// streamed kernel keeps no K / V tiles (their fragments come from global memory into registers
+// once per slice, load_a_global) and one walk table per warp for every slab (build_slab_table).
 template <int D>
 struct DkdvLayout {
   static constexpr int kTile = kBoxTokens * D * 2;
-  int v, q, d_o, stats, coords, offsets, tables, masks, bytes;
-  __device__ __host__ explicit DkdvLayout(const Geometry& g) {
-    v = kTile;
-    q = 2 * kTile;
+  int v, q, d_o, stats, coords, offsets, tables, masks, warp_masks, bytes;
+  __device__ __host__ DkdvLayout(const Geometry& g, bool streamed) {
+    const int table_rows = streamed ? g.slab_table_rows : g.walk_rows;
+    warp_masks = streamed ? walk_mask_bytes(g.walk_rows + kChunk, g.segments) : walk_mask_bytes(g.walk_rows, g.segments);
+    v = streamed ? 0 : kTile;
+    q = streamed ? 0 : 2 * kTile;
     d_o = q + g.tile_rows * D * 2;
     stats = d_o + g.tile_rows * D * 2;  // (LSE in log2 units, delta) per row of the tiles
     coords = stats + g.tile_rows * 8;
-    offsets = coords + kWarps * g.walk_rows * 4;
-    tables = offsets + kWarps * g.walk_rows * 4;  // K, V (box); Q, dO, LSE, token (halo)
+    offsets = coords + kWarps * table_rows * 4;
+    tables = offsets + kWarps * table_rows * 4;  // K, V (box); Q, dO, LSE, token (halo)
     masks = tables + 2 * kBoxTokens * 4 + 4 * g.halo_rows * 4;
-    bytes = masks + kWarps * walk_mask_bytes(g.walk_rows, g.segments);
+    bytes = masks + kWarps * warp_masks;
   }
 };
 
@@ -42,7 +46,7 @@ __global__ void __launch_bounds__(kWarps * 32, dkdv_blocks_per_sm(D))
   const Problem& p = P.p;
   Slice s;
   if (!decode_slice(P.geo, p, Side::queries_of_keys, s)) return;
-  const DkdvLayout<D> L(P.geo);
+  const DkdvLayout<D> L(P.geo, Streamed);
   const uint32_t k_tile = smem_address(smem);
   const uint32_t v_tile = k_tile + L.v, q_tile = k_tile + L.q, do_tile = k_tile + L.d_o;
   float2* stats = reinterpret_cast<float2*>(smem + L.stats);
@@ -58,16 +62,28 @@ __global__ void __launch_bounds__(kWarps * 32, dkdv_blocks_per_sm(D))
   halo_row_table(P.d_o, p, s, do_table);
   halo_row_table(P.lse, p, s, lse_table);
   halo_token_table(p, s, token_table);
+  if constexpr (Streamed) {
+    // Tile rows that no slab of this box loads stay finite: the masked padding of a walk may
+    // point at them (slab_walk).
+    for (int i = threadIdx.x; i < L.coords / 8; i += kWarps * 32) reinterpret_cast<uint2*>(smem)[i] = make_uint2(0, 0);
+  }
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const WarpBox w = warp_box(P.geo, p, s, warp, Side::queries_of_keys);
-  uint32_t* coords = reinterpret_cast<uint32_t*>(smem + L.coords) + warp * P.geo.walk_rows;
-  uint32_t* offsets = reinterpret_cast<uint32_t*>(smem + L.offsets) + warp * P.geo.walk_rows;
+  const int table_rows = Streamed ? P.geo.slab_table_rows : P.geo.walk_rows;
+  uint32_t* coords = reinterpret_cast<uint32_t*>(smem + L.coords) + warp * table_rows;
+  uint32_t* offsets = reinterpret_cast<uint32_t*>(smem + L.offsets) + warp * table_rows;
   const int slab_planes = Streamed ? P.geo.slab_planes : s.halo_side[0];
   const int slabs = Streamed ? slab_count(s, slab_planes) : 1;
-  const int chunks = w.empty ? 0 : build_walk_table<D>(w, s, p.rank, slab_planes, coords, offsets);
-  uint32_t* masks = reinterpret_cast<uint32_t*>(smem + L.masks + warp * walk_mask_bytes(P.geo.walk_rows, P.geo.segments));
-  build_walk_masks(w, s, slab_planes, coords, row_windows(P.geo, p, s, w, Side::queries_of_keys), masks);
+  uint32_t* masks = reinterpret_cast<uint32_t*>(smem + L.masks + warp * L.warp_masks);
+  int chunks = 0;
+  if constexpr (Streamed) {
+    if (!w.empty) build_slab_table<D>(w, s, p.rank, slab_planes, table_rows, coords, offsets);
+    build_slab_walk_masks(w, s, slab_planes, coords, row_windows(P.geo, p, s, w, Side::queries_of_keys), masks);
+  } else {
+    chunks = w.empty ? 0 : build_walk_table<D>(w, s, p.rank, slab_planes, coords, offsets);
+    build_walk_masks(w, s, slab_planes, coords, row_windows(P.geo, p, s, w, Side::queries_of_keys), masks);
+  }
   int dk_off[2], dv_off[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -85,8 +101,17 @@ __global__ void __launch_bounds__(kWarps * 32, dkdv_blocks_per_sm(D))
   const SliceRange range = slice_range(P.geo.slices_per_cta, p.batch * p.heads_kv);
   for (int slice = range.first; slice < range.last; ++slice) {
     const int b = slice / p.heads_kv, hk = slice % p.heads_kv;
-    load_rows<T, D>(slice_base(P.k, b, hk), k_table, kBoxTokens, k_tile);
-    load_rows<T, D>(slice_base(P.v, b, hk), v_table, kBoxTokens, v_tile);
+    uint32_t kf[D / 16][4], vf[D / 16][4];
+    if constexpr (Streamed) {
+      // In flight while the first slab loads.
+      if (!w.empty) {
+        load_a_global<T, D>(kf, slice_base(P.k, b, hk), k_table + warp * kWarpTokens);
+        load_a_global<T, D>(vf, slice_base(P.v, b, hk), v_table + warp * kWarpTokens);
+      }
+    } else {
+      load_rows<T, D>(slice_base(P.k, b, hk), k_table, kBoxTokens, k_tile);
+      load_rows<T, D>(slice_base(P.v, b, hk), v_table, kBoxTokens, v_tile);
+    }
     float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
     for (int i = 0; i < D / 8; ++i)
@@ -106,12 +131,14 @@ __global__ void __launch_bounds__(kWarps * 32, dkdv_blocks_per_sm(D))
         }
         cp_async_wait<0>();
         __syncthreads();
-        const int n = w.empty ? 0 : Streamed ? segment_chunks(w, s, slab_planes, k) : chunks;
+        const SlabWalk sw = Streamed ? slab_walk(w, s, slab_planes, k) : SlabWalk{seg.chunk * kChunk, 0, 0, chunks};
+        const int n = w.empty ? 0 : sw.chunks;
         if (n > 0) {
-          const uint32_t* seg_offsets = offsets + seg.chunk * kChunk;
-          uint32_t kf[D / 16][4], vf[D / 16][4];
-          load_a<D>(kf, k_tile, warp * kWarpTokens);
-          load_a<D>(vf, v_tile, warp * kWarpTokens);
+          const uint32_t* seg_offsets = offsets + sw.first;
+          if constexpr (!Streamed) {
+            load_a<D>(kf, k_tile, warp * kWarpTokens);
+            load_a<D>(vf, v_tile, warp * kWarpTokens);
+          }
           walk_chunks(masks + seg.word * 32, n, [&](int c, uint32_t mask) {
             float st[2][4] = {}, dpt[2][4] = {};
             const uint32_t off_nt = lane_nt(seg_offsets, c);

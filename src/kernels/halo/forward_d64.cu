@@ -4,6 +4,6 @@
 namespace gna::halo {
 
 template void launch_forward_for_dtype<64>(const ForwardCall& call, const Plan& keys_plan);
-template int forward_slabs_for_dtype<64>(const Problem& p, const Plan& keys_whole, int device);
+template Launched forward_launched_for_dtype<64>(const Problem& p, const Plan& keys_whole, int device);
 
 }  // namespace gna::halo

@@ -15,12 +15,21 @@ template <int D>
 void launch_forward_for_dtype(const ForwardCall& call, const Plan& keys_plan);
 template <int D>
 void launch_backward_for_dtype(const BackwardCall& call, const Plan& keys_plan, const Plan& queries_plan);
-// Slabs of the halo that a pass of the problem launches on the device (1: the whole halo), from
-// the whole halo's plan (keys for the forward and dQ pass, queries for dK / dV); for tests.
-int launched_slabs(const Problem& p, const Plan& whole, Pass pass, int device);
+// What a pass of the problem launches on the device, from the whole halo's plan (keys for the
+// forward and dQ pass, queries for dK / dV): slabs of the halo (1: the whole halo), planes per
+// slab, and resident CTAs per SM of the kernel at its shared memory; for tests.
+struct Launched {
+  int slabs = 1;
+  int slab_planes = 1;
+  int ctas_per_sm = 0;
+};
+Launched launched_plan(const Problem& p, const Plan& whole, Pass pass, int device);
+inline int launched_slabs(const Problem& p, const Plan& whole, Pass pass, int device) {
+  return launched_plan(p, whole, pass, device).slabs;
+}
 template <int D>
-int forward_slabs_for_dtype(const Problem& p, const Plan& keys_whole, int device);
+Launched forward_launched_for_dtype(const Problem& p, const Plan& keys_whole, int device);
 template <int D>
-int backward_slabs_for_dtype(const Problem& p, const Plan& whole, Pass pass, int device);
+Launched backward_launched_for_dtype(const Problem& p, const Plan& whole, Pass pass, int device);
 
 }  // namespace gna::halo

@@ -35,6 +35,7 @@ inline Geometry geometry(const Problem& p, const Plan& plan) {
   g.walk_rows = plan.walk_rows;
   g.slab_planes = plan.slab_planes;
   g.segments = plan.segments;
+  g.slab_table_rows = plan.slab_table_rows;
   g.slices_per_cta = 1;
   return g;
 }
@@ -107,16 +108,27 @@ Plan launch_plan(const Plan& whole, Pass pass, int d, Kernel whole_kernel, Kerne
   return plans[best];
 }
 
-// The slabs each pass launches (halo.hpp, launched_slabs).
-template <typename T, int D>
-int forward_slabs(const Plan& keys_whole, int device) {
-  return launch_plan(keys_whole, Pass::forward, D, halo_forward_kernel<T, D, false>, halo_forward_kernel<T, D, true>,
-                     device).slabs;
+// What each pass launches (halo.hpp, launched_plan).
+template <typename Kernel>
+Launched launched(const Plan& whole, Pass pass, int d, Kernel whole_kernel, Kernel streamed_kernel, int device) {
+  const Plan plan = launch_plan(whole, pass, d, whole_kernel, streamed_kernel, device);
+  const Kernel kernel = plan.slabs > 1 ? streamed_kernel : whole_kernel;
+  const int bytes = shared_bytes(plan, pass, d);
+  Launched l;
+  l.slabs = plan.slabs;
+  l.slab_planes = plan.slab_planes;
+  set_shared(kernel, bytes);
+  GNA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&l.ctas_per_sm, kernel, kWarps * 32, bytes));
+  return l;
 }
 template <typename T, int D>
-int backward_slabs(const Plan& whole, Pass pass, int device) {
-  return pass == Pass::dq ? launch_plan(whole, pass, D, halo_dq_kernel<T, D, false>, halo_dq_kernel<T, D, true>, device).slabs
-                          : launch_plan(whole, pass, D, halo_dkdv_kernel<T, D, false>, halo_dkdv_kernel<T, D, true>, device).slabs;
+Launched forward_launched(const Plan& keys_whole, int device) {
+  return launched(keys_whole, Pass::forward, D, halo_forward_kernel<T, D, false>, halo_forward_kernel<T, D, true>, device);
+}
+template <typename T, int D>
+Launched backward_launched(const Plan& whole, Pass pass, int device) {
+  return pass == Pass::dq ? launched(whole, pass, D, halo_dq_kernel<T, D, false>, halo_dq_kernel<T, D, true>, device)
+                          : launched(whole, pass, D, halo_dkdv_kernel<T, D, false>, halo_dkdv_kernel<T, D, true>, device);
 }
 
 template <typename T, int D>
@@ -196,7 +208,7 @@ void launch_backward(const BackwardCall& call, const Plan& keys_whole, const Pla
   K.delta = delta;
   K.dk = cuda::token_tensor<T>(call.dk, p.rank);
   K.dv = cuda::token_tensor<T>(call.dv, p.rank);
-  const int kv_bytes = DkdvLayout<D>(K.geo).bytes;
+  const int kv_bytes = DkdvLayout<D>(K.geo, queries_plan.slabs > 1).bytes;
   check_bytes(kv_bytes, dkdv_shared_bytes(queries_plan, D), "dK/dV pass");
   auto kv_kernel = queries_plan.slabs > 1 ? halo_dkdv_kernel<T, D, true> : halo_dkdv_kernel<T, D, false>;
   set_shared(kv_kernel, kv_bytes);
@@ -218,9 +230,9 @@ void launch_forward_for_dtype(const ForwardCall& call, const Plan& keys_plan) {
 }
 
 template <int D>
-int forward_slabs_for_dtype(const Problem& p, const Plan& keys_whole, int device) {
-  return p.dtype == DType::f16 ? forward_slabs<__half, D>(keys_whole, device)
-                               : forward_slabs<__nv_bfloat16, D>(keys_whole, device);
+Launched forward_launched_for_dtype(const Problem& p, const Plan& keys_whole, int device) {
+  return p.dtype == DType::f16 ? forward_launched<__half, D>(keys_whole, device)
+                               : forward_launched<__nv_bfloat16, D>(keys_whole, device);
 }
 
 template <int D>
@@ -232,9 +244,9 @@ void launch_backward_for_dtype(const BackwardCall& call, const Plan& keys_plan, 
 }
 
 template <int D>
-int backward_slabs_for_dtype(const Problem& p, const Plan& whole, Pass pass, int device) {
-  return p.dtype == DType::f16 ? backward_slabs<__half, D>(whole, pass, device)
-                               : backward_slabs<__nv_bfloat16, D>(whole, pass, device);
+Launched backward_launched_for_dtype(const Problem& p, const Plan& whole, Pass pass, int device) {
+  return p.dtype == DType::f16 ? backward_launched<__half, D>(whole, pass, device)
+                               : backward_launched<__nv_bfloat16, D>(whole, pass, device);
 }
 
 }  // namespace gna::halo

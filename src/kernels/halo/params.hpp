@@ -33,6 +33,7 @@ struct Geometry {
   int walk_rows;  // entries of each warp's walk table
   int slab_planes;  // planes of axis 0 per slab of the halo (plan.hpp)
   int segments;   // walks (slabs) a warp's walk table holds at most
+  int slab_table_rows;  // entries of each warp's walk table in the streamed dK / dV kernel
   int slices_per_cta;  // (batch item, head) slices each CTA takes in turn: blockIdx.y counts them
 };
 

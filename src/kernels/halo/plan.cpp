@@ -104,6 +104,7 @@ Plan with_slabs(const Plan& whole, int planes) {
   int walk = 1;
   for (int a = 0; a < kMaxRank; ++a) walk *= whole.walk[a];
   plan.walk_rows = (ceil_div(walk, kChunk) + plan.segments - 1) * kChunk;
+  plan.slab_table_rows = (ceil_div(plan.slab_planes * whole.walk[1] * whole.walk[2], kChunk) + 1) * kChunk;
   if (plan.slabs == 1) plan = whole;
   return plan;
 }
@@ -129,9 +130,14 @@ int dq_shared_bytes(const Plan& plan, int d) {
          5 * kBoxTokens * 4 + 2 * plan.halo_rows * 4;
 }
 
+// Streamed (slabs > 1): no K / V tiles (their fragments go from global memory to registers), one
+// walk table per warp for every slab (slab_table_rows entries) and masks of walk_rows + kChunk rows.
 int dkdv_shared_bytes(const Plan& plan, int d) {
-  return 2 * kBoxTokens * d * 2 + 2 * plan.tile_rows * d * 2 + 2 * plan.tile_rows * 4 + walk_tables(plan) +
-         2 * kBoxTokens * 4 + 4 * plan.halo_rows * 4;
+  const int tiles_and_stats = 2 * plan.tile_rows * d * 2 + 2 * plan.tile_rows * 4;
+  const int row_tables = 2 * kBoxTokens * 4 + 4 * plan.halo_rows * 4;
+  if (plan.slabs == 1) return 2 * kBoxTokens * d * 2 + tiles_and_stats + walk_tables(plan) + row_tables;
+  return tiles_and_stats + row_tables +
+         kWarps * (plan.slab_table_rows * 8 + walk_mask_bytes(plan.walk_rows + kChunk, plan.segments));
 }
 
 int shared_bytes(const Plan& plan, Pass pass, int d) {

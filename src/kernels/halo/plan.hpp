@@ -60,6 +60,12 @@ struct Plan {
   int slabs = 1;                    // slabs of the largest halo (ceil(halo[0] / slab_planes))
   int segments = 1;                 // most slabs one warp's walk meets (walks in its table)
   int tile_rows = 1;                // rows of each halo tile in shared memory (slab_planes planes)
+  // Entries of a warp's walk table in the streamed dK / dV kernel: one table serves every slab
+  // (a warp's sub-box meets a slab in whole planes, whose entries do not depend on the slab), so
+  // it holds slab_planes planes of the largest sub-box, whole chunks, and one chunk more (a walk
+  // may start at any entry of its first plane). Its masks take walk_rows + kChunk rows (a walk
+  // may start one entry early, for aligned reads).
+  int slab_table_rows = kChunk;
 };
 Plan make_plan(const Problem& p, Side side);
 
