@@ -246,35 +246,45 @@ TEST(Halo, DispatchPicksHalo) {
   EXPECT_EQ(select_backward_backend(three.params, got3.device_inputs(storage)), "halo");
 }
 
-// The 3-D 7x7x7 case (query halo 11^3 for dK / dV): the dK / dV pass streams its halo at two or
-// more resident CTAs per SM at both head dims (one slab walk table per warp for every slab, no
-// K / V tiles), and its results match the reference there, GQA included.
-TEST(Halo, ThreeDimDkdvResidency) {
+// The streamed dK / dV pass at more than one CTA per SM: the 3-D 7x7x7 case (query halo 11^3)
+// streams with K / V in registers (no tiles) at two or more CTAs per SM at both head dims; hdit
+// 7x7 at head dim 64 streams with K / V tiles at three. Both results match the reference, GQA
+// included.
+TEST(Halo, DkdvSlabsForOccupancy) {
   GNA_SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(test_seed() + 7);
-  for (const int dim : {64, 32}) {
+  struct Shape {
+    int rank, extent[3], window, dim;
+    bool kv_registers;
+    int ctas;
+  };
+  const Shape shapes[] = {{3, {16, 32, 32}, 7, 64, true, 2}, {3, {16, 32, 32}, 7, 32, true, 2},
+                          {2, {128, 128, 1}, 7, 64, false, 3}};
+  for (const Shape& sh : shapes) {
     Config c;
-    c.params.rank = 3;
-    c.extent[0] = 16;
-    c.extent[1] = c.extent[2] = 32;
-    c.params.window[0] = c.params.window[1] = c.params.window[2] = 7;
+    c.params.rank = sh.rank;
+    for (int a = 0; a < sh.rank; ++a) {
+      c.extent[a] = sh.extent[a];
+      c.params.window[a] = sh.window;
+    }
     c.batch = 1;
     c.heads_kv = 1;
     c.heads_q = 2;
-    c.dim_qk = c.dim_v = dim;
+    c.dim_qk = c.dim_v = sh.dim;
     for (DType t : {DType::bf16, DType::f16}) {
       bool ran = false;
       Problem problem;
       const std::string err = check(c, t, rng, &ran, &problem);
-      ASSERT_TRUE(ran) << "d" << dim;
-      EXPECT_EQ(err, "") << dtype_name(t) << " d" << dim;
+      ASSERT_TRUE(ran) << c.describe();
+      EXPECT_EQ(err, "") << dtype_name(t) << " " << c.describe();
       const halo::Plan whole = halo::make_plan(problem, halo::Side::queries_of_keys);
       const halo::Launched l = halo::launched_plan(problem, whole, halo::Pass::dkdv, 0);
-      std::printf("3-D 7x7x7 %s d%d dK/dV: %d slabs of %d planes, %d CTAs per SM, %d bytes\n", dtype_name(t), dim,
-                  l.slabs, l.slab_planes, l.ctas_per_sm,
-                  halo::dkdv_shared_bytes(halo::with_slabs(whole, l.slab_planes), dim));
-      EXPECT_GT(l.slabs, 1) << "d" << dim;
-      EXPECT_GE(l.ctas_per_sm, 2) << "d" << dim;
+      std::printf("%s %s dK/dV: %d slabs of %d planes, K / V %s, %d CTAs per SM, %d bytes\n", c.describe().c_str(),
+                  dtype_name(t), l.slabs, l.slab_planes, l.kv_registers ? "in registers" : "tiles", l.ctas_per_sm,
+                  l.bytes);
+      EXPECT_GT(l.slabs, 1) << c.describe();
+      EXPECT_EQ(l.kv_registers, sh.kv_registers) << c.describe();
+      EXPECT_GE(l.ctas_per_sm, sh.ctas) << c.describe();
     }
   }
 }

@@ -263,10 +263,26 @@ TEST(HaloPlan, Slabs) {
       EXPECT_GT(shared_bytes(with_slabs(whole, plan.slab_planes + 1), pass, 64), kLimit) << "the most planes";
       EXPECT_EQ(plan.tile_rows, whole.halo_rows / whole.halo[0] * plan.slab_planes);
       const std::vector<Plan> candidates = slab_candidates(whole, pass, 64, kLimit);
-      ASSERT_EQ(static_cast<int>(candidates.size()), plan.slab_planes);
+      // Every slab size from the first down to 1 plane; dK / dV: each with K / V tiles where they
+      // fit, then with K / V in registers (16 KB fewer).
+      ASSERT_FALSE(candidates.empty());
+      EXPECT_EQ(candidates.front().slab_planes, plan.slab_planes);
+      EXPECT_EQ(candidates.front().kv_registers, plan.kv_registers);
+      std::vector<int> per_size(plan.slab_planes + 1, 0), registers(plan.slab_planes + 1, 0);
       for (size_t i = 0; i < candidates.size(); ++i) {
-        EXPECT_EQ(candidates[i].slab_planes, plan.slab_planes - static_cast<int>(i));
-        EXPECT_LE(shared_bytes(candidates[i], pass, 64), kLimit);
+        const Plan& c = candidates[i];
+        ASSERT_LE(c.slab_planes, plan.slab_planes);
+        if (i > 0) EXPECT_LE(c.slab_planes, candidates[i - 1].slab_planes);
+        ++per_size[c.slab_planes];
+        registers[c.slab_planes] += c.kv_registers;
+        EXPECT_LE(shared_bytes(c, pass, 64), kLimit);
+        if (pass != Pass::dkdv) EXPECT_FALSE(c.kv_registers);
+        if (c.kv_registers && i > 0 && candidates[i - 1].slab_planes == c.slab_planes)
+          EXPECT_EQ(shared_bytes(c, pass, 64) + 2 * kBoxTokens * 64 * 2, shared_bytes(candidates[i - 1], pass, 64));
+      }
+      for (int planes = 1; planes <= plan.slab_planes; ++planes) {
+        EXPECT_GE(per_size[planes], 1) << planes << " planes";
+        if (pass == Pass::dkdv) EXPECT_EQ(registers[planes], 1) << planes << " planes";
       }
       check_walk_tables(three, side, plan);
     }
@@ -312,20 +328,22 @@ TEST(HaloPlan, Slabs) {
   }
 }
 
-// The streamed dK / dV pass keeps no K / V tiles and one walk table per warp for every slab, so
-// that the 3-D 7x7x7 query halo (11^3, walks of up to 1,331 entries per warp) streams at two CTAs
-// per SM by shared memory in slabs of 2 planes and three in slabs of 1 (168 registers at head dim
-// 64 allow three); hdit 13x13 takes 9 planes at three. The whole-halo layout is unchanged.
+// The streamed dK / dV pass keeps one walk table per warp for every slab and may keep K / V in
+// registers instead of tiles, so that the 3-D 7x7x7 query halo (11^3, walks of up to 1,331
+// entries per warp) streams at two CTAs per SM by shared memory in slabs of 2 planes and three in
+// slabs of 1 (168 registers at head dim 64 allow three); hdit 13x13 takes 9 planes at three, hdit
+// 7x7 13 planes at three with K / V tiles. The whole-halo layout is unchanged.
 TEST(HaloPlan, DkdvSlabsForOccupancy) {
   const Problem three = image_problem({16, 32, 32}, {7, 7, 7}, 64);
   const Plan whole = make_plan(three, Side::queries_of_keys);
   EXPECT_EQ(whole.halo_rows, 11 * 11 * 11);
   EXPECT_EQ(whole.walk_rows, 1344);
-  const Plan two = with_slabs(whole, 2), one = with_slabs(whole, 1);
+  const Plan two = with_slabs(whole, 2, true), one = with_slabs(whole, 1, true);
   EXPECT_EQ(two.slab_table_rows, 272);  // 2 planes of 11 x 11, whole chunks, one chunk more
   EXPECT_EQ(ctas_by_shared_memory(dkdv_shared_bytes(two, 64)), 2);
-  EXPECT_EQ(ctas_by_shared_memory(dkdv_shared_bytes(with_slabs(whole, 3), 64)), 1);
+  EXPECT_EQ(ctas_by_shared_memory(dkdv_shared_bytes(with_slabs(whole, 3, true), 64)), 1);
   EXPECT_EQ(ctas_by_shared_memory(dkdv_shared_bytes(one, 64)), 3);
+  EXPECT_EQ(ctas_by_shared_memory(dkdv_shared_bytes(with_slabs(whole, 1), 64)), 2);  // with K / V tiles
   EXPECT_GE(ctas_by_shared_memory(dkdv_shared_bytes(two, 32)), 2);
   EXPECT_GE(ctas_by_shared_memory(dkdv_shared_bytes(one, 32)), 3);
   // Streamed: tiles, statistics, row tables, walk tables and masks, nothing else.
@@ -339,6 +357,9 @@ TEST(HaloPlan, DkdvSlabsForOccupancy) {
   for (const Plan& c : slab_candidates(hdit_whole, Pass::dkdv, 64, 227 * 1024))
     if (c.slabs > 1 && ctas_by_shared_memory(dkdv_shared_bytes(c, 64)) >= 3) most_planes = std::max(most_planes, c.slab_planes);
   EXPECT_EQ(most_planes, 9);
+  const Plan hdit7 = make_plan(image_problem({128, 128}, {7, 7}, 64), Side::queries_of_keys);
+  EXPECT_EQ(ctas_by_shared_memory(dkdv_shared_bytes(with_slabs(hdit7, 13), 64)), 3);
+  EXPECT_EQ(ctas_by_shared_memory(dkdv_shared_bytes(hdit7, 64)), 2);
   // The whole halo keeps its layout (K / V tiles and a walk table of the whole walk).
   const Plan nat = make_plan(image_problem({56, 56}, {7, 7}, 32), Side::queries_of_keys);
   EXPECT_EQ(dkdv_shared_bytes(nat, 32), 43616);

@@ -13,8 +13,9 @@
 namespace gna::halo {
 
 // Layout of the dK / dV pass's shared memory (bytes; dkdv_shared_bytes in plan.cpp agrees). The
-// streamed kernel keeps no K / V tiles (their fragments come from global memory into registers
-// once per slice, load_a_global) and one walk table per warp for every slab (build_slab_table).
+// streamed kernel keeps one walk table per warp for every slab (build_slab_table) and, with
+// kv_registers, no K / V tiles (their fragments come from global memory into registers once per
+// slice, load_a_global).
 template <int D>
 struct DkdvLayout {
   static constexpr int kTile = kBoxTokens * D * 2;
@@ -22,8 +23,9 @@ struct DkdvLayout {
   __device__ __host__ DkdvLayout(const Geometry& g, bool streamed) {
     const int table_rows = streamed ? g.slab_table_rows : g.walk_rows;
     warp_masks = streamed ? walk_mask_bytes(g.walk_rows + kChunk, g.segments) : walk_mask_bytes(g.walk_rows, g.segments);
-    v = streamed ? 0 : kTile;
-    q = streamed ? 0 : 2 * kTile;
+    const bool kv_tiles = !streamed || !g.kv_registers;
+    v = kv_tiles ? kTile : 0;
+    q = kv_tiles ? 2 * kTile : 0;
     d_o = q + g.tile_rows * D * 2;
     stats = d_o + g.tile_rows * D * 2;  // (LSE in log2 units, delta) per row of the tiles
     coords = stats + g.tile_rows * 8;
@@ -65,7 +67,8 @@ __global__ void __launch_bounds__(kWarps * 32, dkdv_blocks_per_sm(D))
   if constexpr (Streamed) {
     // Tile rows that no slab of this box loads stay finite: the masked padding of a walk may
     // point at them (slab_walk).
-    for (int i = threadIdx.x; i < L.coords / 8; i += kWarps * 32) reinterpret_cast<uint2*>(smem)[i] = make_uint2(0, 0);
+    for (int i = threadIdx.x; i < (L.coords - L.q) / 8; i += kWarps * 32)
+      reinterpret_cast<uint2*>(smem + L.q)[i] = make_uint2(0, 0);
   }
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -102,7 +105,8 @@ __global__ void __launch_bounds__(kWarps * 32, dkdv_blocks_per_sm(D))
   for (int slice = range.first; slice < range.last; ++slice) {
     const int b = slice / p.heads_kv, hk = slice % p.heads_kv;
     uint32_t kf[D / 16][4], vf[D / 16][4];
-    if constexpr (Streamed) {
+    const bool kv_registers = Streamed && P.geo.kv_registers;
+    if (kv_registers) {
       // In flight while the first slab loads.
       if (!w.empty) {
         load_a_global<T, D>(kf, slice_base(P.k, b, hk), k_table + warp * kWarpTokens);
@@ -135,7 +139,7 @@ __global__ void __launch_bounds__(kWarps * 32, dkdv_blocks_per_sm(D))
         const int n = w.empty ? 0 : sw.chunks;
         if (n > 0) {
           const uint32_t* seg_offsets = offsets + sw.first;
-          if constexpr (!Streamed) {
+          if (!kv_registers) {
             load_a<D>(kf, k_tile, warp * kWarpTokens);
             load_a<D>(vf, v_tile, warp * kWarpTokens);
           }

@@ -17,10 +17,13 @@ template <int D>
 void launch_backward_for_dtype(const BackwardCall& call, const Plan& keys_plan, const Plan& queries_plan);
 // What a pass of the problem launches on the device, from the whole halo's plan (keys for the
 // forward and dQ pass, queries for dK / dV): slabs of the halo (1: the whole halo), planes per
-// slab, and resident CTAs per SM of the kernel at its shared memory; for tests.
+// slab, whether dK / dV keeps K / V in registers (Plan::kv_registers), shared memory per CTA and
+// resident CTAs per SM; for tests.
 struct Launched {
   int slabs = 1;
   int slab_planes = 1;
+  bool kv_registers = false;
+  int bytes = 0;
   int ctas_per_sm = 0;
 };
 Launched launched_plan(const Problem& p, const Plan& whole, Pass pass, int device);

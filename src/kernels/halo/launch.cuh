@@ -36,6 +36,7 @@ inline Geometry geometry(const Problem& p, const Plan& plan) {
   g.slab_planes = plan.slab_planes;
   g.segments = plan.segments;
   g.slab_table_rows = plan.slab_table_rows;
+  g.kv_registers = plan.kv_registers;
   g.slices_per_cta = 1;
   return g;
 }
@@ -70,7 +71,7 @@ void set_shared(Kernel kernel, int bytes) {
 // The plan a pass launches: of the whole halo (where it fits) and its slabs that fit
 // (slab_candidates), the one with the most resident CTAs per SM (registers and shared memory, by
 // the occupancy calculator), then the most planes (each slab costs a round of loads and two
-// barriers per slice). Halos that fit but leave few CTAs per SM (hdit 13x13 at head dim 64: one
+// barriers per slice), then (dK / dV) K / V tiles. Halos that fit but leave few CTAs per SM (hdit 13x13 at head dim 64: one
 // CTA of 115 KB) thus stream in slabs too. Cached per plan and kernel pair.
 template <typename Kernel>
 Plan launch_plan(const Plan& whole, Pass pass, int d, Kernel whole_kernel, Kernel streamed_kernel, int device) {
@@ -82,12 +83,12 @@ Plan launch_plan(const Plan& whole, Pass pass, int d, Kernel whole_kernel, Kerne
     key.push_back(whole.shape.cta[a]);
   }
   static std::mutex mu;
-  static std::map<std::pair<const void*, std::vector<int>>, int> chosen;  // slab planes
+  static std::map<std::pair<const void*, std::vector<int>>, std::pair<int, bool>> chosen;  // planes, kv_registers
   const auto id = std::make_pair(reinterpret_cast<const void*>(whole_kernel), key);
   {
     std::lock_guard<std::mutex> lock(mu);
     const auto it = chosen.find(id);
-    if (it != chosen.end()) return with_slabs(whole, it->second);
+    if (it != chosen.end()) return with_slabs(whole, it->second.first, it->second.second);
   }
   const std::vector<Plan> plans = slab_candidates(whole, pass, d, limit);
   if (plans.empty()) return whole;  // dispatch refuses it
@@ -104,7 +105,7 @@ Plan launch_plan(const Plan& whole, Pass pass, int d, Kernel whole_kernel, Kerne
     }
   }
   std::lock_guard<std::mutex> lock(mu);
-  chosen[id] = plans[best].slab_planes;
+  chosen[id] = std::make_pair(plans[best].slab_planes, plans[best].kv_registers);
   return plans[best];
 }
 
@@ -117,6 +118,8 @@ Launched launched(const Plan& whole, Pass pass, int d, Kernel whole_kernel, Kern
   Launched l;
   l.slabs = plan.slabs;
   l.slab_planes = plan.slab_planes;
+  l.kv_registers = plan.kv_registers;
+  l.bytes = bytes;
   set_shared(kernel, bytes);
   GNA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&l.ctas_per_sm, kernel, kWarps * 32, bytes));
   return l;

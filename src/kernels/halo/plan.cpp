@@ -93,7 +93,7 @@ Plan make_plan(const Problem& p, Side side) {
   return plan;
 }
 
-Plan with_slabs(const Plan& whole, int planes) {
+Plan with_slabs(const Plan& whole, int planes, bool kv_registers) {
   Plan plan = whole;
   plan.slab_planes = std::clamp(planes, 1, whole.halo[0]);
   plan.slabs = ceil_div(whole.halo[0], plan.slab_planes);
@@ -105,6 +105,7 @@ Plan with_slabs(const Plan& whole, int planes) {
   for (int a = 0; a < kMaxRank; ++a) walk *= whole.walk[a];
   plan.walk_rows = (ceil_div(walk, kChunk) + plan.segments - 1) * kChunk;
   plan.slab_table_rows = (ceil_div(plan.slab_planes * whole.walk[1] * whole.walk[2], kChunk) + 1) * kChunk;
+  plan.kv_registers = kv_registers;
   if (plan.slabs == 1) plan = whole;
   return plan;
 }
@@ -130,13 +131,14 @@ int dq_shared_bytes(const Plan& plan, int d) {
          5 * kBoxTokens * 4 + 2 * plan.halo_rows * 4;
 }
 
-// Streamed (slabs > 1): no K / V tiles (their fragments go from global memory to registers), one
-// walk table per warp for every slab (slab_table_rows entries) and masks of walk_rows + kChunk rows.
+// Streamed (slabs > 1): K / V tiles unless kv_registers, one walk table per warp for every slab
+// (slab_table_rows entries) and masks of walk_rows + kChunk rows.
 int dkdv_shared_bytes(const Plan& plan, int d) {
+  const int kv_tiles = 2 * kBoxTokens * d * 2;
   const int tiles_and_stats = 2 * plan.tile_rows * d * 2 + 2 * plan.tile_rows * 4;
   const int row_tables = 2 * kBoxTokens * 4 + 4 * plan.halo_rows * 4;
-  if (plan.slabs == 1) return 2 * kBoxTokens * d * 2 + tiles_and_stats + walk_tables(plan) + row_tables;
-  return tiles_and_stats + row_tables +
+  if (plan.slabs == 1) return kv_tiles + tiles_and_stats + walk_tables(plan) + row_tables;
+  return (plan.kv_registers ? 0 : kv_tiles) + tiles_and_stats + row_tables +
          kWarps * (plan.slab_table_rows * 8 + walk_mask_bytes(plan.walk_rows + kChunk, plan.segments));
 }
 
@@ -150,10 +152,12 @@ int shared_bytes(const Plan& plan, Pass pass, int d) {
 
 std::vector<Plan> slab_candidates(const Plan& whole, Pass pass, int d, int limit) {
   std::vector<Plan> plans;
-  for (int planes = whole.halo[0]; planes >= 1; --planes) {
-    const Plan plan = with_slabs(whole, planes);
-    if (limit <= 0 || shared_bytes(plan, pass, d) <= limit) plans.push_back(plan);
-  }
+  for (int planes = whole.halo[0]; planes >= 1; --planes)
+    for (const bool kv_registers : {false, true}) {
+      const Plan plan = with_slabs(whole, planes, kv_registers);
+      if (kv_registers && (pass != Pass::dkdv || plan.slabs == 1)) continue;
+      if (limit <= 0 || shared_bytes(plan, pass, d) <= limit) plans.push_back(plan);
+    }
   return plans;
 }
 

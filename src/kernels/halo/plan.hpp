@@ -66,11 +66,16 @@ struct Plan {
   // may start at any entry of its first plane). Its masks take walk_rows + kChunk rows (a walk
   // may start one entry early, for aligned reads).
   int slab_table_rows = kChunk;
+  // The streamed dK / dV kernel without K / V tiles: their fragments go from global memory
+  // straight into registers once per slice (16 KB less shared memory at head dim 64, for more
+  // planes or CTAs; where the tiles fit as many CTAs and planes they are kept: cheaper loads).
+  bool kv_registers = false;
 };
 Plan make_plan(const Problem& p, Side side);
 
-// The plan with its halo streamed in slabs of `planes` planes of axis 0 (1 <= planes <= halo[0]).
-Plan with_slabs(const Plan& whole, int planes);
+// The plan with its halo streamed in slabs of `planes` planes of axis 0 (1 <= planes <= halo[0]);
+// kv_registers: the streamed dK / dV kernel's K / V fragments from global memory (Plan).
+Plan with_slabs(const Plan& whole, int planes, bool kv_registers = false);
 
 // Shared memory per CTA of each kernel at head dim d (bytes).
 enum class Pass { forward, dq, dkdv };
@@ -81,7 +86,7 @@ int dkdv_shared_bytes(const Plan& queries_plan, int d);
 
 // The plans a pass can run under `limit` bytes of shared memory per CTA, the most planes first:
 // the whole halo where it fits, then its slabs of fewer and fewer planes that fit (none: nothing
-// fits). The launcher picks among them by resident CTAs (kernels/halo/launch.cuh).
+// fits); for dK / dV each slab size with K / V tiles, then without (kv_registers). The launcher picks among them by resident CTAs (kernels/halo/launch.cuh).
 std::vector<Plan> slab_candidates(const Plan& whole, Pass pass, int d, int limit);
 // The first candidate (the whole halo where it fits, else the largest slabs that fit), or the
 // whole plan where none fits (which dispatch refuses, naming the bytes).
