@@ -20,10 +20,10 @@ template <int D>
 struct DkdvLayout {
   static constexpr int kTile = kBoxTokens * D * 2;
   int v, q, d_o, stats, coords, offsets, tables, masks, warp_masks, bytes;
-  __device__ __host__ DkdvLayout(const Geometry& g, bool streamed) {
+  __device__ __host__ DkdvLayout(const Geometry& g, bool streamed, bool kv_registers) {
     const int table_rows = streamed ? g.slab_table_rows : g.walk_rows;
     warp_masks = streamed ? walk_mask_bytes(g.walk_rows + kChunk, g.segments) : walk_mask_bytes(g.walk_rows, g.segments);
-    const bool kv_tiles = !streamed || !g.kv_registers;
+    const bool kv_tiles = !streamed || !kv_registers;
     v = kv_tiles ? kTile : 0;
     q = kv_tiles ? 2 * kTile : 0;
     d_o = q + g.tile_rows * D * 2;
@@ -41,14 +41,16 @@ struct DkdvLayout {
 constexpr int dkdv_blocks_per_sm(int d) { return d == 32 ? 4 : 3; }
 
 // Streamed: the query halo comes in slabs (plan.hpp), each loaded after the walks of the last.
-template <typename T, int D, bool Streamed>
+// KvRegisters (streamed only): K / V fragments from global memory, no K / V tiles (Plan::kv_registers).
+template <typename T, int D, bool Streamed, bool KvRegisters = false>
 __global__ void __launch_bounds__(kWarps * 32, dkdv_blocks_per_sm(D))
     halo_dkdv_kernel(const __grid_constant__ DkdvParams<T> P) {
   extern __shared__ __align__(128) char smem[];
   const Problem& p = P.p;
   Slice s;
   if (!decode_slice(P.geo, p, Side::queries_of_keys, s)) return;
-  const DkdvLayout<D> L(P.geo, Streamed);
+  static_assert(Streamed || !KvRegisters, "K / V in registers is a streamed layout");
+  const DkdvLayout<D> L(P.geo, Streamed, KvRegisters);
   const uint32_t k_tile = smem_address(smem);
   const uint32_t v_tile = k_tile + L.v, q_tile = k_tile + L.q, do_tile = k_tile + L.d_o;
   float2* stats = reinterpret_cast<float2*>(smem + L.stats);
@@ -105,8 +107,8 @@ __global__ void __launch_bounds__(kWarps * 32, dkdv_blocks_per_sm(D))
   for (int slice = range.first; slice < range.last; ++slice) {
     const int b = slice / p.heads_kv, hk = slice % p.heads_kv;
     uint32_t kf[D / 16][4], vf[D / 16][4];
-    const bool kv_registers = Streamed && P.geo.kv_registers;
-    if (kv_registers) {
+    constexpr bool kv_registers = KvRegisters;
+    if constexpr (kv_registers) {
       // In flight while the first slab loads.
       if (!w.empty) {
         load_a_global<T, D>(kf, slice_base(P.k, b, hk), k_table + warp * kWarpTokens);
@@ -139,7 +141,7 @@ __global__ void __launch_bounds__(kWarps * 32, dkdv_blocks_per_sm(D))
         const int n = w.empty ? 0 : sw.chunks;
         if (n > 0) {
           const uint32_t* seg_offsets = offsets + sw.first;
-          if (!kv_registers) {
+          if constexpr (!kv_registers) {
             load_a<D>(kf, k_tile, warp * kWarpTokens);
             load_a<D>(vf, v_tile, warp * kWarpTokens);
           }

@@ -36,7 +36,6 @@ inline Geometry geometry(const Problem& p, const Plan& plan) {
   g.slab_planes = plan.slab_planes;
   g.segments = plan.segments;
   g.slab_table_rows = plan.slab_table_rows;
-  g.kv_registers = plan.kv_registers;
   g.slices_per_cta = 1;
   return g;
 }
@@ -73,8 +72,20 @@ void set_shared(Kernel kernel, int bytes) {
 // the occupancy calculator), then the most planes (each slab costs a round of loads and two
 // barriers per slice), then (dK / dV) K / V tiles. Halos that fit but leave few CTAs per SM (hdit 13x13 at head dim 64: one
 // CTA of 115 KB) thus stream in slabs too. Cached per plan and kernel pair.
+// A pass's kernels: the whole halo, slabs, and (dK / dV) slabs with K / V in registers
+// (Plan::kv_registers; the other passes give their streamed kernel again).
 template <typename Kernel>
-Plan launch_plan(const Plan& whole, Pass pass, int d, Kernel whole_kernel, Kernel streamed_kernel, int device) {
+struct PassKernels {
+  Kernel whole, streamed, kv_registers;
+  Kernel of(const Plan& plan) const { return plan.slabs == 1 ? whole : plan.kv_registers ? kv_registers : streamed; }
+};
+template <typename Kernel>
+PassKernels<Kernel> pass_kernels(Kernel whole, Kernel streamed, Kernel kv_registers) {
+  return PassKernels<Kernel>{whole, streamed, kv_registers};
+}
+
+template <typename Kernel>
+Plan launch_plan(const Plan& whole, Pass pass, int d, const PassKernels<Kernel>& kernels, int device) {
   const int limit = cuda::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   std::vector<int> key{static_cast<int>(pass), d, device, whole.halo_rows, whole.walk_rows};
   for (int a = 0; a < kMaxRank; ++a) {
@@ -84,7 +95,7 @@ Plan launch_plan(const Plan& whole, Pass pass, int d, Kernel whole_kernel, Kerne
   }
   static std::mutex mu;
   static std::map<std::pair<const void*, std::vector<int>>, std::pair<int, bool>> chosen;  // planes, kv_registers
-  const auto id = std::make_pair(reinterpret_cast<const void*>(whole_kernel), key);
+  const auto id = std::make_pair(reinterpret_cast<const void*>(kernels.whole), key);
   {
     std::lock_guard<std::mutex> lock(mu);
     const auto it = chosen.find(id);
@@ -94,7 +105,7 @@ Plan launch_plan(const Plan& whole, Pass pass, int d, Kernel whole_kernel, Kerne
   if (plans.empty()) return whole;  // dispatch refuses it
   int best = 0, best_ctas = -1;
   for (size_t i = 0; i < plans.size(); ++i) {
-    const Kernel kernel = plans[i].slabs > 1 ? streamed_kernel : whole_kernel;
+    const Kernel kernel = kernels.of(plans[i]);
     const int bytes = shared_bytes(plans[i], pass, d);
     int ctas = 0;
     set_shared(kernel, bytes);
@@ -111,9 +122,9 @@ Plan launch_plan(const Plan& whole, Pass pass, int d, Kernel whole_kernel, Kerne
 
 // What each pass launches (halo.hpp, launched_plan).
 template <typename Kernel>
-Launched launched(const Plan& whole, Pass pass, int d, Kernel whole_kernel, Kernel streamed_kernel, int device) {
-  const Plan plan = launch_plan(whole, pass, d, whole_kernel, streamed_kernel, device);
-  const Kernel kernel = plan.slabs > 1 ? streamed_kernel : whole_kernel;
+Launched launched(const Plan& whole, Pass pass, int d, const PassKernels<Kernel>& kernels, int device) {
+  const Plan plan = launch_plan(whole, pass, d, kernels, device);
+  const Kernel kernel = kernels.of(plan);
   const int bytes = shared_bytes(plan, pass, d);
   Launched l;
   l.slabs = plan.slabs;
@@ -125,20 +136,32 @@ Launched launched(const Plan& whole, Pass pass, int d, Kernel whole_kernel, Kern
   return l;
 }
 template <typename T, int D>
+auto forward_kernels() {
+  return pass_kernels(halo_forward_kernel<T, D, false>, halo_forward_kernel<T, D, true>, halo_forward_kernel<T, D, true>);
+}
+template <typename T, int D>
+auto dq_kernels() {
+  return pass_kernels(halo_dq_kernel<T, D, false>, halo_dq_kernel<T, D, true>, halo_dq_kernel<T, D, true>);
+}
+template <typename T, int D>
+auto dkdv_kernels() {
+  return pass_kernels(halo_dkdv_kernel<T, D, false>, halo_dkdv_kernel<T, D, true>, halo_dkdv_kernel<T, D, true, true>);
+}
+template <typename T, int D>
 Launched forward_launched(const Plan& keys_whole, int device) {
-  return launched(keys_whole, Pass::forward, D, halo_forward_kernel<T, D, false>, halo_forward_kernel<T, D, true>, device);
+  return launched(keys_whole, Pass::forward, D, forward_kernels<T, D>(), device);
 }
 template <typename T, int D>
 Launched backward_launched(const Plan& whole, Pass pass, int device) {
-  return pass == Pass::dq ? launched(whole, pass, D, halo_dq_kernel<T, D, false>, halo_dq_kernel<T, D, true>, device)
-                          : launched(whole, pass, D, halo_dkdv_kernel<T, D, false>, halo_dkdv_kernel<T, D, true>, device);
+  return pass == Pass::dq ? launched(whole, pass, D, dq_kernels<T, D>(), device)
+                          : launched(whole, pass, D, dkdv_kernels<T, D>(), device);
 }
 
 template <typename T, int D>
 void launch_forward(const ForwardCall& call, const Plan& whole) {
   const Problem& p = call.problem;
-  const Plan plan = launch_plan(whole, Pass::forward, D, halo_forward_kernel<T, D, false>,
-                                halo_forward_kernel<T, D, true>, call.in.q.device);
+  const auto kernels = forward_kernels<T, D>();
+  const Plan plan = launch_plan(whole, Pass::forward, D, kernels, call.in.q.device);
   ForwardParams<T> P;
   P.p = p;
   P.geo = geometry(p, plan);
@@ -151,7 +174,7 @@ void launch_forward(const ForwardCall& call, const Plan& whole) {
   if (call.lse) P.lse = cuda::token_tensor<float>(*call.lse, p.rank);
   const int bytes = ForwardLayout<D>(P.geo).bytes;
   check_bytes(bytes, forward_shared_bytes(plan, D), "forward");
-  auto kernel = plan.slabs > 1 ? halo_forward_kernel<T, D, true> : halo_forward_kernel<T, D, false>;
+  auto kernel = kernels.of(plan);
   set_shared(kernel, bytes);
   const int64_t x_blocks = int64_t(P.geo.boxes_total) * dilation_groups(p);
   const int64_t slices = int64_t(p.batch) * p.heads_q;
@@ -165,10 +188,10 @@ void launch_forward(const ForwardCall& call, const Plan& whole) {
 template <typename T, int D>
 void launch_backward(const BackwardCall& call, const Plan& keys_whole, const Plan& queries_whole) {
   const Problem& p = call.problem;
-  const Plan keys_plan = launch_plan(keys_whole, Pass::dq, D, halo_dq_kernel<T, D, false>,
-                                     halo_dq_kernel<T, D, true>, call.in.q.device);
-  const Plan queries_plan = launch_plan(queries_whole, Pass::dkdv, D, halo_dkdv_kernel<T, D, false>,
-                                        halo_dkdv_kernel<T, D, true>, call.in.q.device);
+  const auto dq_set = dq_kernels<T, D>();
+  const auto dkdv_set = dkdv_kernels<T, D>();
+  const Plan keys_plan = launch_plan(keys_whole, Pass::dq, D, dq_set, call.in.q.device);
+  const Plan queries_plan = launch_plan(queries_whole, Pass::dkdv, D, dkdv_set, call.in.q.device);
   cudaStream_t stream = static_cast<cudaStream_t>(call.stream);
   const float scale = static_cast<float>(effective_scale(p));
   float* delta = cuda::scratch_alloc<float>(size_t(p.batch) * p.tokens() * p.heads_q, stream);
@@ -188,7 +211,7 @@ void launch_backward(const BackwardCall& call, const Plan& keys_whole, const Pla
   Q.delta = delta;
   const int dq_bytes = DqLayout<D>(Q.geo).bytes;
   check_bytes(dq_bytes, dq_shared_bytes(keys_plan, D), "dQ pass");
-  auto dq_kernel = keys_plan.slabs > 1 ? halo_dq_kernel<T, D, true> : halo_dq_kernel<T, D, false>;
+  auto dq_kernel = dq_set.of(keys_plan);
   set_shared(dq_kernel, dq_bytes);
   const int groups = dilation_groups(p);
   const int device = call.in.q.device;
@@ -211,9 +234,9 @@ void launch_backward(const BackwardCall& call, const Plan& keys_whole, const Pla
   K.delta = delta;
   K.dk = cuda::token_tensor<T>(call.dk, p.rank);
   K.dv = cuda::token_tensor<T>(call.dv, p.rank);
-  const int kv_bytes = DkdvLayout<D>(K.geo, queries_plan.slabs > 1).bytes;
+  const int kv_bytes = DkdvLayout<D>(K.geo, queries_plan.slabs > 1, queries_plan.kv_registers).bytes;
   check_bytes(kv_bytes, dkdv_shared_bytes(queries_plan, D), "dK/dV pass");
-  auto kv_kernel = queries_plan.slabs > 1 ? halo_dkdv_kernel<T, D, true> : halo_dkdv_kernel<T, D, false>;
+  auto kv_kernel = dkdv_set.of(queries_plan);
   set_shared(kv_kernel, kv_bytes);
   const int64_t kv_blocks = int64_t(K.geo.boxes_total) * groups, kv_slices = int64_t(p.batch) * p.heads_kv;
   const SliceGrid kv_grid = launch_grid(kv_kernel, kv_bytes, kv_blocks, kv_slices, device);

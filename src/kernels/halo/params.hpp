@@ -34,7 +34,6 @@ struct Geometry {
   int slab_planes;  // planes of axis 0 per slab of the halo (plan.hpp)
   int segments;   // walks (slabs) a warp's walk table holds at most
   int slab_table_rows;  // entries of each warp's walk table in the streamed dK / dV kernel
-  int kv_registers;  // the streamed dK / dV kernel keeps no K / V tiles (plan.hpp)
   int slices_per_cta;  // (batch item, head) slices each CTA takes in turn: blockIdx.y counts them
 };
 
