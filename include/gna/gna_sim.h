@@ -71,6 +71,21 @@ gna_status gna_simulate(const gna_sim_config* config, gna_sim_result* result);
 gna_status gna_sim_kernel_tiles(const gna_sim_config* config, int32_t kernel, int32_t head_dim,
                                 gna_sim_config* chosen);
 
+/* A kernel's predicted speedup (gna::sim::predict): the cost, in dense tile pairs of the kernel,
+ * of the config's rule at the tiles the kernel chooses (gna_sim_kernel_tiles), from the kernel's
+ * measured cost per full pair, partial pair and work item (include/gna/core/kernel_tiles.hpp),
+ * against the cost of dense attention over the same tokens. */
+typedef struct gna_sim_prediction {
+  double cost;
+  double dense_cost;
+  double speedup; /* dense_cost / cost */
+} gna_sim_prediction;
+
+/* Simulates the config's rule at the kernel's tiles (its own tiles and tilings are ignored) and
+ * predicts the kernel's speedup. Errors as gna_sim_kernel_tiles'. */
+gna_status gna_sim_predict(const gna_sim_config* config, int32_t kernel, int32_t head_dim,
+                           gna_sim_prediction* prediction);
+
 /* One stride tuple of a stride sweep: its result, and whether it beats every smaller stride. */
 typedef struct gna_sim_sweep_entry {
   int32_t stride[GNA_MAX_RANK];

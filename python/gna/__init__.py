@@ -1,12 +1,13 @@
 """gna: Generalized Neighborhood Attention for PyTorch, over libgna's C ABI.
 
 Without torch installed, `import gna` still provides the simulator (gna.simulate,
-gna.kernel_tiles, gna.end_to_end_speedup) and the library's metadata; the attention functions then raise an
-ImportError that says so.
+gna.kernel_tiles, gna.predicted_speedup, gna.end_to_end_speedup) and the library's metadata;
+the attention functions then raise an ImportError that says so.
 """
 from ._lib import (UnsupportedError, GnaRuntimeError, abi_version, backend_names, library_path,
                    release_cached_memory)
-from .simulator import end_to_end_speedup, kernel_tiles, simulate, stride_sweep
+from .simulator import (end_to_end_speedup, kernel_tiles, predicted_speedup, simulate,
+                        stride_sweep)
 
 __version__ = "0.1.0"
 
@@ -39,6 +40,6 @@ else:
     from .processor import GnaAttentionProcessor, dense_attention, install_processors
     from .sta_search import WindowPlan, WindowSearch, search_windows
 
-__all__ = ["simulate", "kernel_tiles", "stride_sweep", "end_to_end_speedup", "backend_names", "abi_version", "library_path",
+__all__ = ["simulate", "kernel_tiles", "predicted_speedup", "stride_sweep", "end_to_end_speedup", "backend_names", "abi_version", "library_path",
            "release_cached_memory",
            "UnsupportedError", "GnaRuntimeError", *_TORCH_NAMES]

@@ -131,6 +131,14 @@ class SimSweepEntry(ctypes.Structure):
     ]
 
 
+class SimPrediction(ctypes.Structure):
+    _fields_ = [
+        ("cost", ctypes.c_double),
+        ("dense_cost", ctypes.c_double),
+        ("speedup", ctypes.c_double),
+    ]
+
+
 class SimBenchCase(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_char * 64),
@@ -239,6 +247,11 @@ if has_kernel_tiles:
     lib.gna_sim_kernel_tiles.restype = _status
     lib.gna_sim_kernel_tiles.argtypes = [_P(SimConfig), ctypes.c_int32, ctypes.c_int32,
                                          _P(SimConfig)]
+has_prediction = hasattr(lib, "gna_sim_predict")
+if has_prediction:
+    lib.gna_sim_predict.restype = _status
+    lib.gna_sim_predict.argtypes = [_P(SimConfig), ctypes.c_int32, ctypes.c_int32,
+                                    _P(SimPrediction)]
 has_bench_cases = hasattr(lib, "gna_sim_bench_case_count")
 if has_bench_cases:
     lib.gna_sim_bench_case_count.restype = ctypes.c_int32

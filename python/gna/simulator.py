@@ -80,6 +80,24 @@ def kernel_tiles(shape, window, stride=1, dilation=1, is_causal=False, kernel="h
             tuple(chosen.kv_tile[a] for a in range(rank)), _KV_TILING_NAMES[chosen.kv_tiling])
 
 
+def predicted_speedup(shape, window, stride=1, dilation=1, is_causal=False,
+                      kernel="hopper forward", head_dim=128):
+    """The speedup a kernel's measured cost predicts for this rule against dense attention over
+    the same tokens: a dict of "speedup", "cost" and "dense_cost" (in dense tile pairs of the
+    kernel). The rule is simulated at the tiles the kernel chooses (kernel_tiles()); full pairs,
+    partial pairs and work items are priced by the kernel's weights, fitted to its measured
+    times (docs/performance.md, "What a Hopper kernel's time is made of")."""
+    kernel_id = _kernel_id(kernel)
+    if not _lib.has_prediction:
+        raise RuntimeError("gna: this libgna has no gna_sim_predict (rebuild it)")
+    config = _config(shape, window, stride, dilation, is_causal, 1, 1, "multi", "static")
+    out = _lib.SimPrediction()
+    _lib.check(_lib.lib.gna_sim_predict(ctypes.byref(config), kernel_id,
+                                        _lib.int32(head_dim, "head_dim"), ctypes.byref(out)),
+               _lib.lib.gna_sim_last_error)
+    return {"speedup": out.speedup, "cost": out.cost, "dense_cost": out.dense_cost}
+
+
 def _result_dict(result):
     out = {name: getattr(result, name) for name, _ in _lib.SimResult._fields_
            if name != "reserved"}

@@ -70,7 +70,10 @@ def test_reports():
     for r in rows:
         r["pass"] = r.pop("pass_")
     table = report.markdown(rows)
-    assert "| c | fwd | cuDNN SDPA dense |  | 2.000 | 100.0 | — | — | 1.00 | — |" in table
+    rows[1]["predicted"] = 4.2
+    table = report.markdown(rows)
+    assert "| c | fwd | cuDNN SDPA dense |  | 2.000 | 100.0 | — | — | 1.00 | — | — |" in table
+    assert "| 4.00 | — | 4.20 |" in table
     assert "hopper" in table and "error: RuntimeError: boom" in table
     svg = report.svg_chart(rows, "t")
     assert svg.startswith("<svg") and "4.00×" in svg and "boom" not in svg

@@ -141,3 +141,23 @@ def test_kernel_tiles_bad_input_raises_value_error():
         gna.kernel_tiles((10,), 12)
     with pytest.raises(ValueError, match="head_dim"):
         gna.kernel_tiles((64, 64), 16, head_dim=2**40)
+
+
+def test_predicted_speedup_is_the_cost_model():
+    # Dense attention over a whole number of tiles predicts exactly 1; a neighborhood predicts
+    # less than its tile-wise bound's dense cost over the cost of its pairs, and more than 1.
+    dense = gna.predicted_speedup((30, 48, 80), (30, 48, 80))
+    assert dense["speedup"] == pytest.approx(1.0, abs=1e-12)
+    assert dense["cost"] == pytest.approx(dense["dense_cost"])
+    hunyuan = gna.predicted_speedup((30, 48, 80), (18, 24, 24))
+    r = gna.simulate((30, 48, 80), (18, 24, 24), kernel="hopper forward")
+    assert hunyuan["dense_cost"] == pytest.approx(dense["dense_cost"])
+    assert hunyuan["cost"] > r["visited_pairs"]  # partial pairs and work items cost more
+    assert 1.0 < hunyuan["speedup"] < r["dense_kv_tiles"] * r["q_tiles"] / r["visited_pairs"]
+    assert hunyuan["speedup"] == pytest.approx(hunyuan["dense_cost"] / hunyuan["cost"])
+    backward = gna.predicted_speedup((30, 48, 80), (18, 24, 24), kernel="hopper backward")
+    assert backward["speedup"] > 1.0 and backward["cost"] != hunyuan["cost"]
+    with pytest.raises(ValueError, match="head_dim"):
+        gna.predicted_speedup((64,), 16, head_dim=48)
+    with pytest.raises(ValueError, match="kernel"):
+        gna.predicted_speedup((64,), 16, kernel="hopper sideways")

@@ -131,6 +131,20 @@ gna_status gna_sim_kernel_tiles(const gna_sim_config* config, int32_t kernel, in
   });
 }
 
+gna_status gna_sim_predict(const gna_sim_config* config, int32_t kernel, int32_t head_dim,
+                           gna_sim_prediction* prediction) {
+  gna_sim_config chosen{};
+  const gna_status status = gna_sim_kernel_tiles(config, kernel, head_dim, &chosen);
+  if (status != GNA_STATUS_OK) return status;
+  return guarded([&] {
+    if (prediction == nullptr) gna::fail_invalid("prediction: output required, got NULL");
+    const gna::sim::KernelPrediction p =
+        gna::sim::predict(gna::sim::simulate(to_config(&chosen)),
+                          static_cast<gna::sim::TiledKernel>(kernel), head_dim);
+    *prediction = gna_sim_prediction{p.cost, p.dense_cost, p.speedup};
+  });
+}
+
 gna_status gna_sim_sweep(const gna_sim_config* config, gna_sim_sweep_entry* entries,
                          int64_t capacity, int64_t* count) {
   return guarded([&] {

@@ -274,6 +274,28 @@ TEST(KernelTiles, PredictionIsTheCostModel) {
   }
 }
 
+// The C ABI's prediction is the C++ one at the kernel's tiles; a missing output is named.
+TEST(KernelTiles, CAbiPredictionIsTheCppOne) {
+  const BenchCase* c = find_bench_case("wan 15x27x48");
+  ASSERT_NE(c, nullptr);
+  const gna_sim_config in = c_config(*c);
+  for (TiledKernel kernel : tiled_kernels()) {
+    gna_sim_prediction got{};
+    ASSERT_EQ(gna_sim_predict(&in, static_cast<int32_t>(kernel), 128, &got), GNA_STATUS_OK)
+        << gna_sim_last_error();
+    const KernelPrediction want =
+        predict(simulate(kernel_tiles(config_of(*c), kernel, 128)), kernel, 128);
+    EXPECT_DOUBLE_EQ(got.cost, want.cost);
+    EXPECT_DOUBLE_EQ(got.dense_cost, want.dense_cost);
+    EXPECT_DOUBLE_EQ(got.speedup, want.speedup);
+  }
+  EXPECT_NE(gna_sim_predict(&in, GNA_SIM_KERNEL_HOPPER_FORWARD, 128, nullptr), GNA_STATUS_OK);
+  EXPECT_NE(std::string(gna_sim_last_error()).find("prediction"), std::string::npos);
+  gna_sim_prediction out{};
+  EXPECT_NE(gna_sim_predict(&in, GNA_SIM_KERNEL_HOPPER_FORWARD, 48, &out), GNA_STATUS_OK);
+  EXPECT_NE(std::string(gna_sim_last_error()).find("head_dim"), std::string::npos);
+}
+
 std::string error_of(const gna_sim_config* in, int kernel, int head_dim) {
   gna_sim_config chosen{};
   EXPECT_NE(gna_sim_kernel_tiles(in, kernel, head_dim, &chosen), GNA_STATUS_OK);

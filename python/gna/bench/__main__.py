@@ -7,7 +7,9 @@ forward+backward 3.5 times that (backward 2.5x); keys per query come from gna's 
 GB/s counts the fewest bytes a pass must move (forward: Q, K, V read, O and the logsumexp
 written; forward+backward adds O, dO, the logsumexp read and dQ, dK, dV written), and "% copy"
 compares it with a device-to-device copy timed in the same run. "× cuDNN" and "× Flex" divide
-cuDNN SDPA dense's and FlexAttention's time for the same pass by the row's time.
+cuDNN SDPA dense's and FlexAttention's time for the same pass by the row's time. "gna-sim ×"
+is the speedup against dense attention that the Hopper forward's measured cost model predicts
+(gna.predicted_speedup), on the forward rows that run on the Hopper backend.
 """
 import argparse
 import math
@@ -30,6 +32,17 @@ def _attended_keys(case):
     sim = gna.simulate(case.layout, case.window, stride=case.strides, dilation=case.dilations,
                        is_causal=case.causals, q_tile=1, kv_tile=1)
     return sim["mean_keys_per_query"]
+
+
+def _predicted_forward(case):
+    """The Hopper forward's predicted × dense (gna-sim's cost model) for the case, or None where
+    the simulator cannot tell (a head dim it does not run, a choice past its step limit)."""
+    try:
+        return gna.predicted_speedup(case.layout, case.window, stride=case.strides,
+                                     dilation=case.dilations, is_causal=case.causals,
+                                     kernel="hopper forward", head_dim=case.dim)["speedup"]
+    except (ValueError, RuntimeError):
+        return None
 
 
 class Runner:
@@ -145,6 +158,8 @@ class Runner:
             if row["impl"].startswith("gna"):
                 row["gbps"] = min_bytes / row["ms"] / 1e6
                 row["copy_pct"] = 100.0 * row["gbps"] / self.copy_gbps
+                if pass_name == "fwd" and row.get("backend") == "hopper":
+                    row["predicted"] = _predicted_forward(case)
 
     @staticmethod
     def _dense(call, q, k, v, d_out, grad):
