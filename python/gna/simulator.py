@@ -58,6 +58,16 @@ def _kernel_id(kernel):
     return _KERNELS[name]
 
 
+def _kernel_call(shape, window, stride, dilation, is_causal, kernel, function):
+    """The rule's config and the kernel's id for a gna_sim_* call about a kernel (an unknown
+    kernel first, then a library without the function)."""
+    kernel_id = _kernel_id(kernel)
+    if not hasattr(_lib.lib, function):
+        raise RuntimeError(f"gna: this libgna has no {function} (rebuild it)")
+    return (_config(shape, window, stride, dilation, is_causal, 1, 1, "multi", "static"),
+            kernel_id)
+
+
 def kernel_tiles(shape, window, stride=1, dilation=1, is_causal=False, kernel="hopper forward",
                  head_dim=128):
     """The tiles a kernel runs for this rule: (q_tile, kv_tile, kv_tiling), the Q and KV tile
@@ -66,10 +76,8 @@ def kernel_tiles(shape, window, stride=1, dilation=1, is_causal=False, kernel="h
     options. kernel: "hopper forward" (grid or placed KV tiles, whichever is cheaper) or "hopper
     backward" ('-' or '_' for the space also do). The choice scores one image and head: batch and
     heads do not matter. simulate(..., kernel=...) simulates these tiles."""
-    kernel_id = _kernel_id(kernel)
-    if not _lib.has_kernel_tiles:
-        raise RuntimeError("gna: this libgna has no gna_sim_kernel_tiles (rebuild it)")
-    config = _config(shape, window, stride, dilation, is_causal, 1, 1, "multi", "static")
+    config, kernel_id = _kernel_call(shape, window, stride, dilation, is_causal, kernel,
+                                     "gna_sim_kernel_tiles")
     chosen = _lib.SimConfig()
     _lib.check(_lib.lib.gna_sim_kernel_tiles(ctypes.byref(config), kernel_id,
                                              _lib.int32(head_dim, "head_dim"),
@@ -87,10 +95,8 @@ def predicted_speedup(shape, window, stride=1, dilation=1, is_causal=False,
     kernel). The rule is simulated at the tiles the kernel chooses (kernel_tiles()); full pairs,
     partial pairs and work items are priced by the kernel's weights, fitted to its measured
     times (docs/performance.md, "What a Hopper kernel's time is made of")."""
-    kernel_id = _kernel_id(kernel)
-    if not _lib.has_prediction:
-        raise RuntimeError("gna: this libgna has no gna_sim_predict (rebuild it)")
-    config = _config(shape, window, stride, dilation, is_causal, 1, 1, "multi", "static")
+    config, kernel_id = _kernel_call(shape, window, stride, dilation, is_causal, kernel,
+                                     "gna_sim_predict")
     out = _lib.SimPrediction()
     _lib.check(_lib.lib.gna_sim_predict(ctypes.byref(config), kernel_id,
                                         _lib.int32(head_dim, "head_dim"), ctypes.byref(out)),
