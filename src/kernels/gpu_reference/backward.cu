@@ -11,6 +11,7 @@
 #include "kernels/common/token_tensor.cuh"
 #include "kernels/gpu_reference/gpu_reference.hpp"
 #include "kernels/gpu_reference/input_views.cuh"
+#include "kernels/gpu_reference/rows.cuh"
 #include "kernels/gpu_reference/walk.cuh"
 
 namespace gna::gpu_reference {
@@ -57,26 +58,13 @@ __device__ void store_row(T* dst, const float* src, float factor, int dim, int l
   }
 }
 
-struct RowIndex {
-  int b, h;
-  int64_t token;
-};
-
-__device__ inline RowIndex split_row(const Problem& p, int64_t row) {
-  RowIndex r;
-  r.h = static_cast<int>(row % p.heads_q);
-  r.token = (row / p.heads_q) % p.tokens();
-  r.b = static_cast<int>(row / p.heads_q / p.tokens());
-  return r;
-}
-
 template <typename T>
 __global__ void delta_kernel(BackwardArgs<T> args, int64_t rows) {
   const int lane = threadIdx.x % 32;
-  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t row = warp_row();
   if (row >= rows) return;
   const Problem& p = args.p;
-  const RowIndex r = split_row(p, row);
+  const QueryRow r = query_row(p, row);
   int x[kMaxRank];
   token_coordinates(p, r.token, x);
   float o[kPerLane];
@@ -88,10 +76,10 @@ __global__ void delta_kernel(BackwardArgs<T> args, int64_t rows) {
 template <typename T>
 __global__ void dq_kernel(BackwardArgs<T> args, int64_t rows) {
   const int lane = threadIdx.x % 32;
-  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t row = warp_row();
   if (row >= rows) return;
   const Problem& p = args.p;
-  const RowIndex r = split_row(p, row);
+  const QueryRow r = query_row(p, row);
   const int hk = r.h / (p.heads_q / p.heads_kv);
   int x[kMaxRank];
   token_coordinates(p, r.token, x);
@@ -154,7 +142,7 @@ __device__ void accumulate_query(const BackwardArgs<T>& args, int b, const int* 
 template <typename T>
 __global__ void dkv_kernel(BackwardArgs<T> args, int64_t layout_rows, int64_t rows) {
   const int lane = threadIdx.x % 32;
-  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t row = warp_row();
   if (row >= rows) return;
   const Problem& p = args.p;
   const int group_size = p.heads_q / p.heads_kv;
@@ -205,10 +193,6 @@ __global__ void dkv_kernel(BackwardArgs<T> args, int64_t layout_rows, int64_t ro
   store_row(args.d_add_v.at(b, &j, 1, hk), dv, 1.f, p.dim_v, lane);
 }
 
-unsigned blocks_for(int64_t rows, int threads) {
-  return static_cast<unsigned>((rows * 32 + threads - 1) / threads);
-}
-
 }  // namespace
 
 void backward(const BackwardCall& call) {
@@ -234,14 +218,13 @@ void backward(const BackwardCall& call) {
       args.d_add_v = cuda::token_tensor<T>(*call.d_additional_v, 1);
     }
     args.delta = delta;
-    const int threads = 256;
-    delta_kernel<T><<<blocks_for(q_rows, threads), threads, 0, stream>>>(args, q_rows);
+    delta_kernel<T><<<row_blocks(q_rows), kRowThreads, 0, stream>>>(args, q_rows);
     GNA_CUDA_CHECK_LAUNCH();
-    dq_kernel<T><<<blocks_for(q_rows, threads), threads, 0, stream>>>(args, q_rows);
+    dq_kernel<T><<<row_blocks(q_rows), kRowThreads, 0, stream>>>(args, q_rows);
     GNA_CUDA_CHECK_LAUNCH();
     const int64_t layout_rows = int64_t(p.batch) * p.tokens() * p.heads_kv;
     const int64_t kv_rows = layout_rows + int64_t(p.batch) * p.additional_kv * p.heads_kv;
-    dkv_kernel<T><<<blocks_for(kv_rows, threads), threads, 0, stream>>>(args, layout_rows, kv_rows);
+    dkv_kernel<T><<<row_blocks(kv_rows), kRowThreads, 0, stream>>>(args, layout_rows, kv_rows);
     GNA_CUDA_CHECK_LAUNCH();
   });
   GNA_CUDA_CHECK(cudaFreeAsync(delta, stream));

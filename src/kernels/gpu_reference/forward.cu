@@ -7,6 +7,7 @@
 #include "kernels/common/token_tensor.cuh"
 #include "kernels/gpu_reference/gpu_reference.hpp"
 #include "kernels/gpu_reference/input_views.cuh"
+#include "kernels/gpu_reference/rows.cuh"
 #include "kernels/gpu_reference/walk.cuh"
 
 namespace gna::gpu_reference {
@@ -55,15 +56,14 @@ struct OnlineRow {
 template <typename T>
 __global__ void forward_kernel(ForwardArgs<T> args, int64_t rows) {
   const int lane = threadIdx.x % 32;
-  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t row = warp_row();
   if (row >= rows) return;
   const Problem& p = args.p;
-  const int h = static_cast<int>(row % p.heads_q);
-  const int64_t token = (row / p.heads_q) % p.tokens();
-  const int b = static_cast<int>(row / p.heads_q / p.tokens());
+  const QueryRow q_row = query_row(p, row);
+  const int b = q_row.b, h = q_row.h;
   const int hk = h / (p.heads_q / p.heads_kv);
   int x[kMaxRank];
-  token_coordinates(p, token, x);
+  token_coordinates(p, q_row.token, x);
 
   OnlineRow<T> r;
   const T* qrow = args.q.at(b, x, p.rank, h);
@@ -104,10 +104,8 @@ void forward(const ForwardCall& call) {
     args.write_lse = call.lse != nullptr;
     if (call.lse) args.lse = cuda::token_tensor<float>(*call.lse, p.rank);
     const int64_t rows = int64_t(p.batch) * p.tokens() * p.heads_q;
-    const int threads = 256;
-    const int64_t blocks = (rows * 32 + threads - 1) / threads;
-    forward_kernel<T><<<static_cast<unsigned>(blocks), threads, 0,
-                        static_cast<cudaStream_t>(call.stream)>>>(args, rows);
+    forward_kernel<T><<<row_blocks(rows), kRowThreads, 0, static_cast<cudaStream_t>(call.stream)>>>(
+        args, rows);
     GNA_CUDA_CHECK_LAUNCH();
   });
   if (!ok) fail(ErrorKind::unsupported, "gpu_reference: dtype ", dtype_name(p.dtype), " not supported");
