@@ -368,6 +368,18 @@ __device__ __forceinline__ bool patch_token(const Geometry& G, const WarpBox& w,
   return valid;
 }
 
+// f(r, valid, ig) for each of the lane's two rows r (g and g + 8 of the warp's patch): ig its
+// group coordinates, valid whether it is a token of the group (never in an empty box).
+template <typename F>
+__device__ __forceinline__ void for_lane_rows(const Geometry& G, const WarpBox& w, int rank, int lane, F&& f) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    int ig[kMaxRank];
+    const bool valid = !w.empty && patch_token(G, w, rank, lane / 4 + 8 * r, ig);
+    f(r, valid, ig);
+  }
+}
+
 __device__ __forceinline__ RowWindows row_windows(const Geometry& G, const Problem& p, const Slice& s,
                                                   const WarpBox& w, Side side) {
   RowWindows rw;

@@ -90,13 +90,10 @@ __global__ void __launch_bounds__(kWarps * 32, dkdv_blocks_per_sm(D))
     build_walk_masks(w, s, slab_planes, coords, row_windows(P.geo, p, s, w, Side::queries_of_keys), masks);
   }
   int dk_off[2], dv_off[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    int ig[kMaxRank];
-    const bool valid = !w.empty && patch_token(P.geo, w, p.rank, lane / 4 + 8 * r, ig);
+  for_lane_rows(P.geo, w, p.rank, lane, [&](int r, bool valid, const int* ig) {
     dk_off[r] = valid ? static_cast<int>(token_offset(P.dk, p, s, ig)) : -1;
     dv_off[r] = valid ? static_cast<int>(token_offset(P.dv, p, s, ig)) : -1;
-  }
+  });
   __syncthreads();
 
   const int group_heads = p.heads_q / p.heads_kv;

@@ -74,12 +74,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   uint32_t* masks = reinterpret_cast<uint32_t*>(smem + L.masks + warp * walk_mask_bytes(P.geo.walk_rows, P.geo.segments));
   build_walk_masks(w, s, slab_planes, coords, row_windows(P.geo, p, s, w, Side::keys_of_queries), masks);
   int dq_off[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    int ig[kMaxRank];
-    const bool valid = !w.empty && patch_token(P.geo, w, p.rank, lane / 4 + 8 * r, ig);
+  for_lane_rows(P.geo, w, p.rank, lane, [&](int r, bool valid, const int* ig) {
     dq_off[r] = valid ? static_cast<int>(token_offset(P.dq, p, s, ig)) : -1;
-  }
+  });
   __syncthreads();
 
   const int group_heads = p.heads_q / p.heads_kv;
