@@ -122,13 +122,16 @@ TEST(HaloPlan, ImageShapes) {
   EXPECT_EQ(three.tile_rows, three.halo_rows);
 }
 
-// Brute force over a problem's boxes and warp patches, as the kernels split them (cta.cuh): per
-// warp, the chunks of its walks over the slabs of its box's halo and their mask words. They must
-// fit the plan's walk table and masks.
-void check_walk_tables(const Problem& p, Side side, const Plan& plan) {
-  const BoxShape& shape = plan.shape;
+// Every box and warp patch of a problem's dilation groups, as the kernels split them (cta.cuh):
+// on_box(halo) with the box's halo (window unions on `side`), then on_warp(halo, walk) for each
+// warp patch holding tokens, with the union of its windows.
+template <typename OnBox, typename OnWarp>
+void for_each_warp_walk(const Problem& p, const BoxShape& shape, Side side, OnBox on_box,
+                        OnWarp on_warp) {
   int groups = 1;
   for (int a = 0; a < p.rank; ++a) groups *= p.axes[a].dilation;
+  const int per[kMaxRank] = {shape.cta[0] / shape.warp[0], shape.cta[1] / shape.warp[1],
+                             shape.cta[2] / shape.warp[2]};
   for (int g = 0; g < groups; ++g) {
     int n[kMaxRank] = {1, 1, 1};
     for (int a = 0, rest = g; a < p.rank; rest /= p.axes[a].dilation, ++a)
@@ -140,18 +143,11 @@ void check_walk_tables(const Problem& p, Side side, const Plan& plan) {
         for (int b2 = 0; b2 < boxes[2]; ++b2) {
           const int box[kMaxRank] = {b0, b1, b2};
           Range halo[kMaxRank] = {{0, 1}, {0, 1}, {0, 1}};
-          int rows = 1;
           for (int a = 0; a < p.rank; ++a) {
             const Range cta{box[a] * shape.cta[a], std::min((box[a] + 1) * shape.cta[a], n[a])};
             halo[a] = window_union(p.axes[a], n[a], cta, side);
-            rows *= halo[a].size();
           }
-          ASSERT_LE(rows, plan.halo_rows);
-          ASSERT_LE(rows / halo[0].size() * std::min(plan.slab_planes, halo[0].size()), plan.tile_rows);
-          const int slabs = (halo[0].size() + plan.slab_planes - 1) / plan.slab_planes;
-          ASSERT_LE(slabs, plan.slabs);
-          const int per[kMaxRank] = {shape.cta[0] / shape.warp[0], shape.cta[1] / shape.warp[1],
-                                     shape.cta[2] / shape.warp[2]};
+          on_box(halo);
           for (int w = 0; w < per[0] * per[1] * per[2]; ++w) {
             const int wc[kMaxRank] = {w / (per[1] * per[2]), w / per[2] % per[1], w % per[2]};
             Range walk[kMaxRank] = {{0, 1}, {0, 1}, {0, 1}};
@@ -162,23 +158,42 @@ void check_walk_tables(const Problem& p, Side side, const Plan& plan) {
               empty = empty || tokens.empty();
               if (!tokens.empty()) walk[a] = window_union(p.axes[a], n[a], tokens, side);
             }
-            if (empty) continue;
-            const int plane = walk[1].size() * walk[2].size();
-            int chunks = 0, words = 0, segments = 0;
-            for (int k = 0; k < slabs; ++k) {
-              const int lo = std::max(k * plan.slab_planes, walk[0].begin - halo[0].begin);
-              const int hi = std::min((k + 1) * plan.slab_planes, walk[0].end - halo[0].begin);
-              const int c = (std::max(hi - lo, 0) * plane + kChunk - 1) / kChunk;
-              chunks += c;
-              words += (c + 3) / 4;
-              segments += c > 0;
-            }
-            ASSERT_LE(segments, plan.segments);
-            ASSERT_LE(chunks * kChunk, plan.walk_rows) << "slab planes " << plan.slab_planes;
-            ASSERT_LE(words * 32 * 4, walk_mask_bytes(plan.walk_rows, plan.segments));
+            if (!empty) on_warp(halo, walk);
           }
         }
   }
+}
+
+// Brute force over a problem's boxes and warp patches: per warp, the chunks of its walks over
+// the slabs of its box's halo and their mask words. They must fit the plan's walk table and
+// masks.
+void check_walk_tables(const Problem& p, Side side, const Plan& plan) {
+  for_each_warp_walk(
+      p, plan.shape, side,
+      [&](const Range* halo) {
+        int rows = 1;
+        for (int a = 0; a < p.rank; ++a) rows *= halo[a].size();
+        ASSERT_LE(rows, plan.halo_rows);
+        ASSERT_LE(rows / halo[0].size() * std::min(plan.slab_planes, halo[0].size()),
+                  plan.tile_rows);
+        ASSERT_LE((halo[0].size() + plan.slab_planes - 1) / plan.slab_planes, plan.slabs);
+      },
+      [&](const Range* halo, const Range* walk) {
+        const int slabs = (halo[0].size() + plan.slab_planes - 1) / plan.slab_planes;
+        const int plane = walk[1].size() * walk[2].size();
+        int chunks = 0, words = 0, segments = 0;
+        for (int k = 0; k < slabs; ++k) {
+          const int lo = std::max(k * plan.slab_planes, walk[0].begin - halo[0].begin);
+          const int hi = std::min((k + 1) * plan.slab_planes, walk[0].end - halo[0].begin);
+          const int c = (std::max(hi - lo, 0) * plane + kChunk - 1) / kChunk;
+          chunks += c;
+          words += (c + 3) / 4;
+          segments += c > 0;
+        }
+        ASSERT_LE(segments, plan.segments);
+        ASSERT_LE(chunks * kChunk, plan.walk_rows) << "slab planes " << plan.slab_planes;
+        ASSERT_LE(words * 32 * 4, walk_mask_bytes(plan.walk_rows, plan.segments));
+      });
 }
 
 // The streamed dK / dV kernel's walks (cta.cuh, build_slab_table and slab_walk), by brute force
@@ -188,61 +203,31 @@ void check_walk_tables(const Problem& p, Side side, const Plan& plan) {
 // the sub-box's planes in the slab, and its masks fit walk_mask_bytes(walk_rows + kChunk, segments).
 void check_slab_tables(const Problem& p, const Plan& plan) {
   if (plan.slabs == 1) return;
-  const BoxShape& shape = plan.shape;
-  int groups = 1;
-  for (int a = 0; a < p.rank; ++a) groups *= p.axes[a].dilation;
   const int S = plan.slab_planes;
-  for (int g = 0; g < groups; ++g) {
-    int n[kMaxRank] = {1, 1, 1};
-    for (int a = 0, rest = g; a < p.rank; rest /= p.axes[a].dilation, ++a)
-      n[a] = group_length(p.axes[a], rest % p.axes[a].dilation);
-    int boxes[kMaxRank] = {1, 1, 1};
-    for (int a = 0; a < p.rank; ++a) boxes[a] = tiles_along(n[a], shape.cta[a]);
-    for (int b0 = 0; b0 < boxes[0]; ++b0)
-      for (int b1 = 0; b1 < boxes[1]; ++b1)
-        for (int b2 = 0; b2 < boxes[2]; ++b2) {
-          const int box[kMaxRank] = {b0, b1, b2};
-          Range halo[kMaxRank] = {{0, 1}, {0, 1}, {0, 1}};
-          for (int a = 0; a < p.rank; ++a) {
-            const Range cta{box[a] * shape.cta[a], std::min((box[a] + 1) * shape.cta[a], n[a])};
-            halo[a] = window_union(p.axes[a], n[a], cta, Side::queries_of_keys);
-          }
-          const int slabs = (halo[0].size() + S - 1) / S;
-          const int per[kMaxRank] = {shape.cta[0] / shape.warp[0], shape.cta[1] / shape.warp[1],
-                                     shape.cta[2] / shape.warp[2]};
-          for (int w = 0; w < per[0] * per[1] * per[2]; ++w) {
-            const int wc[kMaxRank] = {w / (per[1] * per[2]), w / per[2] % per[1], w % per[2]};
-            Range walk[kMaxRank] = {{0, 1}, {0, 1}, {0, 1}};
-            bool empty = false;
-            for (int a = 0; a < p.rank; ++a) {
-              const int first = box[a] * shape.cta[a] + wc[a] * shape.warp[a];
-              const Range tokens{first, std::min(first + shape.warp[a], n[a])};
-              empty = empty || tokens.empty();
-              if (!tokens.empty()) walk[a] = window_union(p.axes[a], n[a], tokens, Side::queries_of_keys);
-            }
-            if (empty) continue;
-            const int plane = walk[1].size() * walk[2].size();
-            ASSERT_LE((S * plane + kChunk - 1) / kChunk * kChunk + kChunk, plan.slab_table_rows);
-            int words = 0, planes_walked = 0;
-            for (int k = 0; k < slabs; ++k) {
-              // Halo planes the walk meets in slab k, then the walk's entries in the slab's table.
-              const int lo = std::max(k * S, walk[0].begin - halo[0].begin);
-              const int hi = std::min((k + 1) * S, walk[0].end - halo[0].begin);
-              if (hi <= lo) continue;
-              planes_walked += hi - lo;
-              const int begin = (lo - k * S) * plane, count = (hi - lo) * plane;
-              const int lead = begin & 1, first = begin - lead;
-              const int chunks = (count + lead + kChunk - 1) / kChunk;
-              ASSERT_EQ(first % 2, 0);
-              ASSERT_LE(begin + count, S * plane) << "the walk's planes lie in the slab";
-              ASSERT_LE(first + chunks * kChunk, plan.slab_table_rows) << "slab planes " << S;
-              words += (chunks + 3) / 4;
-            }
-            ASSERT_EQ(planes_walked, walk[0].size()) << "every plane of the sub-box in one slab";
-            ASSERT_LE(words * 32 * 4, walk_mask_bytes(plan.walk_rows + kChunk, plan.segments)) << "slab planes " << S;
-          }
+  for_each_warp_walk(
+      p, plan.shape, Side::queries_of_keys, [](const Range*) {},
+      [&](const Range* halo, const Range* walk) {
+        const int slabs = (halo[0].size() + S - 1) / S;
+        const int plane = walk[1].size() * walk[2].size();
+        ASSERT_LE((S * plane + kChunk - 1) / kChunk * kChunk + kChunk, plan.slab_table_rows);
+        int words = 0, planes_walked = 0;
+        for (int k = 0; k < slabs; ++k) {
+          // Halo planes the walk meets in slab k, then the walk's entries in the slab's table.
+          const int lo = std::max(k * S, walk[0].begin - halo[0].begin);
+          const int hi = std::min((k + 1) * S, walk[0].end - halo[0].begin);
+          if (hi <= lo) continue;
+          planes_walked += hi - lo;
+          const int begin = (lo - k * S) * plane, count = (hi - lo) * plane;
+          const int lead = begin & 1, first = begin - lead;
+          const int chunks = (count + lead + kChunk - 1) / kChunk;
+          ASSERT_EQ(first % 2, 0);
+          ASSERT_LE(begin + count, S * plane) << "the walk's planes lie in the slab";
+          ASSERT_LE(first + chunks * kChunk, plan.slab_table_rows) << "slab planes " << S;
+          words += (chunks + 3) / 4;
         }
-  }
+        ASSERT_EQ(planes_walked, walk[0].size()) << "every plane of the sub-box in one slab";
+        ASSERT_LE(words * 32 * 4, walk_mask_bytes(plan.walk_rows + kChunk, plan.segments)) << "slab planes " << S;
+      });
 }
 
 // Resident CTAs per SM that shared memory allows on sm_90 (228 KB per SM, 1 KB reserved per CTA).
