@@ -4,6 +4,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import gna  # noqa: E402
 from gna.bench import cases, peers, report  # noqa: E402
 
 
@@ -153,6 +154,26 @@ def test_rows_record_their_wall_time(monkeypatch, capsys):
     assert "[" in capsys.readouterr().out
     failed = runner.record(case, "fwd", "FlexAttention", lambda: None, 3e9, skip="not here")
     assert failed["ms"] is None and "wall_s" in failed
+
+
+def test_predicted_column_on_hopper_forward_rows_only():
+    """The Hopper forward's rows carry gna-sim's prediction (one simulation per case), other
+    rows and passes none."""
+    from types import SimpleNamespace
+    from gna.bench import __main__ as bench_main
+    runner = bench_main.Runner(SimpleNamespace())
+    runner.copy_gbps = 1000.0
+    case = cases.Case("h", (30, 48, 80), 24, 128, (18, 24, 24))
+    for pass_name in ("fwd", "fwd+bwd"):
+        runner.rows += [dict(case=case.label, impl="gna kernel-only", backend="hopper", ms=50.0,
+                             **{"pass": pass_name}),
+                        dict(case=case.label, impl="gna end-to-end", backend="halo", ms=60.0,
+                             **{"pass": pass_name})]
+        runner._derived_columns(case, pass_name, 260.0, 1e9)
+    by = {(r["pass"], r["backend"]): r.get("predicted") for r in runner.rows}
+    expected = gna.predicted_speedup((30, 48, 80), (18, 24, 24), head_dim=case.dim)["speedup"]
+    assert by[("fwd", "hopper")] == pytest.approx(expected)
+    assert by[("fwd", "halo")] is None and by[("fwd+bwd", "hopper")] is None
 
 
 def test_host_cost_times_a_call_on_the_host():

@@ -46,7 +46,9 @@ struct KernelPrediction {
   double dense_cost = 0;
   double speedup = 0;  // dense_cost / cost
 };
-// `r` is simulate() of a configuration with the kernel's tiles (kernel_tiles).
+// `r` is simulate() of a configuration with the kernel's tiles (kernel_tiles). The simulator
+// walks per Q tile on grid Q tiles, so the backward's prediction counts its pairs there even
+// where it places its Q tiles (head dim 128); its weights were fitted on the same counts.
 KernelPrediction predict(const Result& r, TiledKernel k, int head_dim);
 
 }  // namespace gna::sim

@@ -152,14 +152,17 @@ class Runner:
         rows = [r for r in self.rows
                 if r["case"] == case.label and r["pass"] == pass_name and r.get("ms")]
         flex = next((r["ms"] for r in rows if r["impl"] == "FlexAttention"), None)
+        on_hopper = pass_name == "fwd" and any(
+            r["impl"].startswith("gna") and r.get("backend") == "hopper" for r in rows)
+        predicted = _predicted_forward(case) if on_hopper else None  # one simulation per case
         for row in rows:
             row["x_cudnn"] = cudnn / row["ms"] if cudnn else None
             row["x_flex"] = flex / row["ms"] if flex else None
             if row["impl"].startswith("gna"):
                 row["gbps"] = min_bytes / row["ms"] / 1e6
                 row["copy_pct"] = 100.0 * row["gbps"] / self.copy_gbps
-                if pass_name == "fwd" and row.get("backend") == "hopper":
-                    row["predicted"] = _predicted_forward(case)
+                if on_hopper and row.get("backend") == "hopper":
+                    row["predicted"] = predicted
 
     @staticmethod
     def _dense(call, q, k, v, d_out, grad):
