@@ -40,6 +40,6 @@ else:
     from .processor import GnaAttentionProcessor, dense_attention, install_processors
     from .sta_search import WindowPlan, WindowSearch, search_windows
 
-__all__ = ["simulate", "kernel_tiles", "predicted_speedup", "stride_sweep", "end_to_end_speedup", "backend_names", "abi_version", "library_path",
-           "release_cached_memory",
+__all__ = ["simulate", "kernel_tiles", "predicted_speedup", "stride_sweep", "end_to_end_speedup",
+           "backend_names", "abi_version", "library_path", "release_cached_memory",
            "UnsupportedError", "GnaRuntimeError", *_TORCH_NAMES]
