@@ -189,6 +189,28 @@ __device__ __forceinline__ void load_q_rows(const T* first, const int64_t* delta
   }
 }
 
+// Phase 2's step kk of one warp: acc[mb] (16-key block 2 wk + mb, the warp's half of the
+// columns) += A^T B, A the 16-query step kk of P^T or dS^T (a_s, rows keys) and B that of dO or
+// Q (b_s through the warp's column-shifted cursor b_t, transposed); each ldmatrix'd B fragment
+// feeds both 16-key blocks.
+template <typename T, int N, typename ACursor, typename BCursor>
+__device__ __forceinline__ void key_blocks_mma(float (&acc)[2][N][4], uint32_t a_s,
+                                               const ACursor& a_c, int wk, uint32_t b_s,
+                                               const BCursor& b_t, int kk) {
+  uint32_t a0[4], a1[4];
+  ldmatrix_x4(a0, a_s + a_c.at(2 * wk, kk));
+  ldmatrix_x4(a1, a_s + a_c.at(2 * wk + 1, kk));
+#pragma unroll
+  for (int dpair = 0; dpair < N / 2; ++dpair) {
+    uint32_t b[4];
+    ldmatrix_x4_trans(b, b_s + b_t.at(kk, dpair));
+    Mma<T>::run(acc[0][2 * dpair], a0, b[0], b[1]);
+    Mma<T>::run(acc[0][2 * dpair + 1], a0, b[2], b[3]);
+    Mma<T>::run(acc[1][2 * dpair], a1, b[0], b[1]);
+    Mma<T>::run(acc[1][2 * dpair + 1], a1, b[2], b[3]);
+  }
+}
+
 template <typename T, int D, int DV, int RK, int STAGES>
 __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
     fused_backward_kernel(const __grid_constant__ BackwardParams<T> P) {
@@ -641,29 +663,8 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
       const auto q_t = c_qT.shifted(half * (D / 32));
 #pragma unroll 2
       for (int kk = 0; kk < RQ / 16; ++kk) {
-        uint32_t a0[4], a1[4];
-        ldmatrix_x4(a0, p_s + c_sA.at(2 * wk, kk));
-        ldmatrix_x4(a1, p_s + c_sA.at(2 * wk + 1, kk));
-#pragma unroll
-        for (int dpair = 0; dpair < DV / 32; ++dpair) {
-          uint32_t bo[4];
-          ldmatrix_x4_trans(bo, o_s + o_t.at(kk, dpair));
-          Mma<T>::run(dv[0][2 * dpair], a0, bo[0], bo[1]);
-          Mma<T>::run(dv[0][2 * dpair + 1], a0, bo[2], bo[3]);
-          Mma<T>::run(dv[1][2 * dpair], a1, bo[0], bo[1]);
-          Mma<T>::run(dv[1][2 * dpair + 1], a1, bo[2], bo[3]);
-        }
-        ldmatrix_x4(a0, s_s + c_sA.at(2 * wk, kk));
-        ldmatrix_x4(a1, s_s + c_sA.at(2 * wk + 1, kk));
-#pragma unroll
-        for (int dpair = 0; dpair < D / 32; ++dpair) {
-          uint32_t bq[4];
-          ldmatrix_x4_trans(bq, q_s + q_t.at(kk, dpair));
-          Mma<T>::run(dk[0][2 * dpair], a0, bq[0], bq[1]);
-          Mma<T>::run(dk[0][2 * dpair + 1], a0, bq[2], bq[3]);
-          Mma<T>::run(dk[1][2 * dpair], a1, bq[0], bq[1]);
-          Mma<T>::run(dk[1][2 * dpair + 1], a1, bq[2], bq[3]);
-        }
+        key_blocks_mma<T>(dv, p_s, c_sA, wk, o_s, o_t, kk);
+        key_blocks_mma<T>(dk, s_s, c_sA, wk, q_s, q_t, kk);
       }
     }
     if constexpr (STAGES == 1) {
