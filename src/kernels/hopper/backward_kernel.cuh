@@ -171,12 +171,8 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D, kR
   }
   typename RoleWalk<D, kRules, kPlacedQ>::Walk walk;
   RoleWalk<D, kRules, kPlacedQ> role{p, s, w, walk};
-  const int total = role.begin();
-  for (int it = 0; it < total; ++it, role.next()) {
-    const int head = walk.head;
-    const int(&qt)[kAxes] = walk.qt;
-    const int stage = it % kStages;
-    const uint32_t phase = (it / kStages) & 1;
+  for_each_visit<kStages>(role, [&](int, int head, const int(&qt)[kAxes], int stage,
+                                    uint32_t phase) {
     mbar_wait(&s.q_empty[stage], phase ^ 1);
     if (lane == 0) {
       mbar_expect_tx(&s.q_full[stage], 2 * QT::kTileBytes);
@@ -205,7 +201,7 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D, kR
       s.delta[stage][r] = valid ? p.delta[off] : 0.f;
     }
     mbar_arrive(&s.q_full[stage]);
-  }
+  });
 }
 
 template <int D, typename Tag, bool kRules, bool kPlacedQ>
@@ -279,12 +275,8 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
   PairClass axis_class[kAxes];  // per axis, recomputed only where the walk moved (no rules)
   typename RoleWalk<D, kRules, kPlacedQ>::Walk walk;
   RoleWalk<D, kRules, kPlacedQ> role{p, s, w, walk};
-  const int total = role.begin();
-  for (int it = 0; it < total; ++it, role.next()) {
-    const int head = walk.head;
-    const int(&qt)[kAxes] = walk.qt;
-    const int stage = it % kStages;
-    const uint32_t phase = (it / kStages) & 1;
+  for_each_visit<kStages>(role, [&](int it, int head, const int(&qt)[kAxes], int stage,
+                                    uint32_t phase) {
     const uint32_t q_base = smem_addr(s.q[stage]), do_base = smem_addr(s.d_o[stage]);
     // Pair class (spatial mode): the minimum over axes of the per-axis classes, under the
     // head's rules.
@@ -507,7 +499,7 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
     }
     fence_proxy_async_smem();
     mbar_arrive(&s.dq_full[wg]);
-  }
+  });
 
   if (p.store_by_tma) {
     // Epilogue through the tensor maps of dK and dV: both warpgroups are done with K and V
@@ -596,8 +588,7 @@ __device__ __forceinline__ void dq_writer(const BwdParams& p, SharedStorage<D, k
   const int x_base = w.batch * p.axes[0].extent;
   typename RoleWalk<D, kRules, kPlacedQ>::Walk walk;
   RoleWalk<D, kRules, kPlacedQ> role{p, s, w, walk};
-  const int total = role.begin();
-  for (int it = 0; it < total; ++it, role.next()) {
+  for_each_visit<kStages>(role, [&](int it, int head, const int(&)[kAxes], int, uint32_t) {
     int* turn = nullptr;
     int rank = 0;
 #pragma unroll 1
@@ -611,7 +602,7 @@ __device__ __forceinline__ void dq_writer(const BwdParams& p, SharedStorage<D, k
       const int col0 = kSplitColumns ? wg * 64 : 0;
 #pragma unroll
       for (int box = 0; box < kDqN / kDqBoxCols; ++box)
-        tma_reduce_add_5d(tm_dq, s.dq[wg][box], col0 + box * kDqBoxCols, walk.head,
+        tma_reduce_add_5d(tm_dq, s.dq[wg][box], col0 + box * kDqBoxCols, head,
                           role.q_first(2), role.q_first(1), x_base + role.q_first(0));
       bulk_commit();
       if (turn != nullptr) {
@@ -623,7 +614,7 @@ __device__ __forceinline__ void dq_writer(const BwdParams& p, SharedStorage<D, k
       }
       mbar_arrive(&s.dq_empty[wg]);
     }
-  }
+  });
   bulk_wait<0>();  // every addition performed before the CTA ends
 }
 

@@ -233,6 +233,18 @@ struct BoxWalk {
   }
 };
 
+// Every role (the producer, the consumers, the dQ writer) walks the CTA's visits in the same
+// order: body(it, head, qt, stage, phase) for each, with the visit's index, query head and Q tile
+// and its slot in the ring of kStages Q / dO stages with the parity of that slot's barrier phase.
+// Role: begin() starts the walk and returns the visits, next() steps, walk holds the current
+// visit (the kernel's RoleWalk).
+template <int kStages, typename Role, typename Body>
+__device__ __forceinline__ void for_each_visit(Role& role, Body&& body) {
+  const int total = role.begin();
+  for (int it = 0; it < total; ++it, role.next())
+    body(it, role.walk.head, role.walk.qt, it % kStages, static_cast<uint32_t>((it / kStages) & 1));
+}
+
 // The KV tile's tensor-map coordinates after the head: rows and the two outer axes (batches
 // folded into the outermost axis), or in additional mode the tile's rows and the batch's row of
 // the additional tensors.
