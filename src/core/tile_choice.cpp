@@ -22,7 +22,7 @@ ScoredTiles score_placed(const Problem& p, const TileKernel& k, const TileShape&
   ScoredTiles c;
   c.q = q;
   c.kv = kv;
-  c.kv_placement = placement;
+  c.placement = placement;
   double visited = 1, full = 1, max_box = 1, q_tiles = 1, kv_tiles = 1;
   for (int a = 0; a < p.rank; ++a) {
     const AxisRule& rule = p.axes[a];

@@ -124,7 +124,7 @@ Config kernel_tiles(const Config& c, TiledKernel k, int head_dim) {
   }
   // The backward places its Q tiles, not its KV tiles: its KV tiles stay on the grid.
   const bool placed_kv =
-      kernel.walk == PairWalk::per_q_tile && s.kv_placement == KvPlacement::placed;
+      kernel.walk == PairWalk::per_q_tile && s.placement == KvPlacement::placed;
   out.kv_tiling = placed_kv ? KvTiling::dynamic_tiles : KvTiling::static_tiles;
   return out;
 }

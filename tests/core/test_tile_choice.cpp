@@ -215,13 +215,13 @@ TEST(TileChoice, KvPlacements) {
   int placed_cheaper = 0;
   for (const ScoredTiles& e : ranked[2]) {
     const ScoredTiles g = find(ranked[0], e), pl = find(ranked[1], e);
-    EXPECT_EQ(g.kv_placement, KvPlacement::grid);
-    EXPECT_EQ(pl.kv_placement, KvPlacement::placed);
+    EXPECT_EQ(g.placement, KvPlacement::grid);
+    EXPECT_EQ(pl.placement, KvPlacement::placed);
     EXPECT_LE(pl.visited_pairs, g.visited_pairs);  // never more tiles than the grid
     EXPECT_LE(pl.max_box, g.max_box);
     const ScoredTiles& expected = pl.cost < g.cost ? pl : g;
     expect_same(e, expected);
-    EXPECT_EQ(e.kv_placement, expected.kv_placement);
+    EXPECT_EQ(e.placement, expected.placement);
     placed_cheaper += pl.cost < g.cost;
   }
   EXPECT_GT(placed_cheaper, 0);
@@ -229,8 +229,8 @@ TEST(TileChoice, KvPlacements) {
                                  tile_choice(p, k[1], kNoForcedTile, kNoForcedTile),
                                  tile_choice(p, k[2], kNoForcedTile, kNoForcedTile)};
   for (int i = 0; i < 3; ++i) expect_same(chosen[i], ranked[i].front());
-  EXPECT_EQ(chosen[0].kv_placement, KvPlacement::grid);
-  EXPECT_EQ(chosen[1].kv_placement, KvPlacement::placed);
+  EXPECT_EQ(chosen[0].placement, KvPlacement::grid);
+  EXPECT_EQ(chosen[1].placement, KvPlacement::placed);
   EXPECT_LT(chosen[2].cost, chosen[0].cost);
   // A per_kv_tile walk places its Q tiles with the same rule: each candidate keeps the cheaper of
   // grid and placed Q tiles, placed never visiting more pairs.
@@ -245,13 +245,13 @@ TEST(TileChoice, KvPlacements) {
   int placed_q_cheaper = 0;
   for (const ScoredTiles& e : b[2]) {
     const ScoredTiles g = find(b[0], e), pl = find(b[1], e);
-    EXPECT_EQ(g.kv_placement, KvPlacement::grid);
-    EXPECT_EQ(pl.kv_placement, KvPlacement::placed);
+    EXPECT_EQ(g.placement, KvPlacement::grid);
+    EXPECT_EQ(pl.placement, KvPlacement::placed);
     EXPECT_LE(pl.visited_pairs, g.visited_pairs);
     EXPECT_LE(pl.max_box, g.max_box);
     const ScoredTiles& expected = pl.cost < g.cost ? pl : g;
     expect_same(e, expected);
-    EXPECT_EQ(e.kv_placement, expected.kv_placement);
+    EXPECT_EQ(e.placement, expected.placement);
     placed_q_cheaper += pl.cost < g.cost;
   }
   EXPECT_GT(placed_q_cheaper, 0);
@@ -309,7 +309,7 @@ TEST(TileChoice, GroupsScoreTheHeadWeightedSum) {
                      : placements == KvPlacements::placed ? 1
                      : cost[1] < cost[0]                  ? 1
                                                           : 0;
-      EXPECT_EQ(c.kv_placement, pl == 0 ? KvPlacement::grid : KvPlacement::placed);
+      EXPECT_EQ(c.placement, pl == 0 ? KvPlacement::grid : KvPlacement::placed);
       EXPECT_NEAR(c.cost, cost[pl], 1e-9 * cost[pl]);
       EXPECT_NEAR(c.visited_pairs, visited[pl], 1e-9 * visited[pl]);
       EXPECT_NEAR(c.full_pairs, full[pl], 1e-9 * std::max(1.0, full[pl]));

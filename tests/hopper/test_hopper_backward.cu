@@ -126,9 +126,9 @@ struct PlacedQUse {
   bool past_end_axis0 = false;
 };
 PlacedQUse placed_q_use(const Problem& p, const KernelOptions& kopt) {
-  const hopper::BwdTiles t = hopper::choose_backward_tiles(p, kopt);
+  const ScoredTiles t = hopper::choose_backward_tiles(p, kopt);
   PlacedQUse u;
-  if (t.q_placement != KvPlacement::placed) return u;
+  if (t.placement != KvPlacement::placed) return u;
   for (int a = 0; a < p.rank; ++a)
     for (int g = 0; g < p.axes[a].dilation; ++g) {
       const int n = group_length(p.axes[a], g), tq = t.q.size[a], tk = t.kv.size[a];
@@ -175,14 +175,14 @@ TEST(HopperBackward, PlacedQTiles) {
     for (int d : {32, 64}) {  // no placed kernels there: the chooser keeps the grid
       Problem other = p;
       other.dim_qk = other.dim_v = d;
-      EXPECT_EQ(hopper::choose_backward_tiles(other, kopt).q_placement, KvPlacement::grid) << d;
+      EXPECT_EQ(hopper::choose_backward_tiles(other, kopt).placement, KvPlacement::grid) << d;
     }
     if (!kopt.deterministic) {
       const PlacedQUse use = placed_q_use(p, kopt);
       differs += use.differs;
       past_end += use.differs && use.past_end_axis0;
     } else {
-      EXPECT_EQ(hopper::choose_backward_tiles(p, kopt).q_placement, KvPlacement::grid);
+      EXPECT_EQ(hopper::choose_backward_tiles(p, kopt).placement, KvPlacement::grid);
     }
     failures += check_both_dtypes(c, kopt, rng, i, seed);
   }

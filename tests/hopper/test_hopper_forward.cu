@@ -153,10 +153,10 @@ struct PlacedUse {
   bool past_end_axis0 = false;
 };
 
-PlacedUse placed_use(const Problem& p, const hopper::TileChoice& t) {
+PlacedUse placed_use(const Problem& p, const ScoredTiles& t) {
   PlacedUse u;
   u.known = true;
-  u.placed = t.kv_placement == KvPlacement::placed;
+  u.placed = t.placement == KvPlacement::placed;
   if (!u.placed) return u;
   for (int a = 0; a < p.rank; ++a)
     for (int g = 0; g < p.axes[a].dilation; ++g) {

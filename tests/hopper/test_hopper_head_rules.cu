@@ -532,16 +532,16 @@ TEST(HopperHeadRules, OneLaunchEqualsPerGroupCalls) {
   Tensors t;
   t.build(p, test_seed());
   for (bool persistent : {false, true}) {
-    const hopper::TileChoice tiles = hopper::choose_tiles(p, KernelOptions{});
+    const ScoredTiles tiles = hopper::choose_tiles(p, KernelOptions{});
     KernelOptions kopt;
     kopt.q_tile = tiles.q;
     kopt.kv_tile = tiles.kv;
     kopt.kv_placements =
-        tiles.kv_placement == KvPlacement::grid ? KvPlacements::grid : KvPlacements::placed;
+        tiles.placement == KvPlacement::grid ? KvPlacements::grid : KvPlacements::placed;
     kopt.schedule.kind = persistent ? ForwardSchedule::persistent : ForwardSchedule::one_cta_per_item;
     kopt.schedule.ctas = 3;
     kopt.deterministic = true;
-    const hopper::BwdTiles btiles = hopper::choose_backward_tiles(p, KernelOptions{});
+    const ScoredTiles btiles = hopper::choose_backward_tiles(p, KernelOptions{});
     KernelOptions bopt = kopt;
     bopt.q_tile = btiles.q;
     bopt.kv_tile = btiles.kv;

@@ -19,9 +19,9 @@ TEST(HopperTiles, Flux4kStride16IsBlockSparse) {
   Problem p;
   p.rank = 2;
   for (int a = 0; a < 2; ++a) p.axes[a] = AxisRule{256, 80, 1, 16, false};
-  const hopper::TileChoice c = hopper::choose_tiles(p, KernelOptions{});
+  const ScoredTiles c = hopper::choose_tiles(p, KernelOptions{});
   EXPECT_EQ(c.visited_pairs, c.full_pairs);
-  EXPECT_NEAR(c.dense_kv_tiles / c.max_kv_per_q, 10.24, 1e-9);
+  EXPECT_NEAR(c.kv_tiles / c.max_box, 10.24, 1e-9);
 }
 
 // Placed KV tiles where they visit fewer tiles: the hunyuan and wan neighborhoods (docs/rule.md
@@ -40,24 +40,24 @@ TEST(HopperTiles, PlacedKvTilesWhereCheaper) {
     Problem p = test::rule_from_text(e.rule);
     p.dim_qk = p.dim_v = 128;
     KernelOptions o;
-    const hopper::TileChoice either = hopper::choose_tiles(p, o);
+    const ScoredTiles either = hopper::choose_tiles(p, o);
     o.kv_placements = KvPlacements::grid;
-    const hopper::TileChoice grid = hopper::choose_tiles(p, o);
+    const ScoredTiles grid = hopper::choose_tiles(p, o);
     o.kv_placements = KvPlacements::placed;
-    const hopper::TileChoice placed = hopper::choose_tiles(p, o);
-    EXPECT_EQ(either.kv_placement, KvPlacement::placed) << e.rule;
-    EXPECT_EQ(grid.kv_placement, KvPlacement::grid);
-    EXPECT_EQ(placed.kv_placement, KvPlacement::placed);
-    EXPECT_EQ(grid.max_kv_per_q, e.grid_max) << e.rule;
-    EXPECT_EQ(either.max_kv_per_q, e.placed_max) << e.rule;
+    const ScoredTiles placed = hopper::choose_tiles(p, o);
+    EXPECT_EQ(either.placement, KvPlacement::placed) << e.rule;
+    EXPECT_EQ(grid.placement, KvPlacement::grid);
+    EXPECT_EQ(placed.placement, KvPlacement::placed);
+    EXPECT_EQ(grid.max_box, e.grid_max) << e.rule;
+    EXPECT_EQ(either.max_box, e.placed_max) << e.rule;
     EXPECT_LT(either.visited_pairs, grid.visited_pairs) << e.rule;
     // Autotune ranks the same candidates, each with its placement.
-    EXPECT_EQ(hopper::ranked_tiles(p, KernelOptions{}).front().kv_placement, KvPlacement::placed);
+    EXPECT_EQ(hopper::ranked_tiles(p, KernelOptions{}).front().placement, KvPlacement::placed);
   }
   Problem p;
   p.rank = 2;
   for (int a = 0; a < 2; ++a) p.axes[a] = AxisRule{256, 80, 1, 16, false};
-  EXPECT_EQ(hopper::choose_tiles(p, KernelOptions{}).kv_placement, KvPlacement::grid);
+  EXPECT_EQ(hopper::choose_tiles(p, KernelOptions{}).placement, KvPlacement::grid);
 }
 
 Problem flux() {
@@ -85,9 +85,9 @@ TEST(HopperTiles, ChoiceIsTheRankingsBest) {
   KernelOptions o;
   for (int forced = 0; forced < 2; ++forced) {
     if (forced) o.q_tile = TileShape{{4, 32, 0}};
-    const hopper::TileChoice a = hopper::choose_tiles(p, o), b = hopper::choose_tiles(p, o);
-    const hopper::TileChoice best = hopper::ranked_tiles(p, o).front();
-    for (const hopper::TileChoice& c : {a, b}) {
+    const ScoredTiles a = hopper::choose_tiles(p, o), b = hopper::choose_tiles(p, o);
+    const ScoredTiles best = hopper::ranked_tiles(p, o).front();
+    for (const ScoredTiles& c : {a, b}) {
       EXPECT_EQ(c.q.size[0], best.q.size[0]);
       EXPECT_EQ(c.q.size[1], best.q.size[1]);
       EXPECT_EQ(c.kv.size[0], best.kv.size[0]);
@@ -110,20 +110,20 @@ TEST(HopperTiles, ForcedTiles) {
       error_of([&] { hopper::choose_tiles(p, o); }),
       "options: kv_tile 8x8 (64 tokens) is not a tile of the hopper forward (every side >= 1, "
       "exactly 128 tokens; all zeros: the kernel chooses)");
-  const hopper::BwdTiles b = hopper::choose_backward_tiles(p, KernelOptions{});
+  const ScoredTiles b = hopper::choose_backward_tiles(p, KernelOptions{});
   EXPECT_EQ(b.kv.volume(2), hopper::kBwdKvRows);
   EXPECT_NE(error_of([&] {
               hopper::choose_backward_tiles(p, o);
             }).find("kv_tile 8x8 (64 tokens) is not a tile of the hopper backward"),
             std::string::npos);
   p.dim_qk = p.dim_v = 256;
-  const hopper::TileChoice d256 = hopper::choose_tiles(p, o);
+  const ScoredTiles d256 = hopper::choose_tiles(p, o);
   EXPECT_EQ(d256.kv.size[0], 8);
   EXPECT_EQ(d256.kv.size[1], 8);
   EXPECT_EQ(d256.q.volume(2), 128);
   o = KernelOptions{};
   o.q_tile = TileShape{{8, 8, 0}};
-  const hopper::BwdTiles bq = hopper::choose_backward_tiles(p, o);
+  const ScoredTiles bq = hopper::choose_backward_tiles(p, o);
   EXPECT_EQ(bq.q.size[0], 8);
   EXPECT_EQ(bq.kv.volume(2), hopper::kBwdKvRows);
   o.q_tile = TileShape{{1, 1, 0}};  // ones are a forced tile of one token, not "choose"
@@ -148,17 +148,17 @@ TEST(HopperTiles, SimulatorModelsTheChosenTiles) {
     p.dim_qk = p.dim_v = c.head_dim;
     if (fwd) {
       ++forward_cases;
-      const hopper::TileChoice k = hopper::choose_tiles(p, KernelOptions{});
+      const ScoredTiles k = hopper::choose_tiles(p, KernelOptions{});
       const sim::Config s = sim::kernel_tiles(config, sim::TiledKernel::hopper_forward, c.head_dim);
       for (int a = 0; a < c.rank; ++a) {
         EXPECT_EQ(s.q_tile[a], k.q.size[a]) << c.name;
         EXPECT_EQ(s.kv_tile[a], k.kv.size[a]) << c.name;
       }
-      EXPECT_EQ(sim::kv_placement(s.kv_tiling), k.kv_placement) << c.name;
+      EXPECT_EQ(sim::kv_placement(s.kv_tiling), k.placement) << c.name;
     }
     if (bwd) {
       ++backward_cases;
-      const hopper::BwdTiles k = hopper::choose_backward_tiles(p, KernelOptions{});
+      const ScoredTiles k = hopper::choose_backward_tiles(p, KernelOptions{});
       const sim::Config s =
           sim::kernel_tiles(config, sim::TiledKernel::hopper_backward, c.head_dim);
       for (int a = 0; a < c.rank; ++a) {

@@ -111,18 +111,18 @@ TEST(HopperTiles, ChoicesRecordedBeforeTheCoreChooser) {
   for (const Recorded& r : kRecorded) {
     Problem p = test::rule_from_text(r.rule);
     p.dim_qk = p.dim_v = 128;
-    const hopper::TileChoice f = hopper::choose_tiles(p, grid);
+    const ScoredTiles f = hopper::choose_tiles(p, grid);
     EXPECT_EQ(test::tiles_text(f.q, f.kv, p.rank), r.forward) << r.rule;
-    EXPECT_EQ(f.kv_placement, KvPlacement::grid);
-    const hopper::BwdTiles b = hopper::choose_backward_tiles(p, grid);
+    EXPECT_EQ(f.placement, KvPlacement::grid);
+    const ScoredTiles b = hopper::choose_backward_tiles(p, grid);
     EXPECT_EQ(test::tiles_text(b.q, b.kv, p.rank), r.backward) << r.rule;
-    const hopper::TileChoice either = hopper::choose_tiles(p, KernelOptions{});
+    const ScoredTiles either = hopper::choose_tiles(p, KernelOptions{});
     const TileCostWeights weights = hopper_forward_tile_kernel(128, KvPlacements::either).weights;
     EXPECT_LE(tile_cost(either.visited_pairs, either.full_pairs, weights),
               tile_cost(f.visited_pairs, f.full_pairs, weights))
         << r.rule;
     p.dim_qk = p.dim_v = 256;
-    const hopper::TileChoice w = hopper::choose_tiles(p, grid);
+    const ScoredTiles w = hopper::choose_tiles(p, grid);
     EXPECT_EQ(test::tiles_text(w.q, w.kv, p.rank), r.forward_d256) << r.rule;
   }
 }

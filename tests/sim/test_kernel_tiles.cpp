@@ -98,7 +98,7 @@ void expect_chosen(const gna_sim_config& chosen, const gna_sim_config& in, const
   }
   EXPECT_EQ(chosen.rank, in.rank);
   EXPECT_EQ(chosen.tiling, GNA_SIM_TILING_MULTI) << name;
-  EXPECT_EQ(chosen.kv_tiling, s.kv_placement == KvPlacement::placed ? GNA_SIM_KV_DYNAMIC
+  EXPECT_EQ(chosen.kv_tiling, s.placement == KvPlacement::placed ? GNA_SIM_KV_DYNAMIC
                                                                     : GNA_SIM_KV_STATIC)
       << name;
 }
@@ -127,7 +127,7 @@ TEST(KernelTiles, CAbiIsTheChoosersChoice) {
     ScoredTiles backward = tile_choice(problem_of(*c, c->head_dim),
                                        hopper_backward_tile_kernel(c->head_dim, KvPlacements::either),
                                        kNoForcedTile, kNoForcedTile);
-    backward.kv_placement = KvPlacement::grid;
+    backward.placement = KvPlacement::grid;
     expect_chosen(chosen, in, backward, name);
     EXPECT_EQ(chosen.kv_tiling, GNA_SIM_KV_STATIC) << name;
   }

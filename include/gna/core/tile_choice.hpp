@@ -46,10 +46,14 @@ struct TileKernel {
 
 // One candidate scored over one image and head (dilation group 0 of every axis): the pair
 // counts, the largest box (per_q_tile: KV tiles of the worst Q tile; per_kv_tile: Q tiles of the
-// worst KV tile), the tile counts, and the cost.
+// worst KV tile), the tile counts (kv_tiles: those of dense attention over the same tiling), and
+// the cost. The kernels launch with it as chosen.
 struct ScoredTiles {
   TileShape q, kv;
-  KvPlacement kv_placement = KvPlacement::grid;  // of the walked tiles (TileKernel)
+  // The placement of the walked tiles (TileKernel::kv_placements): where each Q tile's KV tiles
+  // start in a per_q_tile walk (the forward), where each KV tile's Q tiles start in a
+  // per_kv_tile walk (the backward).
+  KvPlacement placement = KvPlacement::grid;
   double visited_pairs = 0;
   double full_pairs = 0;
   double max_box = 0;

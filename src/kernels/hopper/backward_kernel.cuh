@@ -620,7 +620,7 @@ __device__ __forceinline__ void dq_writer(const BwdParams& p, SharedStorage<D, k
 
 // kRules: the kernel of launches with head rules (BwdParams::rules.groups > 0); without, the
 // rules are never read and the kernel is the plain one. kPlacedQ: the kernel of launches with
-// placed Q tiles (BwdTiles::q_placement); without, the walk is the grid's and nothing of the
+// placed Q tiles (the chosen ScoredTiles::placement); without, the walk is the grid's and nothing of the
 // placement is compiled.
 template <int D, typename Tag, bool kRules, bool kPlacedQ>
 __global__ void __launch_bounds__(kThreads, 1)

@@ -33,16 +33,9 @@ TileKernel backward_tile_kernel(const Problem& p, const KernelOptions& options) 
 
 // With head rules one shape and one placement for every group, scored over the groups weighted
 // by their heads.
-BwdTiles choose_backward_tiles(const Problem& p, const KernelOptions& options) {
-  const ScoredTiles s = tile_choice_for_groups(head_rule_groups(p), backward_tile_kernel(p, options),
-                                               options.q_tile, options.kv_tile);
-  BwdTiles t;
-  t.q = s.q;
-  t.kv = s.kv;
-  t.q_placement = s.kv_placement;
-  t.visited_pairs = s.visited_pairs;
-  t.full_pairs = s.full_pairs;
-  return t;
+ScoredTiles choose_backward_tiles(const Problem& p, const KernelOptions& options) {
+  return tile_choice_for_groups(head_rule_groups(p), backward_tile_kernel(p, options),
+                                options.q_tile, options.kv_tile);
 }
 
 bool supports_backward(const BackwardCall& call, std::string* why) {
@@ -93,7 +86,7 @@ void launch_kernel(int D, bool bf16, KvPlacement q_placement, const CUtensorMap*
 
 // Fields common to both kinds of launch.
 BwdParams base_params(const Problem& p, const LaunchPlan& plan, const LaunchSlice& s,
-                      const BwdTiles& tiles) {
+                      const ScoredTiles& tiles) {
   BwdParams bp{};
   set_slice_fields(bp, p, plan, s, tiles.q, tiles.kv);
   for (int ka = 0; ka < kAxes; ++ka)
@@ -240,7 +233,7 @@ void backward(const BackwardCall& call) {
   const int D = p.dim_qk;
   const int es = dtype_size(p.dtype);
   const bool bf16 = p.dtype == DType::bf16;
-  const BwdTiles tiles = choose_backward_tiles(rules_problem, call.options);
+  const ScoredTiles tiles = choose_backward_tiles(rules_problem, call.options);
 
   const int64_t rows = int64_t(p.batch) * p.tokens() * p.heads_q;
   float* lse2 = cuda::scratch_alloc<float>(rows, stream);
@@ -319,7 +312,7 @@ void backward(const BackwardCall& call) {
       encode_token_map(&maps[6], p, plan, s, call.dv, bp.kv_tile, D);
     }
     const int grid = bp.kv_tiles_per_image * p.heads_kv * plan.per_run;
-    launch_kernel(D, bf16, tiles.q_placement, maps, bp, grid, stream);
+    launch_kernel(D, bf16, tiles.placement, maps, bp, grid, stream);
   }
 
   if (p.additional_kv > 0) {

@@ -8,23 +8,18 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "gna/core/tile_choice.hpp"
 #include "gna/core/tiling.hpp"
 #include "kernels/hopper/backward_params.hpp"
 
 namespace gna::hopper {
 
-// Q tiles of kBwdQRows and KV tiles of kBwdKvRows tokens, chosen by the core's tile chooser
-// (gna/core/tile_choice.hpp); a tile forced in options is honoured, or an error when it is not a
-// tile of the backward.
-struct BwdTiles {
-  TileShape q, kv;
-  // Where each KV tile's Q tiles start (the core's q_tile_run): on the grid of the Q tile, or
-  // placed at the first query of the KV tile's union query window (a kernel of its own).
-  KvPlacement q_placement = KvPlacement::grid;
-  double visited_pairs = 0;  // (Q tile, KV tile) pairs of one image and head
-  double full_pairs = 0;
-};
-BwdTiles choose_backward_tiles(const Problem& p, const KernelOptions& options);
+// Q tiles of kBwdQRows and KV tiles of kBwdKvRows tokens, chosen by the core's tile chooser; a
+// tile forced in options is honoured, or an error when it is not a tile of the backward.
+// ScoredTiles::placement is that of the walked Q tiles, where each KV tile's Q tiles start (the
+// core's q_tile_run): on the grid of the Q tile, or placed at the first query of the KV tile's
+// union query window (a kernel of its own).
+ScoredTiles choose_backward_tiles(const Problem& p, const KernelOptions& options);
 // The backward's description for the chooser under these options: the Q tile placements of
 // KernelOptions::q_placements where the head dim has placed kernels
 // (hopper_backward_placed_q_head_dim), grid only in deterministic mode.

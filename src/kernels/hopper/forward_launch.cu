@@ -22,39 +22,18 @@
 #include "kernels/hopper/tma_host.hpp"
 
 namespace gna::hopper {
-namespace {
 
-TileChoice from_scored(const ScoredTiles& s) {
-  TileChoice c;
-  c.q = s.q;
-  c.kv = s.kv;
-  c.kv_placement = s.kv_placement;
-  c.visited_pairs = s.visited_pairs;
-  c.full_pairs = s.full_pairs;
-  c.max_kv_per_q = s.max_box;
-  c.dense_kv_tiles = s.kv_tiles;
-  c.q_tiles = s.q_tiles;
-  return c;
-}
-
-}  // namespace
-
-std::vector<TileChoice> ranked_tiles(const Problem& p, const KernelOptions& options) {
-  std::vector<TileChoice> ranked;
+std::vector<ScoredTiles> ranked_tiles(const Problem& p, const KernelOptions& options) {
   // The forward as the core's tile chooser sees it: gna/core/kernel_tiles.hpp.
   // With head rules one shape and one placement for every group (a TMA box is fixed per
   // launch), scored over the groups weighted by their heads.
   const TileKernel k = hopper_forward_tile_kernel(p.dim_qk, options.kv_placements);
-  for (const ScoredTiles& s :
-       ranked_tile_choices_for_groups(head_rule_groups(p), k, options.q_tile, options.kv_tile))
-    ranked.push_back(from_scored(s));
-  return ranked;
+  return ranked_tile_choices_for_groups(head_rule_groups(p), k, options.q_tile, options.kv_tile);
 }
 
-TileChoice choose_tiles(const Problem& p, const KernelOptions& options) {
+ScoredTiles choose_tiles(const Problem& p, const KernelOptions& options) {
   const TileKernel k = hopper_forward_tile_kernel(p.dim_qk, options.kv_placements);
-  return from_scored(
-      tile_choice_for_groups(head_rule_groups(p), k, options.q_tile, options.kv_tile));
+  return tile_choice_for_groups(head_rule_groups(p), k, options.q_tile, options.kv_tile);
 }
 
 namespace {
@@ -104,7 +83,7 @@ bool use_persistent(const ForwardSchedule& sched, FwdParams& fp, int head_dim, i
   return true;
 }
 
-void run_with_tiles(const ForwardCall& call, const TileChoice& tiles) {
+void run_with_tiles(const ForwardCall& call, const ScoredTiles& tiles) {
   // Launches, tensor maps and tile counts follow the layout and the dilations, which every
   // head-rule group shares (supports); the groups' rules travel in FwdParams::rules.
   const Problem& rules_problem = call.problem;
@@ -125,7 +104,7 @@ void run_with_tiles(const ForwardCall& call, const TileChoice& tiles) {
   for (const LaunchSlice& s : plan.slices) {
     FwdParams fp{};
     set_slice_fields(fp, p, plan, s, tiles.q, tiles.kv);
-    fp.kv_placement = tiles.kv_placement;
+    fp.kv_placement = tiles.placement;
     set_head_group_rules(fp.rules, rules_problem, s.group, plan.off);
     fp.scale_log2 = effective_scale(p) * 1.4426950408889634f;
 
@@ -180,10 +159,10 @@ void run_with_tiles(const ForwardCall& call, const TileChoice& tiles) {
 // placement).
 constexpr int kAutotuneCandidates = 4;
 
-TileChoice autotuned_tiles(const ForwardCall& call) {
+ScoredTiles autotuned_tiles(const ForwardCall& call) {
   const Problem& p = call.problem;
   static std::mutex mu;
-  static std::map<std::vector<int>, TileChoice> cache;
+  static std::map<std::vector<int>, ScoredTiles> cache;
   std::vector<int> key = rule_signature(p);
   key.insert(key.end(), {p.heads_q, p.heads_kv, p.batch, p.dim_qk, static_cast<int>(p.dtype),
                          p.additional_kv, static_cast<int>(call.options.kv_placements)});
@@ -194,13 +173,13 @@ TileChoice autotuned_tiles(const ForwardCall& call) {
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
-  const std::vector<TileChoice> ranked = ranked_tiles(p, call.options);
+  const std::vector<ScoredTiles> ranked = ranked_tiles(p, call.options);
   const int n = std::min<int>(kAutotuneCandidates, static_cast<int>(ranked.size()));
   cudaStream_t stream = static_cast<cudaStream_t>(call.stream);
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  TileChoice best = ranked.front();
+  ScoredTiles best = ranked.front();
   float best_ms = INFINITY;
   for (int c = 0; c < n; ++c) {
     run_with_tiles(call, ranked[c]);  // warm-up

@@ -5,25 +5,17 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "gna/core/tile_choice.hpp"
 #include "kernels/hopper/forward_params.hpp"
 
 namespace gna::hopper {
 
-// Per-axis Q and KV tiles for the problem's axes (index = problem axis) and the KV placement,
-// chosen by the core's tile chooser (gna/core/tile_choice.hpp) among options.kv_placements; a
+// Per-axis Q and KV tiles for the problem's axes (index = problem axis) and the KV placement
+// (ScoredTiles::placement), chosen by the core's tile chooser among options.kv_placements; a
 // tile forced in options is honoured, or an error when it is not a tile of the forward.
-struct TileChoice {
-  TileShape q, kv;
-  KvPlacement kv_placement = KvPlacement::grid;  // where each Q tile's KV tiles start
-  double visited_pairs = 0;   // (Q tile, KV tile) pairs visited over one image and head
-  double full_pairs = 0;      // of which fully dense
-  double max_kv_per_q = 0;    // KV tiles of the worst Q tile
-  double dense_kv_tiles = 0;  // KV tiles of dense attention over the same tiling
-  double q_tiles = 0;         // Q tiles of one image and head
-};
-TileChoice choose_tiles(const Problem& p, const KernelOptions& options);
+ScoredTiles choose_tiles(const Problem& p, const KernelOptions& options);
 // All candidates (power-of-two shapes of 128 tokens) ranked by the cost model, best first.
-std::vector<TileChoice> ranked_tiles(const Problem& p, const KernelOptions& options);
+std::vector<ScoredTiles> ranked_tiles(const Problem& p, const KernelOptions& options);
 
 // Whether the kernel can run the call (device, dtype, head dims, strides, alignment).
 // forward() uses choose_tiles, or with options.autotune the fastest of the best few candidates
