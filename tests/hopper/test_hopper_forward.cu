@@ -24,6 +24,7 @@
 #include "gna/core/error.hpp"
 #include "gna/core/tiling.hpp"
 #include "gpu_reference.cuh"
+#include "kernels/hopper/column_mask.hpp"
 #include "kernels/hopper/forward_launch.hpp"
 #include "kernels/hopper/tma_host.hpp"
 
@@ -548,6 +549,77 @@ TEST(HopperForward, PlacedKvTiles) {
 TEST(HopperForward, RandomSweepRank1) { sweep(1); }
 TEST(HopperForward, RandomSweepRank2) { sweep(2); }
 TEST(HopperForward, RandomSweepRank3) { sweep(3); }
+
+// One column mask per case on the device (the device's low_bits and log2_of_pow2 are not the
+// host's): case k is tile shape size[k], thread quad quad[k], axis axis[k], window [lo, hi).
+struct ColumnMaskCase {
+  int size[3], quad, axis, lo, hi;
+};
+__global__ void column_masks_on_device(const ColumnMaskCase* cases, int n, uint32_t* masks) {
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= n) return;
+  const ColumnMaskCase c = cases[k];
+  hopper::AxisColumns axes[3];
+  hopper::tile_columns(c.size, c.quad, axes);
+  const hopper::AxisColumns& ax = axes[c.axis];
+  masks[k] = ax.within(c.lo - ax.base, c.hi - ax.base);
+}
+
+// The partial pairs' column masks (column_mask.hpp) built on the device equal the per-column
+// test they replace (lo <= coordinate < hi) for every tile shape of 128 and of 64 tokens, every
+// quad and axis, and windows from before the tile to past its end.
+TEST(HopperForward, ColumnMasksOnDevice) {
+  if (!have_sm90()) GTEST_SKIP() << "no sm_90 device";
+  std::vector<ColumnMaskCase> cases;
+  std::vector<uint32_t> want;
+  for (int tokens_log2 : {7, 6})
+    for (int l0 = 0; l0 <= tokens_log2; ++l0)
+      for (int l1 = 0; l0 + l1 <= tokens_log2; ++l1) {
+        const int log2[3] = {l0, l1, tokens_log2 - l0 - l1};
+        for (int quad = 0; quad < 4; ++quad)
+          for (int a = 0; a < 3; ++a) {
+            const int size = 1 << log2[a];
+            int shift = 0;
+            for (int b = a + 1; b < 3; ++b) shift += log2[b];
+            for (int lo = -2; lo <= size + 2; ++lo)
+              for (int hi = lo - 1; hi <= size + 2; ++hi) {
+                ColumnMaskCase c{{1 << log2[0], 1 << log2[1], 1 << log2[2]}, quad, a, lo, hi};
+                uint32_t m = 0;
+                for (int j = 0; j < (1 << tokens_log2) / 8; ++j)
+                  for (int e = 0; e < 2; ++e) {
+                    const int x = ((j * 8 + quad * 2 + e) >> shift) & (size - 1);
+                    if (x >= lo && x < hi) m |= 1u << (2 * j + e);
+                  }
+                cases.push_back(c);
+                want.push_back(m);
+              }
+          }
+      }
+  const int n = static_cast<int>(cases.size());
+  ColumnMaskCase* d_cases = nullptr;
+  uint32_t* d_masks = nullptr;
+  CUDA_OK(cudaMalloc(&d_cases, n * sizeof(ColumnMaskCase)));
+  CUDA_OK(cudaMalloc(&d_masks, n * sizeof(uint32_t)));
+  CUDA_OK(cudaMemcpy(d_cases, cases.data(), n * sizeof(ColumnMaskCase), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(d_masks, 0xA5, n * sizeof(uint32_t)));
+  column_masks_on_device<<<(n + 255) / 256, 256>>>(d_cases, n, d_masks);
+  CUDA_OK(cudaGetLastError());
+  std::vector<uint32_t> got(n);
+  CUDA_OK(cudaMemcpy(got.data(), d_masks, n * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+  cudaFree(d_cases);
+  cudaFree(d_masks);
+  int bad = 0;
+  for (int k = 0; k < n; ++k) {
+    const ColumnMaskCase& c = cases[k];
+    const uint32_t used = c.size[0] * c.size[1] * c.size[2] == 128 ? 0xffffffffu : 0xffffu;
+    if ((got[k] & used) != want[k] && bad++ < 5)
+      ADD_FAILURE() << "tile " << c.size[0] << "x" << c.size[1] << "x" << c.size[2] << " quad "
+                    << c.quad << " axis " << c.axis << " window [" << c.lo << ", " << c.hi
+                    << "): " << std::hex << got[k] << " want " << want[k];
+  }
+  std::printf("hopper column masks on the device: %d cases, %d wrong\n", n, bad);
+  EXPECT_EQ(bad, 0);
+}
 
 TEST(HopperForward, RejectsHeadDim96WithReason) {
   if (!have_sm90()) GTEST_SKIP() << "no sm_90 device";

@@ -25,6 +25,7 @@
 #include "gna/core/tiling.hpp"
 #include "kernels/hopper/backward_params.hpp"
 #include "kernels/hopper/backward_walk.cuh"
+#include "kernels/hopper/column_mask.hpp"
 #include "kernels/hopper/device_util.cuh"
 #include "kernels/hopper/ptx.cuh"
 
@@ -272,6 +273,32 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
 
   // The last additional KV tile may hold slots beyond the additional keys: its pairs are masked.
   const bool key_mask = p.additional && (w.kt[2] + 1) * kBwdKvRows > p.additional_kv;
+  // The Q tile's axes seen from this thread's columns (the launch's tile shape).
+  AxisColumns q_axes[kAxes];
+  tile_columns(p.q_tile, quad, q_axes);
+  // A masked pair's masks, while its GEMMs run: per key row i, the thread's queries (bit 2j + e
+  // for column j * 8 + quad * 2 + e) that the key attends: none for a slot that holds no key;
+  // on a partial pair those inside the key's query window on every axis (set: the head's group's
+  // windows, relative to the Q tile's first query).
+  auto row_query_masks = [&](const auto& role, int head, bool partial, uint32_t(&keep)[2]) {
+    int set = 0;
+    if constexpr (kRules) set = p.rules.group_of_head[head];
+    int origin[kAxes];  // the thread's first query per axis
+#pragma unroll
+    for (int a = 0; a < kAxes; ++a) origin[a] = role.q_first(a) + q_axes[a].base;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = wg * 64 + row_in_wg + 8 * i;
+      keep[i] = key_valid[i] ? 0xffffffffu : 0u;
+      if (partial) {
+#pragma unroll
+        for (int a = 0; a < kAxes; ++a) {
+          const int lo = s.key_q_lo[set][r][a] - origin[a];
+          keep[i] &= q_axes[a].within(lo, lo + s.key_q_width[set][r][a]);
+        }
+      }
+    }
+  };
   PairClass axis_class[kAxes];  // per axis, recomputed only where the walk moved (no rules)
   typename RoleWalk<D, kRules, kPlacedQ>::Walk walk;
   RoleWalk<D, kRules, kPlacedQ> role{p, s, w, walk};
@@ -350,13 +377,14 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
     issue_ss(sacc, k_base, q_base);
     issue_ss(dpacc, v_base, do_base);
     wgmma_commit();
+    uint32_t keep[2];
+    if (masked) row_query_masks(role, head, partial, keep);
     wgmma_wait<0>();
     fence_regs(sacc);
     fence_regs(dpacc);
 
     // P^T = exp2(S^T scale_log2 - LSE2), dS^T = P^T (dP^T - delta). Full pairs run without
-    // mask code; masked pairs zero P^T outside the rule (partial pairs: one unsigned compare per
-    // axis against the key's query window) and for slots that hold no key.
+    // mask code; masked pairs zero P^T outside the key rows' masks (row_query_masks).
     const float scale_log2 = p.scale_log2;
     auto grad = [&](int idx, float l2, float dl, bool keep) {
       float pr = fast_exp2(fmaf(sacc[idx], scale_log2, -l2));
@@ -376,37 +404,14 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
           for (int i = 0; i < 2; ++i) grad(j * 4 + i * 2 + e, lse2[c], delta[c], true);
         }
     } else {
-      int lo[2][kAxes], q_width[2][kAxes];
-      // The key windows under the head's rules: its group's set (read here, so that the walk
-      // holds no group), relative to the Q tile's first query.
-      int set = 0;
-      if constexpr (kRules) set = p.rules.group_of_head[head];
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int a = 0; a < kAxes; ++a) {
-          const int r = wg * 64 + row_in_wg + 8 * i;
-          lo[i][a] = s.key_q_lo[set][r][a] - role.q_first(a);
-          q_width[i][a] = s.key_q_width[set][r][a];
-        }
 #pragma unroll
       for (int j = 0; j < kBwdQRows / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int c = j * 8 + quad * 2 + e;
-          int local[kAxes];
-          tile_local(c, p.q_tile, local);
 #pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            bool keep = key_valid[i];
-            if (partial) {
-#pragma unroll
-              for (int a = 0; a < kAxes; ++a)
-                keep = keep && static_cast<unsigned>(local[a] - lo[i][a]) <
-                                   static_cast<unsigned>(q_width[i][a]);
-            }
-            grad(j * 4 + i * 2 + e, lse2[c], delta[c], keep);
-          }
+          for (int i = 0; i < 2; ++i)
+            grad(j * 4 + i * 2 + e, lse2[c], delta[c], (keep[i] >> (2 * j + e)) & 1);
         }
     }
 

@@ -7,7 +7,8 @@
 // CTA's items through one K/V ring and tags each stage with what the consumers need (item, the
 // item's tile count, tile class, key offsets); per (Q tile, KV tile) pair the core's tiling math
 // decides: empty pairs are never loaded, full pairs run without mask code, partial pairs apply
-// the per-axis rule with one unsigned compare per axis and element. With many items per CTA, Q is double-buffered so the
+// the per-axis rule as per-row bitmasks of the thread's keys, built while the tile's GEMMs run
+// (column_mask.hpp). With many items per CTA, Q is double-buffered so the
 // next item's Q arrives while the current one finishes, and the consumers pipeline across items:
 // the next item's first S is issued together with the current one's last P V, and the current
 // item's epilogue runs while the other consumer warpgroup holds the tensor cores. The GEMMs, the
@@ -250,10 +251,10 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
     decode_item<kRules>(p, item, item_tile, item_hb);
   }
 
-  // Per row (2 per thread): the key window per axis in group coordinates, under the rules of
-  // the item's head (head_rules.hpp).
+  // Per row (2 per thread): the key window [begin, end) per axis in group coordinates, under the
+  // rules of the item's head (head_rules.hpp).
   const int ctid = threadIdx.x - 128;
-  int key_begin[2][kAxes], key_width[2][kAxes];
+  int key_begin[2][kAxes], key_end[2][kAxes];
   auto begin_item = [&](int tile, int hb) {
     int qt[kAxes];
     tile_coords(p, tile, qt);
@@ -261,10 +262,10 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
                     [&](int i, int a, Range kw) {
                       if constexpr (Shape::kWindowsInSmem) {
                         s.row_window[(i * kAxes + a) * 2][ctid] = kw.begin;
-                        s.row_window[(i * kAxes + a) * 2 + 1][ctid] = kw.size();
+                        s.row_window[(i * kAxes + a) * 2 + 1][ctid] = kw.end;
                       } else {
                         key_begin[i][a] = kw.begin;
-                        key_width[i][a] = kw.size();
+                        key_end[i][a] = kw.end;
                       }
                     });
   };
@@ -272,10 +273,13 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
     if constexpr (Shape::kWindowsInSmem) return s.row_window[(i * kAxes + a) * 2][ctid];
     else return key_begin[i][a];
   };
-  auto window_width = [&](int i, int a) {
+  auto window_end = [&](int i, int a) {
     if constexpr (Shape::kWindowsInSmem) return s.row_window[(i * kAxes + a) * 2 + 1][ctid];
-    else return key_width[i][a];
+    else return key_end[i][a];
   };
+  // The KV tile's axes seen from this thread's columns (the launch's tile shape).
+  AxisColumns key_axes[kAxes];
+  tile_columns(p.kv_tile, quad, key_axes);
   begin_item(item_tile, item_hb);
 
   float o[kO];
@@ -297,14 +301,26 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
   auto issue_o = [&](const uint32_t (&pa)[kKv / 4], int stage) {
     issue_pv<D, Tag>(o, pa, desc_advance(v_desc, stage * KL::kTileBytes));
   };
-  // What the mask needs from a stage's tag (its mask fields only), copied into registers while
-  // the stage's GEMMs run (no shared-memory load between the K wait and the GEMM issue, nor
-  // between S's completion and the mask). Every read of a stage's tag precedes, in program order,
-  // this thread's own release of that K stage: the producer rewrites the tag right after its
-  // k_empty wait.
-  auto read_mask = [&](TileMask& m, int stage) {
-    m = s.tag[stage].mask;
-    m.flags = warp_uniform(m.flags);
+  // What the mask needs, from a stage's tag (its mask fields only), while the stage's GEMMs run
+  // (no shared-memory load between the K wait and the GEMM issue, nor between S's completion and
+  // the mask): a partial pair's row masks of this thread's keys; a warp whose rows keep every
+  // key of the tile runs it as a full pair. Every read of a stage's tag precedes, in program
+  // order, this thread's own release of that K stage: the producer rewrites the tag right after
+  // its k_empty wait.
+  struct TileKeep {
+    int flags, key_limit;
+    uint32_t keep[2];  // partial pairs: per row, the keys kept (row_key_masks)
+  };
+  constexpr uint32_t kAllKeys = kKv / 4 >= 32 ? 0xffffffffu : (1u << (kKv / 4)) - 1u;
+  auto read_mask = [&](TileKeep& m, int stage) {
+    const TileMask t = s.tag[stage].mask;
+    m.flags = warp_uniform(t.flags);
+    m.key_limit = t.key_limit;
+    if (m.flags & kPartialTile) {
+      row_key_masks(key_axes, t.kv_origin, window_begin, window_end, m.keep);
+      if (__all_sync(0xffffffff, (m.keep[0] & m.keep[1] & kAllKeys) == kAllKeys))
+        m.flags &= ~kPartialTile;
+    }
   };
   // Releases the K stage once S is done (its tag is in registers by then; the arrive's memory
   // clobber keeps the tag loads before it), then masks S: partial pairs get the per-axis rule,
@@ -312,11 +328,9 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
   // each thread's own release orders its reads of the tag (here, at an item's first tile and at
   // the loop's start) before the producer's next write of it, without relying on warp-level
   // ordering.
-  auto release_and_mask = [&](float (&sacc)[kS], int stage, const TileMask& m) {
+  auto release_and_mask = [&](float (&sacc)[kS], int stage, const TileKeep& m) {
     mbar_arrive(&s.k_empty[stage]);
-    mask_tile<kKv>(
-        sacc, (m.flags & kPartialTile) != 0, m.key_limit, p.kv_tile,
-        [&](int i, int a) { return window_begin(i, a) - m.kv_origin[a]; }, window_width, quad);
+    mask_tile<kKv>(sacc, (m.flags & kPartialTile) != 0, m.key_limit, m.keep, quad);
   };
   // Epilogue of a finished item: normalise, stage this warpgroup's rows in its own rows of the
   // item's Q buffer (its last S = Q K^T is done), store to the heads-last output; with a second
@@ -347,7 +361,7 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
   uint32_t pa[kKv / 4];
   float sacc[kS];
   {
-    TileMask mask;
+    TileKeep mask;
     consumer_first_tile<D, Tag>(
         sacc, pa, row_max, row_sum, scale_log2, my_turn, other_turn,
         [&](float (&acc)[kS]) { issue_s(acc, 0, 0); }, [&] { read_mask(mask, 0); },
@@ -385,7 +399,7 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
     if (!first) mbar_wait(&s.k_full[stage], phase);
     --tiles_left;
     mbar_wait(&s.v_full[prev_stage], prev_phase);
-    TileMask mask;
+    TileKeep mask;
     consumer_next_tile<D, Tag>(
         sacc, pa, o, row_max, row_sum, scale_log2, my_turn, other_turn, lane,
         &s.v_empty[prev_stage], [&](float (&acc)[kS]) { issue_s(acc, j % kQ, stage); },

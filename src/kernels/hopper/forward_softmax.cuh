@@ -7,14 +7,15 @@
 #include <cstdint>
 
 #include "gna/core/axis_rule.hpp"
+#include "kernels/hopper/column_mask.hpp"
 #include "kernels/hopper/device_util.cuh"
 #include "kernels/hopper/forward_params.hpp"
 
 namespace gna::hopper {
 
 // The key window per axis (group coordinates) under the item's rules `axes` of the thread's two
-// rows of Q tile qt (row_in_wg and + 8 of consumer warpgroup `consumer`), what
-// mask_outside_windows compares against on partial pairs: keep(i, a, window) for row i and axis a.
+// rows of Q tile qt (row_in_wg and + 8 of consumer warpgroup `consumer`), from which
+// row_key_masks builds partial pairs' masks: keep(i, a, window) for row i and axis a.
 template <typename Keep>
 __device__ __forceinline__ void row_key_windows(const FwdParams& p, const AxisRule* axes,
                                                 const int (&qt)[kAxes], int consumer,
@@ -32,29 +33,35 @@ __device__ __forceinline__ void row_key_windows(const FwdParams& p, const AxisRu
   }
 }
 
-// Partial pair: keys outside row i's window (per axis, begin lo[i][a] relative to the KV tile,
-// width[i][a]) get -inf; one unsigned compare per axis.
+// Partial pair, while the tile's GEMMs run: per row i, the thread's keys (bit 2j + e for column
+// j * 8 + quad * 2 + e) inside the row's window on every axis. begin(i, a) / end(i, a): row i's
+// key window on axis a (group coordinates), kv_origin: the tile's first key per axis.
+template <typename Begin, typename End>
+__device__ __forceinline__ void row_key_masks(const AxisColumns (&key_axes)[kAxes],
+                                              const int (&kv_origin)[kAxes], Begin&& begin,
+                                              End&& end, uint32_t (&keep)[2]) {
+  int origin[kAxes];  // the thread's first key per axis
+#pragma unroll
+  for (int a = 0; a < kAxes; ++a) origin[a] = kv_origin[a] + key_axes[a].base;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    keep[i] = key_axes[0].within(begin(i, 0) - origin[0], end(i, 0) - origin[0]);
+#pragma unroll
+    for (int a = 1; a < kAxes; ++a)
+      keep[i] &= key_axes[a].within(begin(i, a) - origin[a], end(i, a) - origin[a]);
+  }
+}
+
+// Keys outside the rows' masks get -inf.
 template <int Keys>
-__device__ __forceinline__ void mask_outside_windows(float (&sacc)[Keys / 2],
-                                                     const int (&kv_tile)[kAxes],
-                                                     const int (&lo)[2][kAxes],
-                                                     const int (&width)[2][kAxes], int quad) {
+__device__ __forceinline__ void mask_outside(float (&sacc)[Keys / 2], const uint32_t (&keep)[2]) {
 #pragma unroll
   for (int j = 0; j < Keys / 8; ++j)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      int local[kAxes];
-      tile_local(j * 8 + quad * 2 + e, kv_tile, local);
+    for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        bool ok = true;
-#pragma unroll
-        for (int a = 0; a < kAxes; ++a)
-          ok = ok && static_cast<unsigned>(local[a] - lo[i][a]) <
-                         static_cast<unsigned>(width[i][a]);
-        if (!ok) sacc[j * 4 + i * 2 + e] = -INFINITY;
-      }
-    }
+      for (int e = 0; e < 2; ++e)
+        if (!(keep[i] & (1u << (2 * j + e)))) sacc[j * 4 + i * 2 + e] = -INFINITY;
 }
 
 // Additional-KV tail: keys at or beyond key_limit get -inf.
@@ -70,26 +77,15 @@ __device__ __forceinline__ void mask_beyond(float (&sacc)[Keys / 2], int key_lim
       }
 }
 
-// Masks S of one KV tile: a partial pair by the rows' key windows (lo(i, a): row i's window
-// begin on axis a relative to the tile's first key, width(i, a): its width), the additional-KV
-// tail by its key count; a full pair is left alone.
-template <int Keys, typename Lo, typename Width>
+// Masks S of one KV tile: a partial pair by the rows' key masks (row_key_masks), the
+// additional-KV tail by its key count; a full pair is left alone.
+template <int Keys>
 __device__ __forceinline__ void mask_tile(float (&sacc)[Keys / 2], bool partial, int key_limit,
-                                          const int (&kv_tile)[kAxes], Lo&& lo, Width&& width,
-                                          int quad) {
-  if (partial) {
-    int row_lo[2][kAxes], row_width[2][kAxes];
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int a = 0; a < kAxes; ++a) {
-        row_lo[i][a] = lo(i, a);
-        row_width[i][a] = width(i, a);
-      }
-    mask_outside_windows<Keys>(sacc, kv_tile, row_lo, row_width, quad);
-  } else if (key_limit < Keys) {
+                                          const uint32_t (&keep)[2], int quad) {
+  if (partial)
+    mask_outside<Keys>(sacc, keep);
+  else if (key_limit < Keys)
     mask_beyond<Keys>(sacc, key_limit, quad);
-  }
 }
 
 // Online softmax in the exp2 domain (scale folded in): S becomes P (fp32, unnormalised); the
