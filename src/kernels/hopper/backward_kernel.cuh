@@ -67,6 +67,9 @@ struct StorageBase {
   // registers (used by partial pairs only); written by lane 0 of the row's quad. With head rules
   // one set per group.
   int key_q_lo[kKeySets][kBwdKvRows][kAxes], key_q_width[kKeySets][kBwdKvRows][kAxes];
+  // The Q tile's axes seen from the columns of each quad (column_mask.hpp), read by partial
+  // pairs only: kept here, not in registers through the walk.
+  AxisColumns q_columns[4][kAxes];
   float lse2[kStages][kBwdQRows];
   float delta[kStages][kBwdQRows];
   uint64_t kv_full;
@@ -273,9 +276,6 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
 
   // The last additional KV tile may hold slots beyond the additional keys: its pairs are masked.
   const bool key_mask = p.additional && (w.kt[2] + 1) * kBwdKvRows > p.additional_kv;
-  // The Q tile's axes seen from this thread's columns (the launch's tile shape).
-  AxisColumns q_axes[kAxes];
-  tile_columns(p.q_tile, quad, q_axes);
   // A masked pair's masks, while its GEMMs run: per key row i, the thread's queries (bit 2j + e
   // for column j * 8 + quad * 2 + e) that the key attends: none for a slot that holds no key;
   // on a partial pair those inside the key's query window on every axis (set: the head's group's
@@ -283,19 +283,18 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
   auto row_query_masks = [&](const auto& role, int head, bool partial, uint32_t(&keep)[2]) {
     int set = 0;
     if constexpr (kRules) set = p.rules.group_of_head[head];
-    int origin[kAxes];  // the thread's first query per axis
 #pragma unroll
-    for (int a = 0; a < kAxes; ++a) origin[a] = role.q_first(a) + q_axes[a].base;
+    for (int i = 0; i < 2; ++i) keep[i] = key_valid[i] ? 0xffffffffu : 0u;
+    if (!partial) return;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r = wg * 64 + row_in_wg + 8 * i;
-      keep[i] = key_valid[i] ? 0xffffffffu : 0u;
-      if (partial) {
+    for (int a = 0; a < kAxes; ++a) {
+      const AxisColumns axis = s.q_columns[quad][a];
+      const int origin = role.q_first(a) + axis.base;  // the thread's first query on the axis
 #pragma unroll
-        for (int a = 0; a < kAxes; ++a) {
-          const int lo = s.key_q_lo[set][r][a] - origin[a];
-          keep[i] &= q_axes[a].within(lo, lo + s.key_q_width[set][r][a]);
-        }
+      for (int i = 0; i < 2; ++i) {
+        const int r = wg * 64 + row_in_wg + 8 * i;
+        const int lo = s.key_q_lo[set][r][a] - origin;
+        keep[i] &= axis.within(lo, lo + s.key_q_width[set][r][a]);
       }
     }
   };
@@ -661,6 +660,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     fence_barrier_init();
   }
+  if (threadIdx.x >= 128 && threadIdx.x < 132)  // one consumer thread per quad
+    tile_columns(p.q_tile, threadIdx.x - 128, s.q_columns[threadIdx.x - 128]);
   if constexpr (kRules) {
     if (threadIdx.x == 128) set_head_boxes<kPlacedQ>(p, w, s.heads);
   } else if constexpr (kPlacedQ) {

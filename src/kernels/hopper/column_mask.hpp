@@ -30,7 +30,7 @@ GNA_HD uint32_t low_bits(int n) {
 // One axis of a tile, seen from one thread's columns. Relative to `base`, the thread's
 // coordinates on the axis come in runs of `run` consecutive values (1 or 2) every
 // 1 << step_log2 values, each standing for 1 << bits_log2 mask bits; this repeats every period.
-struct AxisColumns {
+struct alignas(16) AxisColumns {
   int base;       // the thread's smallest coordinate on the axis
   int limit;      // axis size - base: bounds relative to base clamp to [0, limit]
   int step_log2;
