@@ -45,8 +45,9 @@ struct alignas(16) AxisColumns {
   }
   // The thread's columns with a coordinate in [base + lo, base + hi) (empty when hi <= lo).
   GNA_HD uint32_t within(int lo, int hi) const {
-    const uint32_t below_hi = low_bits(bits_below(clamp_i(hi, 0, limit)));
-    const uint32_t below_lo = low_bits(bits_below(clamp_i(lo, 0, limit)));
+    // max(min(., limit), 0): two integer min / max instructions (limit >= 1).
+    const uint32_t below_hi = low_bits(bits_below(max_i(min_i(hi, limit), 0)));
+    const uint32_t below_lo = low_bits(bits_below(max_i(min_i(lo, limit), 0)));
     return (below_hi & ~below_lo) * every_period;
   }
 };
