@@ -67,9 +67,6 @@ struct StorageBase {
   // registers (used by partial pairs only); written by lane 0 of the row's quad. With head rules
   // one set per group.
   int key_q_lo[kKeySets][kBwdKvRows][kAxes], key_q_width[kKeySets][kBwdKvRows][kAxes];
-  // The Q tile's axes seen from the columns of each quad (column_mask.hpp), read by partial
-  // pairs only: kept here, not in registers through the walk.
-  AxisColumns q_columns[4][kAxes];
   float lse2[kStages][kBwdQRows];
   float delta[kStages][kBwdQRows];
   uint64_t kv_full;
@@ -79,6 +76,9 @@ struct StorageBase {
   // among the KV tiles adding into it, computed by a consumer thread for the dQ writer (whose
   // 40 registers do not hold that computation).
   int turn_index[4], turn_rank[4];
+  // The Q tile's axes seen from the columns of each quad (column_mask.hpp), read by partial
+  // pairs only: kept here, not in registers through the walk.
+  AxisColumns q_columns[4][kAxes];
 };
 
 // The storage of the kernel without head rules (kRules false) and with them, on grid Q tiles
@@ -276,7 +276,7 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
 
   // The last additional KV tile may hold slots beyond the additional keys: its pairs are masked.
   const bool key_mask = p.additional && (w.kt[2] + 1) * kBwdKvRows > p.additional_kv;
-  // A masked pair's masks, while its GEMMs run: per key row i, the thread's queries (bit 2j + e
+  // A masked pair's masks: per key row i, the thread's queries (bit 2j + e
   // for column j * 8 + quad * 2 + e) that the key attends: none for a slot that holds no key;
   // on a partial pair those inside the key's query window on every axis (set: the head's group's
   // windows, relative to the Q tile's first query).
@@ -376,8 +376,6 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
     issue_ss(sacc, k_base, q_base);
     issue_ss(dpacc, v_base, do_base);
     wgmma_commit();
-    uint32_t keep[2];
-    if (masked) row_query_masks(role, head, partial, keep);
     wgmma_wait<0>();
     fence_regs(sacc);
     fence_regs(dpacc);
@@ -403,6 +401,8 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
           for (int i = 0; i < 2; ++i) grad(j * 4 + i * 2 + e, lse2[c], delta[c], true);
         }
     } else {
+      uint32_t keep[2];
+      row_query_masks(role, head, partial, keep);
 #pragma unroll
       for (int j = 0; j < kBwdQRows / 8; ++j)
 #pragma unroll
