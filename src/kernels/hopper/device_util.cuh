@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "gna/core/axis_rule.hpp"
+#include "kernels/hopper/column_mask.hpp"
 #include "kernels/hopper/ptx.cuh"
 #include "kernels/hopper/tile_sizes.hpp"
 
@@ -26,8 +27,6 @@ __device__ __forceinline__ uint8_t* align_shared_1024(uint8_t* raw) {
   return raw + ((1024u - (a & 1023u)) & 1023u);
 }
 
-__device__ __forceinline__ int log2_pow2(int v) { return __ffs(v) - 1; }
-
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -43,7 +42,7 @@ __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) 
 
 // Local coordinates of token r of a tile (row-major over axes 0, 1, 2; sizes are powers of two).
 __device__ __forceinline__ void tile_local(int r, const int (&size)[kAxes], int (&local)[kAxes]) {
-  const int s2 = log2_pow2(size[2]), s1 = log2_pow2(size[1]);
+  const int s2 = log2_of_pow2(size[2]), s1 = log2_of_pow2(size[1]);
   local[2] = r & (size[2] - 1);
   local[1] = (r >> s2) & (size[1] - 1);
   local[0] = r >> (s1 + s2);
