@@ -74,11 +74,13 @@ gna_status gna_sim_kernel_tiles(const gna_sim_config* config, int32_t kernel, in
 /* A kernel's predicted speedup (gna::sim::predict): the cost, in dense tile pairs of the kernel,
  * of the config's rule at the tiles the kernel chooses (gna_sim_kernel_tiles), from the kernel's
  * measured cost per full pair, partial pair and work item (include/gna/core/kernel_tiles.hpp),
- * against the cost of dense attention over the same tokens. */
+ * against the cost of dense attention over the same tokens; and the kernel's time per (batch
+ * item, head) in nanoseconds where the model's times were measured (head dim 128, an H100). */
 typedef struct gna_sim_prediction {
   double cost;
   double dense_cost;
-  double speedup; /* dense_cost / cost */
+  double speedup;     /* dense_cost / cost */
+  double ns_per_head; /* 0 at head dims whose times were not measured */
 } gna_sim_prediction;
 
 /* Simulates the config's rule at the kernel's tiles (its own tiles and tilings are ignored) and

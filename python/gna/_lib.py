@@ -136,6 +136,7 @@ class SimPrediction(ctypes.Structure):
         ("cost", ctypes.c_double),
         ("dense_cost", ctypes.c_double),
         ("speedup", ctypes.c_double),
+        ("ns_per_head", ctypes.c_double),
     ]
 
 

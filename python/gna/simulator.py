@@ -92,16 +92,19 @@ def predicted_speedup(shape, window, stride=1, dilation=1, is_causal=False,
                       kernel="hopper forward", head_dim=128):
     """The speedup a kernel's measured cost predicts for this rule against dense attention over
     the same tokens: a dict of "speedup", "cost" and "dense_cost" (in dense tile pairs of the
-    kernel). The rule is simulated at the tiles the kernel chooses (kernel_tiles()); full pairs,
-    partial pairs and work items are priced by the kernel's weights, fitted to its measured
-    times (docs/performance.md, "What a Hopper kernel's time is made of")."""
+    kernel), and "ms_per_head": the kernel's predicted time per (batch item, head) in
+    milliseconds on an H100 at head dim 128 (None at other head dims, whose times were not
+    measured). The rule is simulated at the tiles the kernel chooses (kernel_tiles()); full
+    pairs, partial pairs and work items are priced by the kernel's cost model, fitted to its
+    measured times (docs/performance.md, "What a Hopper kernel's time is made of")."""
     config, kernel_id = _kernel_call(shape, window, stride, dilation, is_causal, kernel,
                                      "gna_sim_predict")
     out = _lib.SimPrediction()
     _lib.check(_lib.lib.gna_sim_predict(ctypes.byref(config), kernel_id,
                                         _lib.int32(head_dim, "head_dim"), ctypes.byref(out)),
                _lib.lib.gna_sim_last_error)
-    return {"speedup": out.speedup, "cost": out.cost, "dense_cost": out.dense_cost}
+    return {"speedup": out.speedup, "cost": out.cost, "dense_cost": out.dense_cost,
+            "ms_per_head": out.ns_per_head * 1e-6 if out.ns_per_head > 0 else None}
 
 
 def _result_dict(result):

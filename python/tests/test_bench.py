@@ -72,9 +72,10 @@ def test_reports():
         r["pass"] = r.pop("pass_")
     table = report.markdown(rows)
     rows[1]["predicted"] = 4.2
+    rows[1]["predicted_ms"] = 0.476
     table = report.markdown(rows)
-    assert "| c | fwd | cuDNN SDPA dense |  | 2.000 | 100.0 | — | — | 1.00 | — | — |" in table
-    assert "| 4.00 | — | 4.20 |" in table
+    assert "| c | fwd | cuDNN SDPA dense |  | 2.000 | 100.0 | — | — | 1.00 | — | — | — |" in table
+    assert "| 4.00 | — | 0.476 | 4.20 |" in table
     assert "hopper" in table and "error: RuntimeError: boom" in table
     svg = report.svg_chart(rows, "t")
     assert svg.startswith("<svg") and "4.00×" in svg and "boom" not in svg
@@ -156,9 +157,10 @@ def test_rows_record_their_wall_time(monkeypatch, capsys):
     assert failed["ms"] is None and "wall_s" in failed
 
 
-def test_predicted_column_on_hopper_forward_rows_only():
-    """The Hopper forward's rows carry gna-sim's prediction (one simulation per case), other
-    rows and passes none."""
+def test_predicted_columns_on_hopper_rows_only():
+    """Rows on the Hopper backend carry gna-sim's predicted time of the pass (the forward's cost
+    model; plus the backward's for fwd+bwd) and cuDNN's measured time over it; other rows none,
+    nor head dims whose times were not measured."""
     from types import SimpleNamespace
     from gna.bench import __main__ as bench_main
     runner = bench_main.Runner(SimpleNamespace())
@@ -170,10 +172,22 @@ def test_predicted_column_on_hopper_forward_rows_only():
                         dict(case=case.label, impl="gna end-to-end", backend="halo", ms=60.0,
                              **{"pass": pass_name})]
         runner._derived_columns(case, pass_name, 260.0, 1e9)
-    by = {(r["pass"], r["backend"]): r.get("predicted") for r in runner.rows}
-    expected = gna.predicted_speedup((30, 48, 80), (18, 24, 24), head_dim=case.dim)["speedup"]
-    assert by[("fwd", "hopper")] == pytest.approx(expected)
-    assert by[("fwd", "halo")] is None and by[("fwd+bwd", "hopper")] is None
+    by = {(r["pass"], r["backend"]): r for r in runner.rows}
+    fwd = gna.predicted_speedup((30, 48, 80), (18, 24, 24), head_dim=128)["ms_per_head"]
+    bwd = gna.predicted_speedup((30, 48, 80), (18, 24, 24), head_dim=128,
+                                kernel="hopper backward")["ms_per_head"]
+    assert 0 < fwd < bwd
+    assert by[("fwd", "hopper")]["predicted_ms"] == pytest.approx(24 * fwd)
+    assert by[("fwd", "hopper")]["predicted"] == pytest.approx(260.0 / (24 * fwd))
+    assert by[("fwd+bwd", "hopper")]["predicted_ms"] == pytest.approx(24 * (fwd + bwd))
+    assert by[("fwd+bwd", "hopper")]["predicted"] == pytest.approx(260.0 / (24 * (fwd + bwd)))
+    for pass_name in ("fwd", "fwd+bwd"):
+        assert by[(pass_name, "halo")].get("predicted") is None
+    d64 = cases.Case("h", (30, 48, 80), 24, 64, (18, 24, 24))
+    runner.rows = [dict(case=d64.label, impl="gna kernel-only", backend="hopper", ms=50.0,
+                        **{"pass": "fwd"})]
+    runner._derived_columns(d64, "fwd", 260.0, 1e9)
+    assert runner.rows[0].get("predicted") is None
 
 
 def test_host_cost_times_a_call_on_the_host():

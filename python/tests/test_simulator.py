@@ -157,6 +157,11 @@ def test_predicted_speedup_is_the_cost_model():
     assert hunyuan["speedup"] == pytest.approx(hunyuan["dense_cost"] / hunyuan["cost"])
     backward = gna.predicted_speedup((30, 48, 80), (18, 24, 24), kernel="hopper backward")
     assert backward["speedup"] > 1.0 and backward["cost"] != hunyuan["cost"]
+    # Times: the cost at the model's time per pair, at head dim 128 only.
+    assert 0 < hunyuan["ms_per_head"] < dense["ms_per_head"]
+    assert hunyuan["ms_per_head"] / dense["ms_per_head"] == pytest.approx(
+        hunyuan["cost"] / dense["cost"])
+    assert gna.predicted_speedup((30, 48, 80), (18, 24, 24), head_dim=64)["ms_per_head"] is None
     with pytest.raises(ValueError, match="head_dim"):
         gna.predicted_speedup((64,), 16, head_dim=48)
     with pytest.raises(ValueError, match="kernel"):

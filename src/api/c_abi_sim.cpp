@@ -141,7 +141,7 @@ gna_status gna_sim_predict(const gna_sim_config* config, int32_t kernel, int32_t
     const gna::sim::KernelPrediction p =
         gna::sim::predict(gna::sim::simulate(to_config(&chosen)),
                           static_cast<gna::sim::TiledKernel>(kernel), head_dim);
-    *prediction = gna_sim_prediction{p.cost, p.dense_cost, p.speedup};
+    *prediction = gna_sim_prediction{p.cost, p.dense_cost, p.speedup, p.ns_per_head};
   });
 }
 

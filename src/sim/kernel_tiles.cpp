@@ -132,18 +132,21 @@ Config kernel_tiles(const Config& c, TiledKernel k, int head_dim) {
 KernelPrediction predict(const Result& r, TiledKernel k, int head_dim) {
   const TileKernel kernel = tile_kernel(k, head_dim);
   const bool per_q_tile = kernel.walk == PairWalk::per_q_tile;
-  const double item = per_q_tile ? kHopperForwardItemPairs : kHopperBackwardItemPairs;
+  const HopperCostModel& model = per_q_tile ? kHopperForwardCost : kHopperBackwardCost;
+  TileCostWeights weights = kernel.weights;
+  weights.partial = model.partial;
   // Dense attention over the same tokens in row-major runs of the kernel's tile rows, without
   // padding (what a dense kernel such as cuDNN's runs), every pair full.
   const double tokens = static_cast<double>(r.tokens);
   const double q_tiles = tokens / kernel.q_rows, kv_tiles = tokens / kernel.kv_rows;
   KernelPrediction p;
   p.cost = tile_cost(static_cast<double>(r.visited_pairs), static_cast<double>(r.pairs.full),
-                     kernel.weights) +
-           item * static_cast<double>(per_q_tile ? r.q_tiles : r.kv_tiles);
-  p.dense_cost = tile_cost(q_tiles * kv_tiles, q_tiles * kv_tiles, kernel.weights) +
-                 item * (per_q_tile ? q_tiles : kv_tiles);
+                     weights) +
+           model.item_pairs * static_cast<double>(per_q_tile ? r.q_tiles : r.kv_tiles);
+  p.dense_cost = tile_cost(q_tiles * kv_tiles, q_tiles * kv_tiles, weights) +
+                 model.item_pairs * (per_q_tile ? q_tiles : kv_tiles);
   p.speedup = p.dense_cost / p.cost;
+  if (head_dim == kHopperCostModelHeadDim) p.ns_per_head = p.cost * model.pair_ns;
   return p;
 }
 

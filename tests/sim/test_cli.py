@@ -174,7 +174,12 @@ class Kernel(unittest.TestCase):
             del d["config"]["kernel"], d["config"]["head_dim"]
             # The kernel's cost model adds its prediction: the more pairs, the more cost.
             prediction = {k: d.pop(k) for k in ("predicted_cost", "predicted_dense_cost",
-                                                "predicted_speedup")}
+                                                "predicted_speedup", "predicted_ms_per_head")}
+            # Times at head dim 128 only (where they were measured), else 0.
+            if int(head_dim) == 128:
+                self.assertGreater(prediction["predicted_ms_per_head"], 0)
+            else:
+                self.assertEqual(prediction["predicted_ms_per_head"], 0)
             self.assertGreater(prediction["predicted_cost"], d["visited_pairs"])
             self.assertAlmostEqual(prediction["predicted_speedup"],
                                    prediction["predicted_dense_cost"] / prediction["predicted_cost"])

@@ -244,12 +244,13 @@ TEST(KernelTiles, OneAxisForwardChoiceIsWithinTheStepLimit) {
 }
 
 // The prediction is the core's cost model over the simulated counts: pairs, partial pairs at the
-// measured weight, a work item per walked tile; dense attention over the same tokens (no
-// padding) predicts exactly 1.
+// model's weight, a work item per walked tile, and the model's time per pair at head dim 128;
+// dense attention over the same tokens (no padding) predicts exactly 1.
 TEST(KernelTiles, PredictionIsTheCostModel) {
   for (TiledKernel kernel : tiled_kernels()) {
     const bool fwd = kernel == TiledKernel::hopper_forward;
-    const double item = fwd ? kHopperForwardItemPairs : kHopperBackwardItemPairs;
+    const HopperCostModel& model = fwd ? kHopperForwardCost : kHopperBackwardCost;
+    const double item = model.item_pairs;
     for (const char* name : {"hunyuan 18x24x24 NA", "hunyuan 18x24x24 s16x8x8", "wan 15x27x48",
                              "hunyuan dense"}) {
       SCOPED_TRACE(std::string(kernel_name(kernel)) + " " + name);
@@ -260,17 +261,22 @@ TEST(KernelTiles, PredictionIsTheCostModel) {
       const double walked = static_cast<double>(fwd ? r.q_tiles : r.kv_tiles);
       EXPECT_NEAR(p.cost,
                   static_cast<double>(r.visited_pairs) +
-                      kHopperPartialPairWeight * static_cast<double>(r.pairs.partial) +
-                      item * walked,
+                      model.partial * static_cast<double>(r.pairs.partial) + item * walked,
                   1e-6 * p.cost);
       const double q = r.tokens / double(fwd ? kHopperTileTokens : kHopperBwdQRows);
       const double kv = r.tokens / double(fwd ? kHopperTileTokens : kHopperBwdKvRows);
       EXPECT_NEAR(p.dense_cost, q * kv + item * (fwd ? q : kv), 1e-6 * p.dense_cost);
       EXPECT_DOUBLE_EQ(p.speedup, p.dense_cost / p.cost);
+      EXPECT_DOUBLE_EQ(p.ns_per_head, p.cost * model.pair_ns);
       if (std::string(name) == "hunyuan dense") EXPECT_NEAR(p.speedup, 1.0, 1e-12);
-      if (r.block_sparse) EXPECT_NEAR(p.cost, r.visited_pairs + item * walked, 1e-6 * p.cost);
-      else EXPECT_GT(p.cost, r.visited_pairs + item * walked);
+      if (r.block_sparse) EXPECT_EQ(r.pairs.partial, 0);
+      else EXPECT_GT(r.pairs.partial, 0);
     }
+    // Times were measured at head dim 128 only.
+    const BenchCase* c = find_bench_case("hunyuan 18x24x24 NA");
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(predict(simulate(kernel_tiles(config_of(*c), kernel, 64)), kernel, 64).ns_per_head,
+              0.0);
   }
 }
 
@@ -288,6 +294,8 @@ TEST(KernelTiles, CAbiPredictionIsTheCppOne) {
     EXPECT_DOUBLE_EQ(got.cost, want.cost);
     EXPECT_DOUBLE_EQ(got.dense_cost, want.dense_cost);
     EXPECT_DOUBLE_EQ(got.speedup, want.speedup);
+    EXPECT_DOUBLE_EQ(got.ns_per_head, want.ns_per_head);
+    EXPECT_GT(got.ns_per_head, 0.0);
   }
   EXPECT_NE(gna_sim_predict(&in, GNA_SIM_KERNEL_HOPPER_FORWARD, 128, nullptr), GNA_STATUS_OK);
   EXPECT_NE(std::string(gna_sim_last_error()).find("prediction"), std::string::npos);

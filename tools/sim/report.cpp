@@ -82,7 +82,8 @@ void write_result_fields(JsonWriter& j, const Options& o, const Result& r) {
     const KernelPrediction p = predict(r, o.kernel, o.head_dim);
     j.value("predicted_cost", p.cost)
         .value("predicted_dense_cost", p.dense_cost)
-        .value("predicted_speedup", p.speedup);
+        .value("predicted_speedup", p.speedup)
+        .value("predicted_ms_per_head", p.ns_per_head * 1e-6);
   }
   if (o.has_end_to_end) {
     j.value("e2e_flop_speedup", end_to_end_speedup(o.end_to_end, r.flop_speedup))
@@ -125,6 +126,9 @@ std::string result_table(const Options& o, const Result& r) {
                                        " against dense attention (the kernel's cost model: " +
                                        format("%.0f", p.cost) + " against " +
                                        format("%.0f", p.dense_cost) + " tile pairs)");
+    if (p.ns_per_head > 0)
+      s += line("predicted time", format("%.4f", p.ns_per_head * 1e-6) +
+                                      " ms per (batch item, head) on an H100");
   }
   if (o.has_end_to_end) {
     const EndToEnd& e = o.end_to_end;

@@ -20,16 +20,30 @@ constexpr int hopper_kv_tile_tokens(int head_dim) {
 constexpr int kHopperBwdQRows = 64;
 constexpr int kHopperBwdKvRows = 128;
 
-// The Hopper kernels' cost, measured on an H100 at head dim 128 by a least-squares fit of kernel
-// times against the simulator's pair and tile counts of the video cases (docs/performance.md,
-// "What a Hopper kernel's time is made of"): a partial pair costs 1.40 full pairs in both
-// kernels (the chooser's TileCostWeights::partial); a forward work item (Q tile) 5.2 pairs more,
-// a backward one (KV tile, with its dK / dV epilogue) 15.7. The item costs serve the simulator's
-// prediction only: ranking tiles by them chose slower tiles on small problems (a 64x6 layout's
-// backward 22% slower, measured), where an item's cost is not the video cases' fixed share.
+// How the tile chooser ranks the Hopper kernels' candidates: pairs, a partial pair at 1.40 full
+// pairs (TileCostWeights::partial). Partial pairs cost less than that since their masks are
+// built from per-row bounds (column_mask.hpp; the cost model below), but ranking at the fitted
+// weights chose tiles that measured slower (same-run A/B, H100: hunyuan 30x40x40 backward +7.8%,
+// cosmos 16x24x16 forward +1.1%, wan 15x27x48 +0.2 / +0.5%; docs/performance.md), so the
+// ranking keeps the weight it was measured with.
 constexpr double kHopperPartialPairWeight = 0.40;
-constexpr double kHopperForwardItemPairs = 5.2;
-constexpr double kHopperBackwardItemPairs = 15.7;
+
+// A Hopper kernel's time, measured on an H100 (bf16, head dim kHopperCostModelHeadDim) by a
+// least-squares fit of kernel times against the simulator's pair and tile counts of the video
+// cases and dense attention (docs/performance.md, "What a Hopper kernel's time is made of"), in
+// units of one full tile pair of one head: a partial pair costs 1 + `partial`, a work item (Q
+// tile of the forward, KV tile of the backward, with its loads before the first pair and its
+// epilogue) `item_pairs`; a full pair takes `pair_ns`. The simulator's prediction reads it; the
+// chooser does not (ranking by the item cost chose slower tiles on small problems: a 64x6
+// layout's backward 22% slower, measured).
+struct HopperCostModel {
+  double partial;
+  double item_pairs;
+  double pair_ns;  // one 128 x 128 pair (forward) or 64 x 128 pair (backward) of one head
+};
+constexpr HopperCostModel kHopperForwardCost{0.08, 4.3, 13.57};
+constexpr HopperCostModel kHopperBackwardCost{0.0, 12.0, 22.67};
+constexpr int kHopperCostModelHeadDim = 128;
 
 // Head dims the Hopper kernels run (forward 32, 64, 128, 256; backward 32, 64, 128).
 bool hopper_forward_head_dim(int head_dim);

@@ -34,10 +34,10 @@ std::string kernel_names();
 // kMaxSimulationSteps.
 Config kernel_tiles(const Config& c, TiledKernel k, int head_dim);
 
-// The kernel's predicted time on a simulated configuration, from its measured cost (the core's
-// tile_cost with the kernel's weights, plus its work items' cost, kernel_tiles.hpp): pairs,
-// partial pairs and work items (Q tiles of the forward, KV tiles of the backward), in units of
-// one dense tile pair.
+// The kernel's predicted time on a simulated configuration, from its measured cost model (the
+// core's HopperCostModel, kernel_tiles.hpp): pairs, partial pairs and work items (Q tiles of the
+// forward, KV tiles of the backward), in units of one dense tile pair, and in nanoseconds per
+// (batch item, head) at the head dim the model's times were measured at.
 // `speedup` is the prediction the benchmarks compare with (× cuDNN dense): dense attention over
 // the same tokens at the kernel's cost per pair, in row-major runs of its tile rows without
 // padding (as a dense kernel runs them), against this configuration.
@@ -45,6 +45,9 @@ struct KernelPrediction {
   double cost = 0;
   double dense_cost = 0;
   double speedup = 0;  // dense_cost / cost
+  // cost x the model's time per pair at kHopperCostModelHeadDim (an H100, bf16); 0 at other
+  // head dims, whose times were not measured.
+  double ns_per_head = 0;
 };
 // `r` is simulate() of a configuration with the kernel's tiles (kernel_tiles). The simulator
 // walks per Q tile on grid Q tiles, so the backward's prediction counts its pairs there even

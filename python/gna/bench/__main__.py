@@ -7,9 +7,11 @@ forward+backward 3.5 times that (backward 2.5x); keys per query come from gna's 
 GB/s counts the fewest bytes a pass must move (forward: Q, K, V read, O and the logsumexp
 written; forward+backward adds O, dO, the logsumexp read and dQ, dK, dV written), and "% copy"
 compares it with a device-to-device copy timed in the same run. "× cuDNN" and "× Flex" divide
-cuDNN SDPA dense's and FlexAttention's time for the same pass by the row's time. "gna-sim ×"
-is the speedup against dense attention that the Hopper forward's measured cost model predicts
-(gna.predicted_speedup), on the forward rows that run on the Hopper backend.
+cuDNN SDPA dense's and FlexAttention's time for the same pass by the row's time. On rows that
+run on the Hopper backend at head dim 128, "gna-sim ms" is the kernels' time that their measured
+cost models predict (gna.predicted_speedup: the forward's, plus the backward's for fwd+bwd) and
+"gna-sim ×" is cuDNN's measured time over it: the speedup the simulator predicts against the
+peer measured in the same run.
 """
 import argparse
 import math
@@ -34,15 +36,23 @@ def _attended_keys(case):
     return sim["mean_keys_per_query"]
 
 
-def _predicted_forward(case):
-    """The Hopper forward's predicted × dense (gna-sim's cost model) for the case, or None where
-    the simulator cannot tell (a head dim it does not run, a choice past its step limit)."""
-    try:
-        return gna.predicted_speedup(case.layout, case.window, stride=case.strides,
-                                     dilation=case.dilations, is_causal=case.causals,
-                                     kernel="hopper forward", head_dim=case.dim)["speedup"]
-    except (ValueError, RuntimeError):
-        return None
+def _predicted_ms(case, pass_name):
+    """The Hopper kernels' predicted time of the pass (gna-sim's cost models: the forward's, plus
+    the backward's for fwd+bwd) for the case in ms, or None where the simulator cannot tell (a
+    head dim whose times were not measured, a choice past its step limit)."""
+    kernels = ("hopper forward",) if pass_name == "fwd" else ("hopper forward", "hopper backward")
+    total = 0.0
+    for kernel in kernels:
+        try:
+            ms = gna.predicted_speedup(case.layout, case.window, stride=case.strides,
+                                       dilation=case.dilations, is_causal=case.causals,
+                                       kernel=kernel, head_dim=case.dim)["ms_per_head"]
+        except (ValueError, RuntimeError):
+            return None
+        if ms is None:
+            return None
+        total += ms * case.batch * case.heads
+    return total
 
 
 class Runner:
@@ -152,17 +162,17 @@ class Runner:
         rows = [r for r in self.rows
                 if r["case"] == case.label and r["pass"] == pass_name and r.get("ms")]
         flex = next((r["ms"] for r in rows if r["impl"] == "FlexAttention"), None)
-        on_hopper = pass_name == "fwd" and any(
-            r["impl"].startswith("gna") and r.get("backend") == "hopper" for r in rows)
-        predicted = _predicted_forward(case) if on_hopper else None  # one simulation per case
+        on_hopper = any(r["impl"].startswith("gna") and r.get("backend") == "hopper" for r in rows)
+        predicted = _predicted_ms(case, pass_name) if on_hopper else None  # once per case and pass
         for row in rows:
             row["x_cudnn"] = cudnn / row["ms"] if cudnn else None
             row["x_flex"] = flex / row["ms"] if flex else None
             if row["impl"].startswith("gna"):
                 row["gbps"] = min_bytes / row["ms"] / 1e6
                 row["copy_pct"] = 100.0 * row["gbps"] / self.copy_gbps
-                if on_hopper and row.get("backend") == "hopper":
-                    row["predicted"] = predicted
+                if predicted and row.get("backend") == "hopper":
+                    row["predicted_ms"] = predicted
+                    row["predicted"] = cudnn / predicted if cudnn else None
 
     @staticmethod
     def _dense(call, q, k, v, d_out, grad):

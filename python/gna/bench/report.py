@@ -2,7 +2,7 @@
 import json
 
 COLUMNS = ("case", "pass", "impl", "backend", "ms", "eff. TFLOP/s", "GB/s", "% copy", "× cuDNN",
-           "× Flex", "gna-sim ×")
+           "× Flex", "gna-sim ms", "gna-sim ×")
 
 
 def _fmt(row, key, spec):
@@ -20,7 +20,8 @@ def markdown(rows):
         lines.append(f"| {case} | {r['pass']} | {r['impl']} | {r.get('backend') or ''} | {ms} | "
                      f"{_fmt(r, 'tflops', '.1f')} | {_fmt(r, 'gbps', '.0f')} | "
                      f"{_fmt(r, 'copy_pct', '.0f')} | {_fmt(r, 'x_cudnn', '.2f')} | "
-                     f"{_fmt(r, 'x_flex', '.2f')} | {_fmt(r, 'predicted', '.2f')} |")
+                     f"{_fmt(r, 'x_flex', '.2f')} | {_fmt(r, 'predicted_ms', '.3f')} | "
+                     f"{_fmt(r, 'predicted', '.2f')} |")
     return "\n".join(lines) + "\n"
 
 
