@@ -30,19 +30,19 @@ constexpr double kHopperPartialPairWeight = 0.40;
 
 // A Hopper kernel's time, measured on an H100 (bf16, head dim kHopperCostModelHeadDim) by a
 // least-squares fit of kernel times against the simulator's pair and tile counts of the video
-// cases and dense attention (docs/performance.md, "What a Hopper kernel's time is made of"), in
-// units of one full tile pair of one head: a partial pair costs 1 + `partial`, a work item (Q
-// tile of the forward, KV tile of the backward, with its loads before the first pair and its
-// epilogue) `item_pairs`; a full pair takes `pair_ns`. The simulator's prediction reads it; the
-// chooser does not (ranking by the item cost chose slower tiles on small problems: a 64x6
-// layout's backward 22% slower, measured).
+// cases, long 1-D sequences and dense attention (docs/performance.md, "What a Hopper kernel's
+// time is made of"), in units of one full tile pair of one head: a partial pair costs
+// 1 + `partial`, a work item (Q tile of the forward, KV tile of the backward, with its loads
+// before the first pair and its epilogue) `item_pairs`; a full pair takes `pair_ns`. The
+// simulator's prediction reads it; the chooser does not (ranking by the item cost chose slower
+// tiles on small problems: a 64x6 layout's backward 22% slower, measured).
 struct HopperCostModel {
   double partial;
   double item_pairs;
   double pair_ns;  // one 128 x 128 pair (forward) or 64 x 128 pair (backward) of one head
 };
-constexpr HopperCostModel kHopperForwardCost{0.08, 4.3, 13.57};
-constexpr HopperCostModel kHopperBackwardCost{0.0, 12.0, 22.67};
+constexpr HopperCostModel kHopperForwardCost{0.08, 3.6, 13.64};
+constexpr HopperCostModel kHopperBackwardCost{0.02, 5.5, 23.11};
 constexpr int kHopperCostModelHeadDim = 128;
 
 // Head dims the Hopper kernels run (forward 32, 64, 128, 256; backward 32, 64, 128).
