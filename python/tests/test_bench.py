@@ -157,6 +157,46 @@ def test_rows_record_their_wall_time(monkeypatch, capsys):
     assert failed["ms"] is None and "wall_s" in failed
 
 
+def test_flex_rows_are_timed_after_every_other_row():
+    """FlexAttention's compile slows later eager calls on the host, so every case's dense and gna
+    rows run before any case's Flex rows; each Flex row lands beside its case and pass."""
+    from types import SimpleNamespace
+    from gna.bench import __main__ as bench_main
+    calls = []
+    runner = bench_main.Runner(SimpleNamespace(no_flex=False))
+    first, second = cases.Case("a", (8,), 1, 16, (3,)), cases.Case("b", (8,), 1, 16, (5,))
+
+    def rows_of(case, impl):
+        for pass_name in ("fwd", "fwd+bwd"):
+            runner.rows.append(dict(case=case.label, impl=impl, **{"pass": pass_name}))
+            if impl == "FlexAttention":
+                runner._place_last_row(case.label, pass_name)
+
+    runner.run_case = lambda case: (calls.append(("gna", case.label)), rows_of(case, "gna"))
+    runner.run_flex = lambda case: (calls.append(("flex", case.label)),
+                                    rows_of(case, "FlexAttention"))
+    written = []
+    runner.run([first, second], lambda rows: written.append(len(rows)))
+    assert calls == [("gna", first.label), ("gna", second.label),
+                     ("flex", first.label), ("flex", second.label)]
+    assert written == [2, 4, 6, 8]
+    assert [(r["case"], r["pass"], r["impl"]) for r in runner.rows] == [
+        (c.label, p, impl) for c in (first, second) for p in ("fwd", "fwd+bwd")
+        for impl in ("gna", "FlexAttention")]
+    calls.clear()
+    runner.args.no_flex = True
+    runner.run([first], lambda rows: None)
+    assert calls == [("gna", first.label)]
+
+
+def test_pass_bytes():
+    from gna.bench import __main__ as bench_main
+    case = cases.Case("a", (8,), 2, 16, (3,))
+    tensor, lse = 1 * 8 * 2 * 16 * 2, 1 * 8 * 2 * 4  # batch 1, 8 tokens, 2 heads, head dim 16
+    assert bench_main.Runner._pass_bytes(case, "fwd") == 4 * tensor + lse
+    assert bench_main.Runner._pass_bytes(case, "fwd+bwd") == 12 * tensor + 3 * lse
+
+
 def test_predicted_columns_on_hopper_rows_only():
     """Rows on the Hopper backend carry gna-sim's predicted time of the pass (the forward's cost
     model; plus the backward's for fwd+bwd) and cuDNN's measured time over it; other rows none,

@@ -12,6 +12,9 @@ run on the Hopper backend at head dim 128, "gna-sim ms" is the kernels' time tha
 cost models predict (gna.predicted_speedup: the forward's, plus the backward's for fwd+bwd) and
 "gna-sim ×" is cuDNN's measured time over it: the speedup the simulator predicts against the
 peer measured in the same run.
+
+Every case's dense and gna rows are timed before any FlexAttention row: torch.compile leaves
+host work behind that slows later eager calls.
 """
 import argparse
 import math
@@ -61,6 +64,7 @@ class Runner:
         self.rows = []
         self.masks = {}  # FlexAttention block masks by case (built once for both passes)
         self.dense = {}  # dense peers' rows by (layout, batch, heads, dim, pass), impl
+        self.cudnn = {}  # cuDNN SDPA dense's eager ms by (case label, pass)
 
     def record(self, case, pass_name, impl, fn, flops, backend=None, note="", skip=None):
         row = dict(case=case.label, pass_=pass_name, impl=impl, backend=backend, note=note)
@@ -97,31 +101,49 @@ class Runner:
               f"[{row['wall_s']:.1f} s]", flush=True)
         return row
 
+    def run(self, selected, after_case):
+        """Every case's dense and gna rows first, then every case's FlexAttention rows:
+        torch.compile leaves work behind on the host (measured: a gna eager forward at nat 28²
+        took 0.207 ms after FlexAttention's first compile in the process, 0.081 ms before), so
+        the eager rows are timed before anything is compiled. after_case(rows) is called after
+        each case of each phase (a cut-off run keeps its rows)."""
+        for case in selected:
+            self.run_case(case)
+            after_case(self.rows)
+        if not self.args.no_flex:
+            for case in selected:
+                self.run_flex(case)
+                after_case(self.rows)
+
+    def _inputs(self, case):
+        shape = (case.batch, *case.layout, case.heads, case.dim)
+        return [torch.randn(shape, device="cuda", dtype=DTYPES[case.dtype]) for _ in range(3)]
+
+    def _passes(self):
+        return [p for p in ("fwd", "fwd+bwd") if p in self.args.passes]
+
+    @staticmethod
+    def _pass_bytes(case, pass_name):
+        """The fewest bytes the pass must move (module docstring)."""
+        tensor_bytes = case.batch * case.tokens * case.heads * case.dim * 2  # bf16 / fp16
+        lse_bytes = case.batch * case.tokens * case.heads * 4
+        if pass_name == "fwd":
+            return 4 * tensor_bytes + lse_bytes
+        return 12 * tensor_bytes + 3 * lse_bytes
+
     def run_case(self, case):
         a = self.args
-        dev = torch.device("cuda")
         b, h, d, n = case.batch, case.heads, case.dim, case.tokens
         if case.additional_tokens:
             print(f"{case.label}: additional tokens are not timed by gna-bench (the dense and "
                   "Flex peers have no such tokens); gna-kernel-bench times them", flush=True)
             return
-        shape = (b, *case.layout, h, d)
-
-        def rand():
-            return torch.randn(shape, device=dev, dtype=DTYPES[case.dtype])
-
-        q, k, v = rand(), rand(), rand()
-        keys = _attended_keys(case)
-        fwd_flops = 4.0 * b * h * n * keys * d
-        tensor_bytes = b * n * h * d * q.element_size()
-        lse_bytes = b * n * h * 4
-        pass_bytes = {"fwd": 4 * tensor_bytes + lse_bytes,
-                      "fwd+bwd": 12 * tensor_bytes + 3 * lse_bytes}
+        q, k, v = self._inputs(case)
+        fwd_flops = 4.0 * b * h * n * _attended_keys(case) * d
         dense_flops = 4.0 * b * h * n * n * d
-        passes = [p for p in ("fwd", "fwd+bwd") if p in a.passes]
         # Dense peers read the same heads-last memory, viewed as [B, H, N, D].
         as_bhnd = lambda x: x.reshape(b, n, h, d).transpose(1, 2)  # noqa: E731
-        for pass_name in passes:
+        for pass_name in self._passes():
             scale = 1.0 if pass_name == "fwd" else 3.5
             grad = pass_name != "fwd"
             qg, kg, vg = (t.detach().requires_grad_(grad) for t in (q, k, v))
@@ -150,13 +172,34 @@ class Runner:
                         self.dense[(key, impl)] = row
                     if name == "cudnn" and not graphed and row.get("ms"):
                         cudnn = row["ms"]
+            self.cudnn[(case.label, pass_name)] = cudnn
             self._gna_rows(case, pass_name, qg, kg, vg, d_out, fwd_flops * scale, grad)
-            if not a.no_flex:
-                self._flex_row(case, pass_name, q, k, v, fwd_flops * scale, grad)
-            self._derived_columns(case, pass_name, cudnn, pass_bytes[pass_name])
+            self._derived_columns(case, pass_name, cudnn, self._pass_bytes(case, pass_name))
+        del q, k, v
+        torch.cuda.empty_cache()
+
+    def run_flex(self, case):
+        """The case's FlexAttention rows, each placed after the case's other rows of its pass."""
+        if case.additional_tokens:
+            return
+        q, k, v = self._inputs(case)
+        fwd_flops = 4.0 * case.batch * case.heads * case.tokens * _attended_keys(case) * case.dim
+        for pass_name in self._passes():
+            scale = 1.0 if pass_name == "fwd" else 3.5
+            self._flex_row(case, pass_name, q, k, v, fwd_flops * scale, pass_name != "fwd")
+            self._place_last_row(case.label, pass_name)
+            self._derived_columns(case, pass_name, self.cudnn.get((case.label, pass_name)),
+                                  self._pass_bytes(case, pass_name))
         del q, k, v
         self.masks.pop(case.label, None)
         torch.cuda.empty_cache()
+
+    def _place_last_row(self, label, pass_name):
+        """Moves the last row recorded to just after the other rows of its case and pass."""
+        row = self.rows.pop()
+        at = max((i for i, r in enumerate(self.rows)
+                  if r["case"] == label and r["pass"] == pass_name), default=len(self.rows) - 1)
+        self.rows.insert(at + 1, row)
 
     def _derived_columns(self, case, pass_name, cudnn, min_bytes):
         rows = [r for r in self.rows
@@ -352,11 +395,9 @@ def main(argv=None):
     meta["copy_gbps"] = runner.copy_gbps
     print(f"device-to-device copy: {runner.copy_gbps:.0f} GB/s (bytes read + written)", flush=True)
     os.makedirs(args.out, exist_ok=True)
-    for case in selected:
-        runner.run_case(case)
-        table = _write(args, meta, runner.rows)  # after every case: a cut-off run keeps its rows
+    runner.run(selected, lambda rows: _write(args, meta, rows))
     print()
-    print(table, flush=True)
+    print(report.markdown(runner.rows), flush=True)
     return 0
 
 
