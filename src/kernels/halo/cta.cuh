@@ -184,14 +184,22 @@ __device__ __forceinline__ void halo_token_table(const Problem& p, const Slice& 
 }
 
 // Rows [0, count) of a slice (first element `slice`) into the tile at dst: one 16-byte cp.async
-// per chunk, zero fill for rows marked -1.
-template <typename T, int D>
+// per chunk. Table entries are element offsets in the slice, below 2^31; with Absent, -1 marks a
+// row outside the tensor, zero filled (box tables: a box may overhang the extents). Halo tables
+// have no such row: their offset goes in as an unsigned 32-bit index, one wide multiply-add per
+// chunk where the signed, predicated form takes about ten instructions (the loads were a sixth
+// of the forward's instructions at nat 28x28). The box tables keep that form: the unsigned one
+// made the head-dim-32 forward spill 24 more bytes.
+template <typename T, int D, bool Absent = true>
 __device__ __forceinline__ void load_rows(const T* slice, const int* table, int count, uint32_t dst) {
   constexpr int kChunks = D / 8;
   const int ch = threadIdx.x % kChunks;
   for (int r = threadIdx.x / kChunks; r < count; r += kWarps * 32 / kChunks) {
     const int o = table[r];
-    cp_async_16(dst + Rows<D>::offset(r, ch), o >= 0 ? slice + o + ch * 8 : slice, o >= 0);
+    if constexpr (Absent)
+      cp_async_16(dst + Rows<D>::offset(r, ch), o >= 0 ? slice + o + ch * 8 : slice, o >= 0);
+    else
+      cp_async_16(dst + Rows<D>::offset(r, ch), slice + static_cast<uint32_t>(o + ch * 8));
   }
 }
 
@@ -208,8 +216,8 @@ __device__ __forceinline__ void load_kv_rows(const cuda::TokenTensor<const T>& k
                                              const cuda::TokenTensor<const T>& v, int b, int hk,
                                              const int* k_table, const int* v_table, int first,
                                              int count, uint32_t k_tile, uint32_t v_tile) {
-  load_rows<T, D>(slice_base(k, b, hk), k_table + first, count, k_tile);
-  load_rows<T, D>(slice_base(v, b, hk), v_table + first, count, v_tile);
+  load_rows<T, D, false>(slice_base(k, b, hk), k_table + first, count, k_tile);
+  load_rows<T, D, false>(slice_base(v, b, hk), v_table + first, count, v_tile);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();

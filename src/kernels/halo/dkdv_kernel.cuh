@@ -124,8 +124,8 @@ __global__ void __launch_bounds__(kWarps * 32, dkdv_blocks_per_sm(D))
       Segment seg;
       for (int k = 0; k < slabs; ++k) {
         const SlabRows rows = slab_rows(s, slab_planes, k);
-        load_rows<T, D>(slice_base(P.q, b, hq), q_table + rows.first, rows.count, q_tile);
-        load_rows<T, D>(slice_base(P.d_o, b, hq), do_table + rows.first, rows.count, do_tile);
+        load_rows<T, D, false>(slice_base(P.q, b, hq), q_table + rows.first, rows.count, q_tile);
+        load_rows<T, D, false>(slice_base(P.d_o, b, hq), do_table + rows.first, rows.count, do_tile);
         cp_async_commit();
         const float* lse = slice_base(P.lse, b, hq);
         for (int r = threadIdx.x; r < rows.count; r += kWarps * 32) {

@@ -88,8 +88,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     load_rows<T, D>(slice_base(P.d_o, b, h), do_table, kBoxTokens, do_tile);
     load_rows<T, D>(slice_base(P.o, b, h), o_table, kBoxTokens, o_tile);
     const SlabRows rows0 = slab_rows(s, slab_planes, 0);  // the whole halo unless Streamed
-    load_rows<T, D>(slice_base(P.k, b, hk), k_table, rows0.count, k_tile);
-    load_rows<T, D>(slice_base(P.v, b, hk), v_table, rows0.count, v_tile);
+    load_rows<T, D, false>(slice_base(P.k, b, hk), k_table, rows0.count, k_tile);
+    load_rows<T, D, false>(slice_base(P.v, b, hk), v_table, rows0.count, v_tile);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
