@@ -186,10 +186,10 @@ __device__ __forceinline__ void halo_token_table(const Problem& p, const Slice& 
 // Rows [0, count) of a slice (first element `slice`) into the tile at dst: one 16-byte cp.async
 // per chunk. Table entries are element offsets in the slice, below 2^31; with Absent, -1 marks a
 // row outside the tensor, zero filled (box tables: a box may overhang the extents). Halo tables
-// have no such row: their offset goes in as an unsigned 32-bit index, one wide multiply-add per
-// chunk where the signed, predicated form takes about ten instructions (the loads were a sixth
-// of the forward's instructions at nat 28x28). The box tables keep that form: the unsigned one
-// made the head-dim-32 forward spill 24 more bytes.
+// have no such row: their offset goes in as an unsigned 32-bit index, without sign extension or
+// zero-fill select (about 12 instructions per 16-byte chunk in the SASS instead of 20; the loads
+// were a third of the forward's instructions at nat 28x28). The box tables keep the signed form:
+// the unsigned one made the head-dim-32 forward spill 24 more bytes.
 template <typename T, int D, bool Absent = true>
 __device__ __forceinline__ void load_rows(const T* slice, const int* table, int count, uint32_t dst) {
   constexpr int kChunks = D / 8;
