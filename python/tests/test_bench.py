@@ -197,6 +197,19 @@ def test_pass_bytes():
     assert bench_main.Runner._pass_bytes(case, "fwd+bwd") == 12 * tensor + 3 * lse
 
 
+def test_pass_flops_count_attended_pairs_once_per_case(monkeypatch):
+    from types import SimpleNamespace
+    from gna.bench import __main__ as bench_main
+    calls = []
+    monkeypatch.setattr(bench_main, "_attended_keys", lambda case: calls.append(case) or 3.0)
+    runner = bench_main.Runner(SimpleNamespace())
+    case = cases.Case("a", (8,), 2, 16, (3,))
+    fwd = 4.0 * 1 * 2 * 8 * 3.0 * 16  # batch 1, 2 heads, 8 tokens, 3 keys, head dim 16
+    assert runner._pass_flops(case, "fwd") == fwd
+    assert runner._pass_flops(case, "fwd+bwd") == 3.5 * fwd
+    assert len(calls) == 1
+
+
 def test_predicted_columns_on_hopper_rows_only():
     """Rows on the Hopper backend carry gna-sim's predicted time of the pass (the forward's cost
     model; plus the backward's for fwd+bwd) and cuDNN's measured time over it; other rows none,

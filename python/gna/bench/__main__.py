@@ -65,6 +65,7 @@ class Runner:
         self.masks = {}  # FlexAttention block masks by case (built once for both passes)
         self.dense = {}  # dense peers' rows by (layout, batch, heads, dim, pass), impl
         self.cudnn = {}  # cuDNN SDPA dense's eager ms by (case label, pass)
+        self.attended = {}  # mean attended keys per query by case label (the simulator's)
 
     def record(self, case, pass_name, impl, fn, flops, backend=None, note="", skip=None):
         row = dict(case=case.label, pass_=pass_name, impl=impl, backend=backend, note=note)
@@ -122,10 +123,18 @@ class Runner:
     def _passes(self):
         return [p for p in ("fwd", "fwd+bwd") if p in self.args.passes]
 
+    def _pass_flops(self, case, pass_name):
+        """Effective FLOPs of the pass: attended pairs only (module docstring)."""
+        if case.label not in self.attended:
+            self.attended[case.label] = _attended_keys(case)
+        fwd = 4.0 * case.batch * case.heads * case.tokens * self.attended[case.label] * case.dim
+        return fwd if pass_name == "fwd" else 3.5 * fwd
+
     @staticmethod
     def _pass_bytes(case, pass_name):
         """The fewest bytes the pass must move (module docstring)."""
-        tensor_bytes = case.batch * case.tokens * case.heads * case.dim * 2  # bf16 / fp16
+        element = torch.finfo(DTYPES[case.dtype]).bits // 8
+        tensor_bytes = case.batch * case.tokens * case.heads * case.dim * element
         lse_bytes = case.batch * case.tokens * case.heads * 4
         if pass_name == "fwd":
             return 4 * tensor_bytes + lse_bytes
@@ -139,7 +148,6 @@ class Runner:
                   "Flex peers have no such tokens); gna-kernel-bench times them", flush=True)
             return
         q, k, v = self._inputs(case)
-        fwd_flops = 4.0 * b * h * n * _attended_keys(case) * d
         dense_flops = 4.0 * b * h * n * n * d
         # Dense peers read the same heads-last memory, viewed as [B, H, N, D].
         as_bhnd = lambda x: x.reshape(b, n, h, d).transpose(1, 2)  # noqa: E731
@@ -173,7 +181,8 @@ class Runner:
                     if name == "cudnn" and not graphed and row.get("ms"):
                         cudnn = row["ms"]
             self.cudnn[(case.label, pass_name)] = cudnn
-            self._gna_rows(case, pass_name, qg, kg, vg, d_out, fwd_flops * scale, grad)
+            self._gna_rows(case, pass_name, qg, kg, vg, d_out, self._pass_flops(case, pass_name),
+                           grad)
             self._derived_columns(case, pass_name, cudnn, self._pass_bytes(case, pass_name))
         del q, k, v
         torch.cuda.empty_cache()
@@ -183,10 +192,9 @@ class Runner:
         if case.additional_tokens:
             return
         q, k, v = self._inputs(case)
-        fwd_flops = 4.0 * case.batch * case.heads * case.tokens * _attended_keys(case) * case.dim
         for pass_name in self._passes():
-            scale = 1.0 if pass_name == "fwd" else 3.5
-            self._flex_row(case, pass_name, q, k, v, fwd_flops * scale, pass_name != "fwd")
+            self._flex_row(case, pass_name, q, k, v, self._pass_flops(case, pass_name),
+                           pass_name != "fwd")
             self._place_last_row(case.label, pass_name)
             self._derived_columns(case, pass_name, self.cudnn.get((case.label, pass_name)),
                                   self._pass_bytes(case, pass_name))
