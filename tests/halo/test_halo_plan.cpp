@@ -412,5 +412,32 @@ TEST(HaloPlan, SliceGrid) {
   EXPECT_LT(hdit.waves * 132 - 256 * hdit.rows, 132 / 4) << "the last wave is nearly full";
 }
 
+// The forward's slice cursor visits the slices of each run with the (batch item, head, KV head)
+// that division gives, across batch items and KV-head groups, runs of any length.
+TEST(HaloPlan, SliceCursorMatchesDivision) {
+  std::mt19937_64 rng(7);
+  int wraps_batch = 0, wraps_group = 0;
+  for (int trial = 0; trial < 500; ++trial) {
+    const int heads_kv = 1 + static_cast<int>(rng() % 6), group = 1 + static_cast<int>(rng() % 4);
+    const int heads = heads_kv * group, batch = 1 + static_cast<int>(rng() % 9);
+    const int total = batch * heads, per_cta = 1 + static_cast<int>(rng() % 40);
+    for (int first = 0; first < total; first += per_cta) {
+      int visited = 0;
+      for (SliceCursor c(first, per_cta, total, heads, group); c.more(); c.next(heads, group)) {
+        const int slice = first + visited++;
+        ASSERT_EQ(c.slice, slice);
+        ASSERT_EQ(c.batch, slice / heads) << "slice " << slice;
+        ASSERT_EQ(c.head, slice % heads) << "slice " << slice;
+        ASSERT_EQ(c.kv_head, (slice % heads) / group) << "slice " << slice;
+        wraps_batch += visited > 1 && c.head == 0;
+        wraps_group += visited > 1 && group > 1 && c.head % group == 0 && c.head > 0;
+      }
+      ASSERT_EQ(visited, std::min(per_cta, total - first));
+    }
+  }
+  EXPECT_GT(wraps_batch, 0);
+  EXPECT_GT(wraps_group, 0);
+}
+
 }  // namespace
 }  // namespace gna::halo

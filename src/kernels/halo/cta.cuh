@@ -232,36 +232,6 @@ __device__ __forceinline__ SliceRange slice_range(int per_cta, int total) {
   return SliceRange{first, min_i(first + per_cta, total)};
 }
 
-// The slices of the CTA's grid row, batch-major over `heads` heads: a run of consecutive ones,
-// walked with one division per CTA instead of three per slice (they were 5% of the forward's
-// instructions at nat 28x28). head: the slice's head; kv_head its KV head (group_heads heads
-// share one). The backward passes keep SliceRange: the cursor's registers took the head-dim-32
-// dQ pass from 128 to 137 registers (3 CTAs per SM instead of 4) and its backward 5-10% slower.
-struct SliceCursor {
-  int slice, last, batch, head, kv_head, in_group;
-  __device__ __forceinline__ SliceCursor(int per_cta, int total, int heads, int group_heads) {
-    slice = blockIdx.y * per_cta;
-    last = min_i(slice + per_cta, total);
-    batch = slice / heads;
-    head = slice % heads;
-    kv_head = head / group_heads;
-    in_group = head % group_heads;
-  }
-  __device__ __forceinline__ bool more() const { return slice < last; }
-  __device__ __forceinline__ void next(int heads, int group_heads) {
-    ++slice;
-    ++head;
-    if (++in_group == group_heads) {
-      in_group = 0;
-      ++kv_head;
-    }
-    if (head == heads) {
-      head = kv_head = 0;
-      ++batch;
-    }
-  }
-};
-
 // A warp's patch (its 16 tokens, clipped to the group) and the union of their windows.
 struct WarpBox {
   Range tokens[kMaxRank];

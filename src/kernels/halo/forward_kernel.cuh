@@ -167,8 +167,9 @@ __global__ void __launch_bounds__(kWarps * 32, forward_blocks_per_sm(D))
   __syncthreads();
 
   const int group_heads = p.heads_q / p.heads_kv;
-  for (SliceCursor c(P.geo.slices_per_cta, p.batch * p.heads_q, p.heads_q, group_heads); c.more();
-       c.next(p.heads_q, group_heads)) {
+  for (SliceCursor c(blockIdx.y * P.geo.slices_per_cta, P.geo.slices_per_cta, p.batch * p.heads_q,
+                     p.heads_q, group_heads);
+       c.more(); c.next(p.heads_q, group_heads)) {
     const int b = c.batch, h = c.head, hk = c.kv_head;
     load_rows<T, D>(slice_base(P.q, b, h), q_table, kBoxTokens, q_tile);
     float acc[D / 8][4], m[2], l[2];
