@@ -22,10 +22,10 @@ struct KernelOptions {
   bool autotune = false;       // benchmark candidate tiles once per problem signature
   bool deterministic = false;  // backward: same bits every run
   ForwardSchedule schedule;
-  // Where the Hopper forward's KV tiles start on each axis (docs/rule.md section 7.2): either
-  // (the tile chooser scores both and keeps the cheaper), on the grid of the KV tile, or placed
-  // at the first key of each Q tile's key windows. Other backends ignore it; tests and
-  // benchmarks force the other two.
+  // Where the Hopper and portable forwards' KV tiles start on each axis (docs/rule.md section
+  // 7.2): either (the tile chooser scores both and keeps the cheaper), on the grid of the KV
+  // tile, or placed at the first key of each Q tile's key windows. Other backends ignore it;
+  // tests and benchmarks force the other two.
   KvPlacements kv_placements = KvPlacements::either;
   // Where the Hopper backward's Q tiles start per KV tile on each axis: either (the tile chooser
   // scores both), on the grid of the Q tile, or placed at the first query of each KV tile's query

@@ -41,8 +41,9 @@ TileKernel portable_tile_kernel(const char* name, int rows_q, int rows_kv) {
   return k;
 }
 
-TileKernel portable_forward_tile_kernel(int rows_q) {
+TileKernel portable_forward_tile_kernel(int rows_q, KvPlacements placements) {
   TileKernel k = portable_tile_kernel("portable forward", rows_q, kPortableForwardRowsKV);
+  k.kv_placements = placements;
   k.weights.rows = static_cast<double>(rows_q) / kPortableForwardRowsQ;
   k.weights.speedup = rows_q > kPortableForwardRowsQ ? kPortableWideForwardSpeedup : 1;
   k.forced_q = {kPortableForwardRowsQWide, false};

@@ -24,7 +24,7 @@
 #include "gna/core/error.hpp"
 #include "gna/core/tiling.hpp"
 #include "gpu_reference.cuh"
-#include "kernels/hopper/column_mask.hpp"
+#include "gna/core/column_mask.hpp"
 #include "kernels/hopper/forward_launch.hpp"
 #include "kernels/hopper/tma_host.hpp"
 
@@ -559,9 +559,9 @@ __global__ void column_masks_on_device(const ColumnMaskCase* cases, int n, uint3
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
   if (k >= n) return;
   const ColumnMaskCase c = cases[k];
-  hopper::AxisColumns axes[3];
-  hopper::tile_columns(c.size, c.quad, axes);
-  const hopper::AxisColumns& ax = axes[c.axis];
+  AxisColumns axes[3];
+  tile_columns(c.size, c.quad, axes);
+  const AxisColumns& ax = axes[c.axis];
   masks[k] = ax.within(c.lo - ax.base, c.hi - ax.base);
 }
 

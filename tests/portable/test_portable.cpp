@@ -1,10 +1,14 @@
 // The portable fused kernels against the CPU reference: >= 500 random configurations per rank
 // (GNA_TEST_CONFIGS overrides), each in fp16 and bf16, forward (O, LSE) and backward (dQ, dK,
-// dV and the additional keys' gradients); larger problems against the GPU reference.
+// dV and the additional keys' gradients); larger problems against the GPU reference. The
+// forward's paths are counted on the device (path_counts.hpp): each sweep asserts that it ran
+// placed KV tiles, partial pairs masked by their bitmasks and warps that ran a partial pair as
+// full.
 #include <cstdio>
 
 #include "backend/backend.hpp"
 #include "gpu_harness.hpp"
+#include "kernels/portable/path_counts.hpp"
 #include "kernels/portable/portable.hpp"
 
 namespace gna::testing {
@@ -29,6 +33,7 @@ void sweep(int rank, int configs) {
   const bool backward = portable_backward_available();
   ConfigLimits lim;
   int failures = 0, checked = 0, wide = 0, small_backward = 0, wide_backward = 0;
+  portable::count_forward_paths(true);
   for (int i = 0; i < configs && failures < 5; ++i, ++checked) {
     const Config c = random_config(rng, rank, lim);
     Case f16;
@@ -51,6 +56,10 @@ void sweep(int rank, int configs) {
         backward_options.q_tile = t.q;
         backward_options.kv_tile = t.kv;
       }
+      // KV tiles placed per Q tile in every third configuration, on the grid in every third
+      // (others: the tile chooser's placement).
+      if (i % 3 == 1) forward_options.kv_placements = KvPlacements::placed;
+      if (i % 3 == 2) forward_options.kv_placements = KvPlacements::grid;
       if (i % 2 == 0 && portable::forward_tiles(p, forward_options).q.volume(rank) > 64) ++wide;
       if (backward) {
         const portable::TilePlan b = portable::backward_tiles(p, backward_options);
@@ -70,12 +79,23 @@ void sweep(int rank, int configs) {
       }
     }
   }
+  const portable::ForwardPathCounts paths = portable::forward_path_counts();
+  portable::count_forward_paths(false);
   std::printf("rank %d: %d random configurations x {f16, bf16}, forward%s (%d of the "
               "unforced half with 128-row Q tiles; backward: %d runs of the 64-key variant, %d of "
               "the 128-key kernel), seed %llu\n",
               rank, checked, backward ? " and backward" : "", wide, small_backward, wide_backward,
               static_cast<unsigned long long>(seed));
-  if (checked >= 100) EXPECT_GT(wide, 0) << "no configuration ran the 128-row forward";
+  std::printf("rank %d forward paths: %llu tiles, %llu of them placed; partial pairs: %llu warp "
+              "tiles masked by bitmasks, %llu run as full (every row keeps every key)\n",
+              rank, paths.tiles, paths.placed_tiles, paths.masked_warps, paths.full_row_warps);
+  EXPECT_GT(paths.tiles, 0u) << "the forward's path counts saw no tile";
+  if (checked >= 100) {
+    EXPECT_GT(wide, 0) << "no configuration ran the 128-row forward";
+    EXPECT_GT(paths.placed_tiles, 0u) << "no placed KV tile ran";
+    EXPECT_GT(paths.masked_warps, 0u) << "no partial pair ran with bitmask masks";
+    EXPECT_GT(paths.full_row_warps, 0u) << "no warp ran a partial pair as full";
+  }
   if (checked >= 100 && backward) {
     EXPECT_GT(small_backward, 0) << "no configuration ran the 64-key backward";
     EXPECT_GT(wide_backward, 0) << "no configuration ran the 128-key backward";

@@ -91,7 +91,8 @@ TEST(TilePlan, ForwardPicksOneOfItsTwoVariants) {
   EXPECT_EQ(d.partial_pairs, 0);
   for (int window : {7, 33, 129, 1025}) {
     const Problem na = make(1, {4096}, {window}, {1});
-    const TilePlan t = choose_forward_tiles(na);
+    // On the grid, as choose_tiles scores.
+    const TilePlan t = choose_forward_tiles(na, kNoForcedTile, kNoForcedTile, true, KvPlacements::grid);
     const TilePlan narrow = choose_tiles(na, 64, 64), wide = choose_tiles(na, 128, 64);
     const bool picked_wide = wide.cost * 2 / 1.5 < narrow.cost;
     const TilePlan& expected = picked_wide ? wide : narrow;
@@ -100,6 +101,26 @@ TEST(TilePlan, ForwardPicksOneOfItsTwoVariants) {
     EXPECT_EQ(t.visited_pairs, expected.visited_pairs) << window;
     EXPECT_EQ(t.cost, picked_wide ? wide.cost * 2 / 1.5 : narrow.cost) << window;
   }
+}
+
+// The forward's KV placement: by default the cheaper of grid and placed tiles per shape (grid on
+// ties), as the options allow. Hunyuan 18x24x24 NA is cheaper with placed tiles, the
+// block-sparse stride 16x8x8 costs the same (grid kept).
+TEST(TilePlan, ForwardPlacement) {
+  const Problem na = make(3, {30, 48, 80}, {18, 24, 24}, {1, 1, 1});
+  const Problem strided = make(3, {30, 48, 80}, {18, 24, 24}, {16, 8, 8});
+  KernelOptions grid, placed;
+  grid.kv_placements = KvPlacements::grid;
+  placed.kv_placements = KvPlacements::placed;
+  const TilePlan either_na = forward_tiles(na, KernelOptions{});
+  const TilePlan grid_na = forward_tiles(na, grid), placed_na = forward_tiles(na, placed);
+  EXPECT_EQ(grid_na.placement, KvPlacement::grid);
+  EXPECT_EQ(placed_na.placement, KvPlacement::placed);
+  EXPECT_EQ(either_na.placement, KvPlacement::placed);
+  EXPECT_LT(either_na.cost, grid_na.cost);
+  EXPECT_EQ(either_na.cost, placed_na.cost);
+  EXPECT_EQ(forward_tiles(strided, KernelOptions{}).placement, KvPlacement::grid);
+  EXPECT_EQ(forward_tiles(strided, KernelOptions{}).partial_pairs, 0);
 }
 
 // A forced tile is honoured whatever the other side: that side is still chosen.

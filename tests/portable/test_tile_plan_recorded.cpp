@@ -2,7 +2,8 @@
 // onto the core's tile chooser, per head dims and shared memory limit (bytes per block, 0: no
 // limit): the benchmark cases (simulator presets, kernel and Python benchmarks), then problems
 // of ranks 1-3 with windows, strides, dilations and causal axes. The chooser must keep choosing
-// exactly these.
+// exactly these where the forward's KV tiles are on the grid (as they all were then; with
+// placed tiles allowed the forward may choose other shapes, TilePlan.ForwardPlacement).
 #include <gtest/gtest.h>
 
 #include "kernels/portable/portable.hpp"
@@ -106,7 +107,10 @@ TEST(TilePlan, ChoicesRecordedBeforeTheCoreChooser) {
     Problem p = test::rule_from_text(r.rule);
     p.dim_qk = r.dim_qk;
     p.dim_v = r.dim_v;
-    const TilePlan f = forward_tiles(p, KernelOptions{}, r.shared_limit);
+    KernelOptions grid;
+    grid.kv_placements = KvPlacements::grid;
+    const TilePlan f = forward_tiles(p, grid, r.shared_limit);
+    EXPECT_EQ(f.placement, KvPlacement::grid);
     EXPECT_EQ(test::tiles_text(f.q, f.kv, p.rank), r.forward) << r.rule << " d" << r.dim_qk;
     const TilePlan b = backward_tiles(p, KernelOptions{}, r.shared_limit);
     EXPECT_EQ(test::tiles_text(b.q, b.kv, p.rank), r.backward) << r.rule << " d" << r.dim_qk;

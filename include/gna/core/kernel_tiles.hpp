@@ -66,7 +66,8 @@ constexpr bool hopper_backward_placed_q_head_dim(int head_dim) { return head_dim
 // Forced tiles hold exactly the rows.
 TileKernel hopper_backward_tile_kernel(int head_dim, KvPlacements q_placements);
 
-// The portable kernels (every one walks per Q tile on grid KV tiles). The forward runs Q tiles of
+// The portable kernels (the backward walks per KV tile over grid Q tiles, the forward per Q tile
+// over grid or placed KV tiles, a launch parameter). The forward runs Q tiles of
 // kPortableForwardRowsQ rows (one m-block per warp) or kPortableForwardRowsQWide (two) against
 // kPortableForwardRowsKV-key KV tiles; the wide kernel's throughput on dense pairs is
 // kPortableWideForwardSpeedup times the narrow one's. The backward keeps a KV tile of
@@ -82,8 +83,9 @@ constexpr int kPortableBackwardRowsQ = 64, kPortableBackwardRowsKV = 128,
 TileKernel portable_tile_kernel(const char* name, int rows_q, int rows_kv);
 // The portable forward with Q tiles of rows_q (kPortableForwardRowsQ or ...Wide): pairs weighted
 // by rows and the wide kernel's speed-up; forced Q tiles of at most the wide rows, forced KV
-// tiles of exactly kPortableForwardRowsKV.
-TileKernel portable_forward_tile_kernel(int rows_q);
+// tiles of exactly kPortableForwardRowsKV; KV tiles grid or placed as `placements` allows
+// (KernelOptions::kv_placements).
+TileKernel portable_forward_tile_kernel(int rows_q, KvPlacements placements = KvPlacements::either);
 // The portable backward with KV tiles of rows_kv keys: forced Q tiles of at most
 // kPortableBackwardRowsQ, forced KV tiles of at most kPortableBackwardRowsKV.
 TileKernel portable_backward_tile_kernel(int rows_kv);

@@ -25,7 +25,7 @@
 #include "gna/core/tiling.hpp"
 #include "kernels/hopper/backward_params.hpp"
 #include "kernels/hopper/backward_walk.cuh"
-#include "kernels/hopper/column_mask.hpp"
+#include "gna/core/column_mask.hpp"
 #include "kernels/hopper/device_util.cuh"
 #include "kernels/hopper/ptx.cuh"
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "gna/core/axis_rule.hpp"
-#include "kernels/hopper/column_mask.hpp"
+#include "gna/core/column_mask.hpp"
 #include "kernels/hopper/device_util.cuh"
 #include "kernels/hopper/forward_params.hpp"
 

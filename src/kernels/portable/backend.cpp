@@ -114,7 +114,7 @@ bool supports_backward(const BackwardCall& call, std::string* why) {
 TilePlan forward_tiles(const Problem& p, const KernelOptions& options, int shared_limit) {
   const bool wide_fits =
       shared_limit <= 0 || forward_shared_bytes(p.dim_qk, p.dim_v, 128) <= shared_limit;
-  return choose_forward_tiles(p, options.q_tile, options.kv_tile, wide_fits);
+  return choose_forward_tiles(p, options.q_tile, options.kv_tile, wide_fits, options.kv_placements);
 }
 
 bool backward_runs_small(const Problem& p, const TileShape& kv) {

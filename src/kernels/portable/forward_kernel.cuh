@@ -1,8 +1,11 @@
 // Portable fused forward (mma.sync, sm_80+): one CTA of 4 warps per (multi-dimensional Q tile of
 // up to 64 * MB tokens, batch, head, dilation group); two CTAs share an SM so that one computes
 // while the other waits at its barriers. It visits only the box of KV tiles (64 tokens
-// each) that its queries need, skips empty pairs, runs fully dense pairs without mask code and
-// masks partial ones per element, then the additional KV tokens in the same online softmax.
+// each) that its queries need, on the grid of the KV tile or placed at the first key of the Q
+// tile's union window (ForwardParams::kv_placement, rule.md section 7.2), skips empty pairs, runs
+// fully dense pairs without mask code and masks partial ones by per-row bitmasks of each thread's
+// keys (gna/core/column_mask.hpp; a warp whose rows keep every key of the tile runs it as full),
+// then the additional KV tokens in the same online softmax.
 // K/V tiles are double-buffered with cp.async; each warp owns MB m-blocks of 16 query rows, so
 // every K/V fragment it loads feeds MB MMAs (MB = 2 halves the shared-memory traffic per FLOP;
 // MB = 1 keeps Q tiles small where neighborhoods are small). Q stays in shared memory.
@@ -13,11 +16,13 @@
 #include <cmath>
 #include <type_traits>
 
+#include "gna/core/column_mask.hpp"
 #include "gna/core/kernel_tiles.hpp"
 #include "gna/core/tiling.hpp"
 #include "kernels/common/element.cuh"
 #include "kernels/common/token_tensor.cuh"
 #include "kernels/portable/mma.cuh"
+#include "kernels/portable/path_counts.hpp"
 #include "kernels/portable/tile_rows.cuh"
 
 namespace gna::portable {
@@ -30,6 +35,9 @@ constexpr int kForwardRowsKV = kPortableForwardRowsKV;  // the tile chooser's KV
 constexpr int kForwardTableTiles = 1024;
 // Q rows of a CTA whose warps own MB m-blocks each.
 constexpr int forward_rows_q(int mb) { return kForwardWarps * 16 * mb; }
+// A thread's keys of a KV tile as mask bits (column_mask.hpp: bit 2 j + e for key j * 8 + quad *
+// 2 + e): all of them.
+constexpr uint32_t kForwardAllKeys = (1u << (kForwardRowsKV / 4)) - 1;
 
 template <typename T>
 struct ForwardParams {
@@ -38,11 +46,13 @@ struct ForwardParams {
   int tile_kv[kMaxRank];
   int q_tiles[kMaxRank];  // Q tiles along each axis in the longest dilation group
   int q_volume;           // tokens of a Q tile (<= forward_rows_q(MB))
+  KvPlacement kv_placement;  // where a Q tile's KV tiles start (tiling.hpp, kv_tile_run)
   float scale_log2;       // softmax scale * log2(e)
   cuda::TokenTensor<const T> q, k, v, add_k, add_v;
   cuda::TokenTensor<T> o;
   cuda::TokenTensor<float> lse;
   bool write_lse;
+  ForwardPathCounts* path_counts;  // nullptr unless a test counts the paths (path_counts.hpp)
 };
 
 template <int D, int DV, int MB>
@@ -60,13 +70,17 @@ struct ForwardSmem {
   static constexpr int kVDelta = kKDelta + 8 * kForwardRowsKV;
   static constexpr int kWindows = kVDelta + 8 * kForwardRowsKV;  // key window per Q row and axis
   static constexpr int kTable = kWindows + kRowsQ * kMaxRank * int(sizeof(Range));
-  static constexpr int kMask = kTable + 4 * kForwardTableTiles;  // two stages, see build_mask
-  static constexpr int kBytes = kMask + 2 * kRowsQ * 8;
+  // The KV tile's axes seen from each quad's keys (column_mask.hpp), read by partial pairs.
+  static constexpr int kColumns = kTable + 4 * kForwardTableTiles;
+  // The first key per axis of the spatial KV tile in each stage (written with its load).
+  static constexpr int kStageKeys = kColumns + 4 * kMaxRank * int(sizeof(AxisColumns));
+  static constexpr int kBytes = kStageKeys + 2 * kMaxRank * int(sizeof(int));
 };
 
-// The KV tiles one Q tile visits: the per-axis box, then the additional-KV tiles.
+// The KV tiles one Q tile visits: the per-axis box (runs of KV tiles, grid or placed), then the
+// additional-KV tiles.
 struct KvWalk {
-  Range box[kMaxRank];
+  KvTileRun run[kMaxRank];
   int spatial = 0;     // tiles in the box
   int total = 0;       // + additional tiles
   int additional = 0;  // additional KV tokens
@@ -85,10 +99,11 @@ struct KvWalk {
     return j >= spatial ? j - spatial : j;
   }
 
-  __device__ __forceinline__ void tile_coordinates(int i, int rank, int* kt) const {
+  // Offsets in the box (tile m of each axis' run) of spatial tile i (row-major in the box).
+  __device__ __forceinline__ void tile_offsets(int i, int rank, int* m) const {
     GNA_FOR_AXES_REVERSE(a, rank) {
-      const int size = box[a].size();
-      kt[a] = box[a].begin + i % size;
+      const int size = run[a].count;
+      m[a] = i % size;
       i /= size;
     }
   }
@@ -129,14 +144,15 @@ template <typename Word, typename T>
 __device__ __forceinline__ Word spatial_entry(const ForwardParams<T>& P, const ForwardCtaState& st, int i,
                                               int bits) {
   const Problem& p = P.p;
-  int kt[kMaxRank];
-  st.walk.tile_coordinates(st.walk.spatial_tile(i), p.rank, kt);
+  int m[kMaxRank];
+  st.walk.tile_offsets(st.walk.spatial_tile(i), p.rank, m);
   PairClass c = PairClass::full;
   Word e = 0;
   GNA_FOR_AXES(a, p.rank) {
-    c = combine(c, classify_axis_tiles(p.axes[a], st.geo.n[a], st.qt[a], kt[a], P.tile_q[a],
-                                       P.tile_kv[a]));
-    e |= static_cast<Word>(kt[a] - st.walk.box[a].begin) << (bits * a);
+    const int k_begin = st.walk.run[a].first + m[a] * P.tile_kv[a];
+    c = combine(c, classify_q_tile_keys(p.axes[a], st.geo.n[a], st.qt[a], P.tile_q[a], k_begin,
+                                        P.tile_kv[a]));
+    e |= static_cast<Word>(m[a]) << (bits * a);
   }
   return e | static_cast<Word>(c) << WalkEntry<Word>::kClassShift;
 }
@@ -178,18 +194,29 @@ struct ForwardCta {
   __device__ int64_t* v_delta() const { return reinterpret_cast<int64_t*>(smem + Smem::kVDelta); }
   __device__ Range* windows() const { return reinterpret_cast<Range*>(smem + Smem::kWindows); }
 
-  // Key window of every Q row (used by partial pairs); padding rows get some window, their
-  // results are never stored.
+  // Key window of every Q row (used by partial pairs). Rows without a query (padding, or outside
+  // the group), whose results are never stored, keep every key, so that they do not keep a warp
+  // off the full path.
   __device__ void build_windows() {
     const Problem& p = P.p;
     for (int r = threadIdx.x; r < kRowsQ; r += blockDim.x) {
       int ig[kMaxRank];
-      const uint32_t packed = q_rows()[r];
-      geo.coordinates(packed, q_base, ig);
+      const bool valid = geo.coordinates(q_rows()[r], q_base, ig);
       GNA_FOR_AXES(a, p.rank) {
-        const int q = (packed & kPaddingRow) ? 0 : min_i(ig[a], geo.n[a] - 1);
-        windows()[r * kMaxRank + a] = key_window(p.axes[a], geo.n[a], q);
+        windows()[r * kMaxRank + a] =
+            valid ? key_window(p.axes[a], geo.n[a], ig[a]) : Range{-(1 << 30), 1 << 30};
       }
+    }
+  }
+
+  __device__ AxisColumns* columns() const { return reinterpret_cast<AxisColumns*>(smem + Smem::kColumns); }
+  // The KV tile's axes as seen from each quad's keys.
+  __device__ void build_columns() {
+    if (threadIdx.x < 4) {
+      AxisColumns axes[kMaxRank];
+      tile_columns(P.tile_kv, threadIdx.x, axes);
+#pragma unroll
+      for (int a = 0; a < kMaxRank; ++a) columns()[threadIdx.x * kMaxRank + a] = axes[a];
     }
   }
 
@@ -262,11 +289,6 @@ struct ForwardCta {
     }
   }
 
-  // Coordinates of spatial tile i.
-  __device__ __forceinline__ void spatial_coordinates(int i, int* kt) const {
-    box_offsets(i, kt);
-    GNA_FOR_AXES(a, P.p.rank) kt[a] += walk.box[a].begin;
-  }
 
   __device__ PairClass classify(int i) const {
     if (i >= walk.spatial) {
@@ -288,38 +310,46 @@ struct ForwardCta {
     return i;
   }
 
-  // Which keys of a masked pair each Q row attends, for the stage that holds the pair: 64 bits
-  // per row (bit k of word k / 32 for key k of the tile). Each lane of a warp decides for one key
-  // and a ballot gives the row's word, so that the warps' GEMM code only tests bits and holds
-  // no mask state next to S and the accumulators.
-  __device__ uint32_t* mask(int s) const {
-    return reinterpret_cast<uint32_t*>(smem + Smem::kMask) + s * kRowsQ * 2;
-  }
-  __device__ void build_mask(int i, int s) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int word = warp % 2, key = word * 32 + lane;
-    constexpr int kRowsPerWarp = kRowsQ / 2;
-    const int row_first = (warp / 2) * kRowsPerWarp;
-    uint32_t* out = mask(s) + row_first * 2 + word;
+  // The first key per axis of the spatial tile in stage s (load_kv writes it).
+  __device__ int* stage_keys(int s) const { return reinterpret_cast<int*>(smem + Smem::kStageKeys) + s * kMaxRank; }
+
+  // The keys of tile i (of a partial pair, in stage s) each of this thread's rows attends, as the
+  // bits of its keys (column_mask.hpp): keep[mb][r] for row row0 + 16 mb + 8 r. Returns whether
+  // every row keeps every key. Reads only shared memory (no call of the rule path), so that it
+  // can run while S is live.
+  __device__ __forceinline__ bool row_key_masks(int i, int s, int row0, uint32_t (&keep)[MB][2]) const {
+    const int quad = threadIdx.x % 4;
     if (i >= walk.spatial) {  // additional tokens: the same keys for every row
-      const uint32_t bits = __ballot_sync(0xffffffffu, (i - walk.spatial) * BN + key < walk.additional);
-      for (int r = lane; r < kRowsPerWarp; r += 32) out[r * 2] = bits;
-      return;
+      const int count = walk.additional - (i - walk.spatial) * BN;
+      uint32_t bits = 0;
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          if (j * 8 + quad * 2 + e < count) bits |= 1u << (2 * j + e);
+#pragma unroll
+      for (int mb = 0; mb < MB; ++mb) keep[mb][0] = keep[mb][1] = bits;
+      return bits == kForwardAllKeys;
     }
-    const Problem& p = P.p;
-    int kt[kMaxRank], jg[kMaxRank];
-    spatial_coordinates(i, kt);
-    GNA_FOR_AXES(a, p.rank) kt[a] *= P.tile_kv[a];
-    const bool key_valid = geo.coordinates(kv_rows()[key], kt, jg);
-    uint32_t mine = 0;  // word of row r with r % 32 == lane
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const Range* win = windows() + (row_first + r) * kMaxRank;
-      bool attend = key_valid;
-      GNA_FOR_AXES(a, p.rank) attend = attend && win[a].contains(jg[a]);
-      const uint32_t bits = __ballot_sync(0xffffffffu, attend);
-      if (r % 32 == lane) mine = bits;
-      if (r % 32 == 31) out[(r - 31 + lane) * 2] = mine;
+    const int* origin = stage_keys(s);  // the tile's first key per axis
+    const AxisColumns* cols = columns() + quad * kMaxRank;
+#pragma unroll
+    for (int mb = 0; mb < MB; ++mb) keep[mb][0] = keep[mb][1] = kForwardAllKeys;
+    GNA_FOR_AXES(a, P.p.rank) {
+      const AxisColumns c = cols[a];
+      const int o = origin[a] + c.base;
+#pragma unroll
+      for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const Range w = windows()[(row0 + mb * 16 + 8 * r) * kMaxRank + a];
+          keep[mb][r] &= c.within(w.begin - o, w.end - o);
+        }
     }
+    bool all = true;
+#pragma unroll
+    for (int mb = 0; mb < MB; ++mb) all = all && keep[mb][0] == kForwardAllKeys && keep[mb][1] == kForwardAllKeys;
+    return all;
   }
 
   __device__ void load_q() {
@@ -367,6 +397,7 @@ struct ForwardCta {
     // shared table.
     int e[kMaxRank];
     box_offsets(i, e);
+    if (threadIdx.x == 0) GNA_FOR_AXES(a, p.rank) stage_keys(s)[a] = walk.run[a].first + e[a] * P.tile_kv[a];
     int64_t k_first = state.k_origin, v_first = state.v_origin;
     GNA_FOR_AXES(a, p.rank) {
       k_first += e[a] * state.k_step[a];
@@ -377,7 +408,7 @@ struct ForwardCta {
       load_rows_full<VTile, kChunksV>(P.v.data + v_first, v_delta(), v_base);
     } else {
       int kt_base[kMaxRank];
-      GNA_FOR_AXES(a, p.rank) kt_base[a] = (walk.box[a].begin + e[a]) * P.tile_kv[a];
+      GNA_FOR_AXES(a, p.rank) kt_base[a] = walk.run[a].first + e[a] * P.tile_kv[a];
       load_rows<KTile, kChunksK>(P.k.data + k_first, k_delta(), k_base, kt_base);
       load_rows<VTile, kChunksV>(P.v.data + v_first, v_delta(), v_base, kt_base);
     }
@@ -456,12 +487,15 @@ struct ForwardWarp {
   static constexpr int kStep = BN;
   static constexpr int kNB = kStep / 8;  // n-blocks of S
 
-  // MASKED: scores of keys a row does not attend (mask_rows: the pair's bits, see build_mask)
-  // become -inf. q_smem: the address of this warp's first Q row; row0: this thread's first row
-  // in the tile.
+  // Tile i of the CTA's walk. MASKED (a partial pair): scores of keys a row does not attend
+  // become -inf, by the rows' bits of this thread's keys (ForwardCta::row_key_masks, built after
+  // S so that they hold no registers through the S GEMMs); a warp whose rows keep every key
+  // skips the mask. q_smem: the address of this warp's first Q row; row0: this thread's first
+  // row in the tile.
   template <bool MASKED>
-  __device__ __forceinline__ void tile(uint32_t q_smem, int row0, uint32_t k_smem,
-                                       uint32_t v_smem, float scale_log2, const uint32_t* mask_rows) {
+  __device__ __forceinline__ void tile(const Cta& cta, int i, int stage, uint32_t q_smem, int row0,
+                                       uint32_t k_smem, uint32_t v_smem) {
+    const float scale_log2 = cta.P.scale_log2;
     using QTile = typename Cta::QTile;
     using KTile = SmemTile<BN, D>;
     using VTile = SmemTile<BN, DV>;
@@ -491,20 +525,21 @@ struct ForwardWarp {
         }
       }
     }
-    const int t = lane % 4;
     if (MASKED) {
+      uint32_t keep[MB][2];
+      const bool full_rows = __all_sync(0xffffffffu, cta.row_key_masks(i, stage, row0, keep));
+      if (cta.P.path_counts != nullptr && lane == 0)
+        atomicAdd(full_rows ? &cta.P.path_counts->full_row_warps : &cta.P.path_counts->masked_warps, 1ull);
+      if (!full_rows) {
 #pragma unroll
-      for (int mb = 0; mb < MB; ++mb) {
+        for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const uint2 bits = *reinterpret_cast<const uint2*>(mask_rows + (row0 + mb * 16 + 8 * r) * 2);
-          const uint32_t lo = bits.x >> (2 * t), hi = bits.y >> (2 * t);
+          for (int r = 0; r < 2; ++r)
 #pragma unroll
-          for (int nb = 0; nb < kNB; ++nb)
+            for (int nb = 0; nb < kNB; ++nb)
 #pragma unroll
-            for (int e = 0; e < 2; ++e)
-              if (!(((nb < 4 ? lo : hi) >> ((nb % 4) * 8 + e)) & 1u)) s[mb][nb][2 * r + e] = -INFINITY;
-        }
+              for (int e = 0; e < 2; ++e)
+                if (!(keep[mb][r] & (1u << (2 * nb + e)))) s[mb][nb][2 * r + e] = -INFINITY;
       }
     }
     // Online softmax in the log2 domain (the scale folded into one FMA per score).
@@ -598,14 +633,14 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 2)
   // The KV tiles this Q tile visits.
   setup.walk.spatial = 1;
   GNA_FOR_AXES(a, p.rank) {
-    setup.walk.box[a] = kv_tiles_for_q_tile(p.axes[a], setup.geo.n[a], setup.qt[a], P.tile_q[a],
-                                          P.tile_kv[a]);
-    setup.walk.spatial *= setup.walk.box[a].size();
+    setup.walk.run[a] = kv_tile_run(p.axes[a], setup.geo.n[a], setup.qt[a], P.tile_q[a],
+                                    P.tile_kv[a], P.kv_placement);
+    setup.walk.spatial *= setup.walk.run[a].count;
   }
   setup.k_origin = setup.b * P.k.stride_batch + setup.hk * P.k.stride_head;
   setup.v_origin = setup.b * P.v.stride_batch + setup.hk * P.v.stride_head;
   GNA_FOR_AXES(a, p.rank) {
-    const int64_t x = coordinate_of(p.axes[a], setup.geo.group[a], setup.walk.box[a].begin * P.tile_kv[a]);
+    const int64_t x = coordinate_of(p.axes[a], setup.geo.group[a], setup.walk.run[a].first);
     const int64_t step = int64_t(P.tile_kv[a]) * p.axes[a].dilation;
     setup.k_origin += x * P.k.stride_axis[a];
     setup.v_origin += x * P.v.stride_axis[a];
@@ -618,7 +653,7 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 2)
   setup.walk.entry_bits = walk_entry_bits(p.rank);
   setup.walk.tabulated = true;
   GNA_FOR_AXES(a, p.rank) setup.walk.tabulated =
-      setup.walk.tabulated && setup.walk.box[a].size() <= (1 << setup.walk.entry_bits);
+      setup.walk.tabulated && setup.walk.run[a].count <= (1 << setup.walk.entry_bits);
   setup.walk.table_first = 0;
 
   __shared__ ForwardCtaState state;
@@ -635,16 +670,14 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 2)
   __syncthreads();
   cta.build_kv_deltas();
   cta.build_windows();
+  cta.build_columns();
   cta.build_table(0);
   __syncthreads();
 
   PairClass cls = PairClass::empty, next_cls = PairClass::empty;
   int i = cta.next_tile(0, &cls);
   cta.load_q();
-  if (i < cta.walk.total) {
-    cta.load_kv(i, 0, cls);
-    if (cls != PairClass::full) cta.build_mask(i, 0);
-  }
+  if (i < cta.walk.total) cta.load_kv(i, 0, cls);
   cp_async_commit();
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -657,19 +690,21 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 2)
   int stage = 0;
   while (i < cta.walk.total) {
     const int next = cta.next_tile(i + 1, &next_cls);
-    if (next < cta.walk.total) {
-      cta.load_kv(next, stage ^ 1, next_cls);
-      if (next_cls != PairClass::full) cta.build_mask(next, stage ^ 1);
-    }
+    if (next < cta.walk.total) cta.load_kv(next, stage ^ 1, next_cls);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
     const uint32_t k_smem = smem_address(smem + Smem::kK + stage * Smem::KTile::kBytes);
     const uint32_t v_smem = smem_address(smem + Smem::kV + stage * Smem::VTile::kBytes);
+    if (P.path_counts != nullptr && threadIdx.x == 0) {
+      atomicAdd(&P.path_counts->tiles, 1ull);
+      if (P.kv_placement == KvPlacement::placed && i < cta.walk.spatial)
+        atomicAdd(&P.path_counts->placed_tiles, 1ull);
+    }
     if (cls == PairClass::full)
-      w.template tile<false>(q_smem, row0, k_smem, v_smem, P.scale_log2, nullptr);
+      w.template tile<false>(cta, i, stage, q_smem, row0, k_smem, v_smem);
     else
-      w.template tile<true>(q_smem, row0, k_smem, v_smem, P.scale_log2, cta.mask(stage));
+      w.template tile<true>(cta, i, stage, q_smem, row0, k_smem, v_smem);
     __syncthreads();  // stage is overwritten by the load issued in the next iteration
     stage ^= 1;
     i = next;

@@ -25,6 +25,7 @@ void launch_forward_mb(const ForwardCall& call, const TilePlan& plan) {
     groups *= p.axes[a].dilation;
     P.q_volume *= P.tile_q[a];
   }
+  P.kv_placement = plan.placement;
   P.scale_log2 = effective_scale(p) * 1.4426950408889634f;
   P.q = cuda::token_tensor<const T>(call.in.q, p.rank);
   P.k = cuda::token_tensor<const T>(call.in.k, p.rank);
@@ -36,6 +37,7 @@ void launch_forward_mb(const ForwardCall& call, const TilePlan& plan) {
   P.o = cuda::token_tensor<T>(call.out, p.rank);
   P.write_lse = call.lse != nullptr;
   if (call.lse) P.lse = cuda::token_tensor<float>(*call.lse, p.rank);
+  P.path_counts = forward_path_counts_device();
 
   using Smem = ForwardSmem<D, DV, MB>;
   auto kernel = fused_forward_kernel<T, D, DV, MB>;

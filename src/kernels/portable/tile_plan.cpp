@@ -11,6 +11,7 @@ TilePlan plan_of(const ScoredTiles& s) {
   TilePlan plan;
   plan.q = s.q;
   plan.kv = s.kv;
+  plan.placement = s.placement;
   plan.visited_pairs = s.visited_pairs;
   plan.partial_pairs = s.partial_pairs();
   plan.cost = s.cost;
@@ -30,13 +31,13 @@ TilePlan choose_tiles(const Problem& p, int rows_q, int rows_kv) {
 }
 
 TilePlan choose_forward_tiles(const Problem& p, const TileShape& q_tile, const TileShape& kv_tile,
-                              bool wide_fits) {
-  const TilePlan narrow =
-      plan_of(tile_choice(p, portable_forward_tile_kernel(kForwardRowsQ), q_tile, kv_tile));
+                              bool wide_fits, KvPlacements placements) {
+  const TilePlan narrow = plan_of(
+      tile_choice(p, portable_forward_tile_kernel(kForwardRowsQ, placements), q_tile, kv_tile));
   // A forced Q tile is the only Q candidate of either kernel; its volume picks the kernel.
   if (!wide_fits || tile_forced(q_tile, p.rank)) return narrow;
-  const TilePlan wide =
-      plan_of(tile_choice(p, portable_forward_tile_kernel(kForwardRowsQWide), q_tile, kv_tile));
+  const TilePlan wide = plan_of(
+      tile_choice(p, portable_forward_tile_kernel(kForwardRowsQWide, placements), q_tile, kv_tile));
   return wide.cost < narrow.cost ? wide : narrow;
 }
 

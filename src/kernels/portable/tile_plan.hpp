@@ -20,6 +20,8 @@ constexpr int kBackwardRowsQ = kPortableBackwardRowsQ, kBackwardRowsKV = kPortab
 struct TilePlan {
   TileShape q;
   TileShape kv;
+  // Where a Q tile's KV tiles start (the forward; tiling.hpp, kv_tile_run).
+  KvPlacement placement = KvPlacement::grid;
   double visited_pairs = 0;  // (Q tile, KV tile) pairs visited in one dilation group
   double partial_pairs = 0;
   double cost = 0;  // the tile chooser's cost (gna::tile_cost)
@@ -33,10 +35,12 @@ TilePlan choose_tiles(const Problem& p, int rows_q, int rows_kv);
 
 // Forward tiles: the best 64-row and, where its kernel fits (wide_fits), the best 128-row Q shape
 // (64-token KV tiles), the cheaper once each pair's cost is scaled by its Q rows and the 128-row
-// kernel's measured speed-up. Forced tiles (q_tile, kv_tile; all zeros: chosen) are honoured:
-// Q tiles of at most 128 tokens, KV tiles of exactly 64; others are an error naming the option.
+// kernel's measured speed-up, each with the cheaper of the KV tile placements `placements`
+// allows. Forced tiles (q_tile, kv_tile; all zeros: chosen) are honoured: Q tiles of at most 128
+// tokens, KV tiles of exactly 64; others are an error naming the option.
 TilePlan choose_forward_tiles(const Problem& p, const TileShape& q_tile = kNoForcedTile,
-                              const TileShape& kv_tile = kNoForcedTile, bool wide_fits = true);
+                              const TileShape& kv_tile = kNoForcedTile, bool wide_fits = true,
+                              KvPlacements placements = KvPlacements::either);
 
 // Backward tiles with KV tiles of kv_rows keys (kBackwardRowsKV or kBackwardRowsKVSmall). Forced
 // tiles are honoured: Q tiles of at most 64 tokens, KV tiles of at most 128; others are an error

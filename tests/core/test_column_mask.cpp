@@ -1,14 +1,12 @@
-// The column masks of the Hopper kernels' partial pairs (kernels/hopper/column_mask.hpp) against
+// The column masks of the tiled kernels' partial pairs (gna/core/column_mask.hpp) against
 // the per-column test they replace, on the host (label cpu): every tile shape of 128 and of 64
 // tokens, every quad, every axis and every window [lo, hi) from before the tile to past its end.
 #include <gtest/gtest.h>
 
-#include "kernels/hopper/column_mask.hpp"
+#include "gna/core/column_mask.hpp"
 
 namespace gna {
 namespace {
-
-using hopper::AxisColumns;
 
 // The coordinate on axis a of column c of a tile of 1 << log2[a] tokens per axis (row-major).
 int coordinate(const int (&log2)[3], int c, int a) {
@@ -27,16 +25,16 @@ void for_each_shape(int tokens_log2, F&& f) {
     }
 }
 
-TEST(HopperColumnMask, EveryShapeQuadAxisAndWindow) {
+TEST(ColumnMask, EveryShapeQuadAxisAndWindow) {
   int checked = 0;
   for (int tokens_log2 : {7, 6}) {
     const int columns = 1 << tokens_log2;
-    const uint32_t all = hopper::low_bits(columns / 4);
+    const uint32_t all = low_bits(columns / 4);
     for_each_shape(tokens_log2, [&](const int(&log2)[3]) {
       const int size[3] = {1 << log2[0], 1 << log2[1], 1 << log2[2]};
       for (int quad = 0; quad < 4; ++quad) {
         AxisColumns axes[3];
-        hopper::tile_columns(size, quad, axes);
+        tile_columns(size, quad, axes);
         for (int a = 0; a < 3; ++a)
           for (int lo = -3; lo <= size[a] + 3; ++lo)
             for (int hi = lo - 2; hi <= size[a] + 3; ++hi) {
@@ -62,12 +60,12 @@ TEST(HopperColumnMask, EveryShapeQuadAxisAndWindow) {
 }
 
 // A whole tile's mask (the AND over axes) keeps exactly the columns inside the box of windows.
-TEST(HopperColumnMask, BoxOfWindows) {
+TEST(ColumnMask, BoxOfWindows) {
   for_each_shape(7, [&](const int(&log2)[3]) {
     const int size[3] = {1 << log2[0], 1 << log2[1], 1 << log2[2]};
     for (int quad = 0; quad < 4; ++quad) {
       AxisColumns axes[3];
-      hopper::tile_columns(size, quad, axes);
+      tile_columns(size, quad, axes);
       for (int k = 0; k < 64; ++k) {
         int lo[3], hi[3];
         for (int a = 0; a < 3; ++a) {  // deterministic spread of windows around the tile

@@ -1,9 +1,9 @@
-// Which of a wgmma accumulator thread's columns lie in a window, as the bits of one word: the
-// partial pairs' masks of the Hopper kernels (forward: a KV tile's keys per Q row; backward: a
-// Q tile's queries per key row).
+// Which of a matrix-multiply accumulator thread's columns lie in a window, as the bits of one
+// word: the partial pairs' masks of the tiled kernels (host and device). Hopper forward and
+// portable forward: a KV tile's keys per Q row; Hopper backward: a Q tile's queries per key row.
 //
-// A thread of an m64nN accumulator holds columns j * 8 + quad * 2 + e (8-column group j, e = 0
-// or 1, quad = lane % 4); bit 2j + e of a column mask stands for that column. The columns are the
+// A thread of a wgmma m64nN accumulator, or of mma.sync m16n8 accumulators (n-block j), holds
+// columns j * 8 + quad * 2 + e (8-column group j, e = 0 or 1, quad = lane % 4); bit 2j + e of a column mask stands for that column. The columns are the
 // tokens of a tile, row-major over axes 0, 1, 2 with power-of-two sizes, so a column's coordinate
 // on an axis is a bit field of its index. Along the mask's bits the thread's coordinates on an
 // axis rise and then repeat with a period of a power of two bits: the bits of a period whose
@@ -16,7 +16,7 @@
 
 #include "gna/core/hd.hpp"
 
-namespace gna::hopper {
+namespace gna {
 
 // The mask bits 0 .. n - 1 (n in [0, 32]).
 GNA_HD uint32_t low_bits(int n) {
@@ -105,4 +105,4 @@ GNA_HD void tile_columns(const int (&size)[Axes], int quad, AxisColumns (&axes)[
   }
 }
 
-}  // namespace gna::hopper
+}  // namespace gna

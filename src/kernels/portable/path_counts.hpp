@@ -1,0 +1,24 @@
+// Which paths the portable forward's tiles took, counted in device memory while a test asks for
+// it, so that the random sweeps can assert that they reach each path (placed KV tiles, partial
+// pairs' bitmask masks, warps that run a partial pair as full). Off by default: the kernels then
+// count nothing (one test of a null launch parameter per tile).
+#pragma once
+
+namespace gna::portable {
+
+struct ForwardPathCounts {
+  unsigned long long tiles = 0;           // (Q tile, KV tile) pairs run (per CTA)
+  unsigned long long placed_tiles = 0;    // of them spatial tiles placed per Q tile
+  unsigned long long masked_warps = 0;    // warp tiles of partial pairs masked by their bitmasks
+  unsigned long long full_row_warps = 0;  // warp tiles of partial pairs run as full (every row
+                                          // of the warp keeps every key)
+};
+
+// Starts (zeroing the counts) or stops counting; not thread-safe (tests).
+void count_forward_paths(bool on);
+// The counts so far (synchronizes the device); zeros when not counting.
+ForwardPathCounts forward_path_counts();
+// The device counters the forward launches add to: nullptr when not counting.
+ForwardPathCounts* forward_path_counts_device();
+
+}  // namespace gna::portable
