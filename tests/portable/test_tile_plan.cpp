@@ -141,6 +141,7 @@ TEST(TilePlan, ForcedTilesAreHonoured) {
   KernelOptions both;
   both.q_tile = TileShape{{8, 8, 0}};
   both.kv_tile = TileShape{{8, 8, 0}};
+  both.kv_placements = KvPlacements::grid;  // score_tiles counts grid KV tiles
   const TilePlan s = score_tiles(p, both.q_tile, both.kv_tile);
   for (const TilePlan& t : {forward_tiles(p, both), backward_tiles(p, both)}) {
     EXPECT_EQ(t.visited_pairs, s.visited_pairs);
