@@ -40,6 +40,12 @@ struct AttentionTensors {
   TensorRef q, k, v;
   const TensorRef* additional_k = nullptr;
   const TensorRef* additional_v = nullptr;
+  // float8_e4m3fn q, k, v (and additional keys and values) come with their float32 scales
+  // (docs/fp8.md): the value of an element is its e4m3 value times its scale.
+  const TensorRef* q_scale = nullptr;             // [B, spatial.., Hq]: per token and head
+  const TensorRef* k_scale = nullptr;             // [B, spatial.., Hkv]: per token and head
+  const TensorRef* v_scale = nullptr;             // [B, Hkv, Dv]: per channel
+  const TensorRef* additional_k_scale = nullptr;  // [B, Nadd, Hkv]: per token and head
 };
 
 // Checks ranks, shapes, dtypes, devices and last-dim contiguity of the tensors (naming the

@@ -10,7 +10,7 @@
 extern "C" {
 #endif
 
-#define GNA_ABI_VERSION 4
+#define GNA_ABI_VERSION 5
 #define GNA_MAX_RANK 3
 #define GNA_MAX_TENSOR_RANK 8
 #define GNA_MAX_HEAD_GROUPS 8         /* per-head rules: groups (since ABI version 4) */
@@ -27,7 +27,8 @@ typedef enum gna_dtype {
   GNA_DTYPE_F32 = 0,
   GNA_DTYPE_F64 = 1,
   GNA_DTYPE_F16 = 2,
-  GNA_DTYPE_BF16 = 3
+  GNA_DTYPE_BF16 = 3,
+  GNA_DTYPE_E4M3 = 4 /* OCP float8_e4m3fn: FP8 forward inputs (since ABI version 5) */
 } gna_dtype;
 
 /* A strided tensor view; strides in elements; device -1 for host memory. */
@@ -75,7 +76,14 @@ typedef struct gna_options {
   int32_t kv_tile[GNA_MAX_RANK];
   int32_t autotune;
   int32_t deterministic;
+  int32_t precision; /* gna_precision (since ABI version 5) */
 } gna_options;
+
+/* The arithmetic of a forward (since ABI version 5; docs/fp8.md). AUTO: the inputs' dtype
+ * (GNA_DTYPE_E4M3 inputs, given through gna_forward_e4m3, run the FP8 forward). FP8: float16,
+ * bfloat16 or float32 inputs (float64 on the host) are quantized to e4m3 inside the call and the
+ * FP8 forward runs; out in the inputs' dtype, lse float32. A backward with FP8 is refused. */
+typedef enum gna_precision { GNA_PRECISION_AUTO = 0, GNA_PRECISION_FP8 = 1 } gna_precision;
 
 int32_t gna_abi_version(void);
 /* Message of the last failed call on this thread ("" if none). */
@@ -131,6 +139,19 @@ gna_status gna_select_backend_heads(const gna_params* params, const gna_head_rul
                                     const gna_tensor* additional_k,
                                     const gna_tensor* additional_v, int32_t backward,
                                     const gna_options* options, char* name, int32_t capacity);
+
+/* The FP8 forward on inputs the caller quantized (since ABI version 5): q, k, v (and the
+ * additional keys and values, or NULL) GNA_DTYPE_E4M3, each element's value its e4m3 value times
+ * its float32 scale: q_scale [B, spatial.., Hq] and k_scale [B, spatial.., Hkv] per token and
+ * head, v_scale [B, Hkv, Dv] per channel, additional_k_scale [B, Nadd, Hkv] (NULL without
+ * additional keys). out float16 or bfloat16 (float32 on CUDA too; float32 or float64 on the
+ * host), lse float32 or NULL. head_rules may be NULL. */
+gna_status gna_forward_e4m3(const gna_params* params, const gna_head_rules* head_rules,
+                            const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
+                            const gna_tensor* additional_k, const gna_tensor* additional_v,
+                            const gna_tensor* q_scale, const gna_tensor* k_scale,
+                            const gna_tensor* v_scale, const gna_tensor* additional_k_scale,
+                            gna_tensor* out, gna_tensor* lse, const gna_options* options);
 
 /* Exact merge of count partial outputs by their logsumexp (host float32/float64). */
 gna_status gna_merge_attentions(int32_t count, const gna_tensor* outputs, const gna_tensor* lses,

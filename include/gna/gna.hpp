@@ -13,14 +13,23 @@
 
 namespace gna {
 
+// The arithmetic of a forward call (docs/fp8.md). automatic: the inputs' dtype (float8_e4m3fn
+// inputs run the FP8 forward). fp8: float16 / bfloat16 (float32, float64 on the host) inputs are
+// quantized to e4m3 with per-token Q and K scales (K smoothed by its mean) and per-channel V
+// scales, and the FP8 forward runs on them; output in the inputs' dtype, LSE float32. Forward
+// only: a backward with fp8 is refused.
+enum class Precision { automatic = 0, fp8 = 1 };
+
 struct CallOptions {
   std::string backend = "auto";  // "auto" or a registered backend name (see backend_names())
   void* stream = nullptr;        // cudaStream_t for CUDA tensors (null: the default stream)
   KernelOptions kernel;
+  Precision precision = Precision::automatic;
 };
 
 // out: [B, spatial.., Hq, Dv] in the inputs' dtype; lse (optional): [B, spatial.., Hq] float32
-// (float64 allowed for float64 inputs), natural log.
+// (float64 allowed for float64 inputs), natural log. float8_e4m3fn inputs (with their scales in
+// `in`): out in float16 or bfloat16 (float32 or float64 on the host), lse float32.
 void attention_forward(const AttentionParams& params, const AttentionTensors& in, TensorRef& out,
                        TensorRef* lse, const CallOptions& options = {});
 

@@ -21,7 +21,7 @@ gna::TensorRef to_ref(const gna_tensor* t, const char* name) {
   if (t == nullptr) gna::fail_invalid(name, ": tensor is required, got NULL");
   if (t->rank < 0 || t->rank > GNA_MAX_TENSOR_RANK)
     gna::fail_invalid(name, ": rank must be in [0, ", GNA_MAX_TENSOR_RANK, "], got ", t->rank);
-  if (t->dtype < GNA_DTYPE_F32 || t->dtype > GNA_DTYPE_BF16)
+  if (t->dtype < GNA_DTYPE_F32 || t->dtype > GNA_DTYPE_E4M3)
     gna::fail_invalid(name, ": unknown dtype code ", t->dtype);
   gna::TensorRef r;
   r.data = t->data;
@@ -85,6 +85,10 @@ gna::CallOptions to_options(const gna_options* o) {
   }
   c.kernel.autotune = o->autotune != 0;
   c.kernel.deterministic = o->deterministic != 0;
+  if (o->precision != GNA_PRECISION_AUTO && o->precision != GNA_PRECISION_FP8)
+    gna::fail_invalid("options: precision must be GNA_PRECISION_AUTO (0) or GNA_PRECISION_FP8 "
+                      "(1), got ", o->precision);
+  c.precision = static_cast<gna::Precision>(o->precision);
   return c;
 }
 
@@ -173,6 +177,32 @@ gna_status gna_forward(const gna_params* params, const gna_tensor* q, const gna_
                        const gna_options* options) {
   return gna_forward_heads(params, nullptr, q, k, v, additional_k, additional_v, out, lse,
                            options);
+}
+
+gna_status gna_forward_e4m3(const gna_params* params, const gna_head_rules* head_rules,
+                            const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
+                            const gna_tensor* additional_k, const gna_tensor* additional_v,
+                            const gna_tensor* q_scale, const gna_tensor* k_scale,
+                            const gna_tensor* v_scale, const gna_tensor* additional_k_scale,
+                            gna_tensor* out, gna_tensor* lse, const gna_options* options) {
+  return guarded([&] {
+    Inputs in(q, k, v, additional_k, additional_v);
+    const gna::TensorRef qs = to_ref(q_scale, "q_scale"), ks = to_ref(k_scale, "k_scale"),
+                         vs = to_ref(v_scale, "v_scale");
+    const OptionalRef aks(additional_k_scale, "additional_k_scale");
+    in.t.q_scale = &qs;
+    in.t.k_scale = &ks;
+    in.t.v_scale = &vs;
+    in.t.additional_k_scale = aks.ptr;
+    if (in.t.q.dtype != gna::DType::e4m3)
+      gna::fail_invalid("query: gna_forward_e4m3 takes float8_e4m3fn inputs, got ",
+                        gna::dtype_name(in.t.q.dtype));
+    gna::TensorRef o = to_ref(out, "out");
+    gna::TensorRef l;
+    if (lse) l = to_ref(lse, "lse");
+    gna::attention_forward(to_params(params, head_rules), in.t, o, lse ? &l : nullptr,
+                           to_options(options));
+  });
 }
 
 gna_status gna_backward_heads(const gna_params* params, const gna_head_rules* head_rules,

@@ -3,11 +3,16 @@
 #include <sstream>
 #include <string>
 
+#include "api/fp8_inputs.hpp"
 #include "backend/backend.hpp"
+#include "backend/fp8_quantizer.hpp"
 #include "gna/gna.hpp"
 
 namespace gna {
 namespace {
+
+bool fp8_call(const ForwardCall& call) { return call.fp8 != nullptr; }
+bool fp8_call(const BackwardCall&) { return false; }
 
 template <typename Call, typename Supports>
 const Backend& choose(const Call& call, bool device, const std::string& wanted, Supports supports) {
@@ -23,6 +28,8 @@ const Backend& choose(const Call& call, bool device, const std::string& wanted, 
     } else if (call.problem.head_rules.groups > 0 && !b.head_rules) {
       why = b.name + ": does not run per-head rules (head_rules.groups=" +
             std::to_string(call.problem.head_rules.groups) + ")";
+    } else if (fp8_call(call) && !b.fp8) {
+      why = b.name + ": does not run the FP8 forward";
     } else if (supports(b) && supports(b)(call, &why)) {
       if (wanted != "auto" || !b.preferred || b.preferred(call.problem, &why)) return b;
     }
@@ -84,11 +91,49 @@ const Backend& backward_backend(const BackwardCall& call, const std::string& wan
                 [](const Backend& b) { return b.supports_backward; });
 }
 
-}  // namespace
+// The backward has no FP8 path: a forward run in FP8 is for inference.
+void refuse_fp8_backward(const AttentionTensors& in, const CallOptions& options) {
+  if (options.precision == Precision::fp8)
+    fail_invalid("precision: the backward does not run in fp8 (the FP8 forward is for "
+                 "inference); run the forward and backward in the inputs' dtype");
+  if (in.q.dtype == DType::e4m3)
+    fail_invalid("query: float8_e4m3fn inputs have no backward (the FP8 forward is for "
+                 "inference)");
+  if (in.q_scale || in.k_scale || in.v_scale || in.additional_k_scale)
+    fail_invalid("q_scale: scales belong to float8_e4m3fn inputs, which have no backward");
+}
 
-void attention_forward(const AttentionParams& params, const AttentionTensors& in, TensorRef& out,
-                       TensorRef* lse, const CallOptions& options) {
+// The FP8 forward of a call (float8_e4m3fn inputs, or precision fp8): the call made an FP8 one
+// with `layout` (the given operands, or where the quantized ones will be: null data), its
+// problem's dtype the output's.
+bool fp8_forward(const CallOptions& options, ForwardCall& call, Fp8Operands& layout) {
+  Problem& p = call.problem;
+  check_scales_presence(p, call.in);
+  if (options.precision != Precision::automatic && options.precision != Precision::fp8)
+    fail_invalid("precision: must be automatic (0) or fp8 (1), got ",
+                 static_cast<int>(options.precision));
+  const bool device = !call.in.q.on_host();
+  if (p.dtype == DType::e4m3) {
+    layout = given_fp8_operands(p, call.in);
+    p.dtype = call.out.dtype;
+  } else if (options.precision == Precision::fp8) {
+    check_quantizable(p, device);
+    layout = fp8_operand_views(p, nullptr, call.in.q.device);
+  } else {
+    return false;
+  }
+  check_fp8_output(call.out, device);
+  call.fp8 = &layout;
+  return true;
+}
+
+// A forward call checked and ready to run (out and lse given), FP8 or not.
+ForwardCall forward_call(const AttentionParams& params, const AttentionTensors& in, TensorRef& out,
+                         TensorRef* lse, const CallOptions& options, Fp8Operands& layout) {
   ForwardCall call = make_call<ForwardCall>(params, in, options);
+  call.out = out;
+  call.lse = lse;
+  fp8_forward(options, call, layout);
   const Problem& p = call.problem;
   int64_t shape[kMaxTensorRank];
   int n = output_shape(p, shape);
@@ -99,17 +144,39 @@ void attention_forward(const AttentionParams& params, const AttentionTensors& in
   }
   const std::initializer_list<NamedTensor> all = {
       {"query", &in.q}, {"key", &in.k}, {"value", &in.v}, {"additional keys", in.additional_k},
-      {"additional values", in.additional_v}, {"out", &out}, {"lse", lse}};
+      {"additional values", in.additional_v}, {"q_scale", in.q_scale}, {"k_scale", in.k_scale},
+      {"v_scale", in.v_scale}, {"additional_k_scale", in.additional_k_scale}, {"out", &out},
+      {"lse", lse}};
   check_output({"out", &out}, all);
   if (lse) check_output({"lse", lse}, all);
-  call.out = out;
-  call.lse = lse;
-  forward_backend(call, options.backend).forward(call);
+  return call;
+}
+
+}  // namespace
+
+void attention_forward(const AttentionParams& params, const AttentionTensors& in, TensorRef& out,
+                       TensorRef* lse, const CallOptions& options) {
+  Fp8Operands layout;
+  ForwardCall call = forward_call(params, in, out, lse, options, layout);
+  const Backend& backend = forward_backend(call, options.backend);
+  if (call.fp8 && in.q.dtype != DType::e4m3) {
+    // Quantized only once a backend has taken the call.
+    const Fp8Quantizer* quantizer = fp8_quantizer(!in.q.on_host());
+    if (!quantizer)
+      fail(ErrorKind::unsupported, "precision: fp8 needs the quantization of ",
+           in.q.on_host() ? "host" : "CUDA", " tensors, which is not built in");
+    const Fp8Quantized quantized = quantizer->quantize(call.problem, in, options.stream);
+    call.fp8 = &quantized.operands;
+    backend.forward(call);
+    return;
+  }
+  backend.forward(call);
 }
 
 void attention_backward(const AttentionParams& params, const AttentionTensors& in,
                         const TensorRef& out, const TensorRef& lse, const TensorRef& d_out,
                         AttentionGradients& grads, const CallOptions& options) {
+  refuse_fp8_backward(in, options);
   BackwardCall call = make_call<BackwardCall>(params, in, options);
   const Problem& p = call.problem;
   const int dev = in.q.device;
@@ -157,11 +224,20 @@ void attention_backward(const AttentionParams& params, const AttentionTensors& i
 
 std::string select_forward_backend(const AttentionParams& params, const AttentionTensors& in,
                                    const CallOptions& options) {
-  return forward_backend(make_call<ForwardCall>(params, in, options), options.backend).name;
+  ForwardCall call = make_call<ForwardCall>(params, in, options);
+  // An FP8 call's output dtype: the inputs' where they are quantized, float16 for e4m3 inputs
+  // on CUDA (float32 on the host), as no output is given here.
+  call.out.dtype = in.q.dtype != DType::e4m3 ? in.q.dtype
+                   : in.q.on_host()          ? DType::f32
+                                             : DType::f16;
+  Fp8Operands layout;
+  fp8_forward(options, call, layout);
+  return forward_backend(call, options.backend).name;
 }
 
 std::string select_backward_backend(const AttentionParams& params, const AttentionTensors& in,
                                     const CallOptions& options) {
+  refuse_fp8_backward(in, options);
   return backward_backend(make_call<BackwardCall>(params, in, options), options.backend).name;
 }
 
