@@ -12,7 +12,8 @@
 # and on the CUDA machine: mkdir -p /tmp/base /tmp/new && tar -xf base.tar -C /tmp/base && ...
 # Environment: BENCH_ARGS (gna-kernel-bench arguments, shell quoting honoured, e.g.
 # "--backends hopper --passes fwd --cases 'hunyuan 18x24x24 NA,wan 15x27x48'"), ROUNDS (2),
-# LIMIT (2), JOBS (16), OUT (default ./ab-out).
+# LIMIT (2), JOBS (16), OUT (default ./ab-out), CUDA_ARCHS (GNA_CUDA_ARCHS of both builds,
+# default native: this machine's GPUs alone, the quickest build).
 set -u -o pipefail
 if [ $# -ne 2 ]; then
   echo "usage: scripts/ab_bench.sh BASE_TREE NEW_TREE" >&2
@@ -30,7 +31,7 @@ eval "bench_args=(${BENCH_ARGS:-})"
 
 build() {  # TREE LOG
   cmake -S "$1" -B "$1/build-ab" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGNA_CUDA=ON \
-      -DGNA_BUILD_TESTS=OFF >"$2" 2>&1 &&
+      -DGNA_CUDA_ARCHS="${CUDA_ARCHS:-native}" -DGNA_BUILD_TESTS=OFF >"$2" 2>&1 &&
     cmake --build "$1/build-ab" -j "$((JOBS / 2))" --target gna-kernel-bench >>"$2" 2>&1
 }
 build "$base" "$OUT/build-base.log" & pid=$!

@@ -22,6 +22,7 @@
 # Environment:
 #   STEPS        default "build test sanitize sass bench" (also: profile, peers, python)
 #   BUILD        build folder (default build-gpu); OUT log folder (default $BUILD/gpu-check-out)
+#   CUDA_ARCHS   GNA_CUDA_ARCHS of the build (default native: this machine's GPUs alone)
 #   JOBS         build parallelism (default 16)
 #   TARGETS      build only these targets (e.g. "gna-kernel-bench test_halo")
 #   TESTS        ctest -R regex instead of the label; TEST_LABEL (default gpu; empty: every test)
@@ -68,7 +69,8 @@ nvcc --version 2>/dev/null | tail -1
 step_build() {
   local t=$(date +%s) target_args=() t_
   source scripts/gtest_args.sh "$OUT/gtest.log"
-  if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGNA_CUDA=ON "${gtest_args[@]}" \
+  if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGNA_CUDA=ON \
+      -DGNA_CUDA_ARCHS="${CUDA_ARCHS:-native}" "${gtest_args[@]}" \
       >"$OUT/build.log" 2>&1; then
     tail -30 "$OUT/build.log"
     record build configure FAIL "log: build.log" "$(since $t)"

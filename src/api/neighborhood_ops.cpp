@@ -13,7 +13,7 @@ const UnfusedBackend& backend_for(const Problem& p, int device) {
   for (const UnfusedBackend& b : registered_unfused_backends()) {
     if (b.device != on_device) continue;
     std::string why;
-    if (!b.supports(p.dtype, &why))
+    if (!b.supports(p.dtype, device, &why))
       fail(ErrorKind::unsupported, "unfused operators on ", on_device ? "CUDA" : "host",
            " tensors: ", why);
     return b;

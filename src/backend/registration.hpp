@@ -48,7 +48,7 @@ inline UnfusedBackend unfused_backend_from(std::string name, bool device,
   UnfusedBackend b;
   b.name = std::move(name);
   b.device = device;
-  b.supports = [dtypes = std::move(dtypes)](DType t, std::string* why) {
+  b.supports = [dtypes = std::move(dtypes)](DType t, int, std::string* why) {
     return dtype_one_of(t, dtypes, "dtype", why);
   };
   return b;

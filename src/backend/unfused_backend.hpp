@@ -18,8 +18,9 @@ namespace gna {
 struct UnfusedBackend {
   std::string name;
   bool device = false;  // runs on CUDA tensors (false: host tensors)
-  // Return true when the dtype can run; otherwise write which dtypes the backend takes.
-  std::function<bool(DType, std::string* why)> supports;
+  // Return true when the dtype can run on the device (-1: host); otherwise write why (which
+  // dtypes the backend takes, which devices).
+  std::function<bool(DType, int device, std::string* why)> supports;
   std::function<void(const Problem&, const TensorRef& q, const TensorRef& k, const TensorRef* rpb,
                      const TensorRef& attn, void* stream)>
       na_qk;

@@ -5,6 +5,8 @@
 // must be reached, and (2-D, 3-D) walks of every length modulo the 4-chunk step (the walks'
 // partial first step) and of more than one step, 2-D boxes of each shape (8x8, 4x16 / 16x4), and
 // (3-D) halos streamed in slabs in every pass. Then bitwise determinism of forward and backward.
+// The sweeps also run with shared memory capped (GNA_MAX_SHARED_MEMORY_BYTES, CTest entries
+// test_halo_smem_*): every pass they launch must fit the cap.
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -12,6 +14,7 @@
 
 #include "backend/backend.hpp"
 #include "gpu_harness.hpp"
+#include "kernels/common/device_limits.hpp"
 #include "kernels/halo/halo.hpp"
 #include "kernels/halo/plan.hpp"
 
@@ -71,9 +74,9 @@ void build_pair(const Config& c, DType dtype, std::mt19937_64& rng, Case& ref, C
 
 // Per pass (forward, dQ, dK / dV) on device 0: 1 where the launch streams the halo in slabs
 // although the whole halo fits (for more resident CTAs), 2 where the whole halo does not fit, else 0.
-std::vector<int> streamed_passes(const Problem& p) {
-  int limit = 0;
-  cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
+// *max_bytes: the most shared memory per block a pass launches with.
+std::vector<int> streamed_passes(const Problem& p, int* max_bytes = nullptr) {
+  const int limit = cuda::shared_memory_per_block(0);
   std::vector<int> streamed;
   for (const auto& [side, pass] : {std::pair{halo::Side::keys_of_queries, halo::Pass::forward},
                                    {halo::Side::keys_of_queries, halo::Pass::dq},
@@ -81,6 +84,7 @@ std::vector<int> streamed_passes(const Problem& p) {
     const halo::Plan whole = halo::make_plan(p, side);
     const bool must = halo::pass_plan(whole, pass, p.dim_qk, limit).slabs > 1;
     streamed.push_back(must ? 2 : halo::launched_slabs(p, whole, pass, 0) > 1 ? 1 : 0);
+    if (max_bytes) *max_bytes = std::max(*max_bytes, halo::launched_plan(p, whole, pass, 0).bytes);
   }
   return streamed;
 }
@@ -108,11 +112,13 @@ bool halo_supports(Case& got, std::string* why, Problem* problem = nullptr) {
 }
 
 // Forward and backward of one configuration in one dtype; "" when within tolerance.
-std::string check(const Config& c, DType dtype, std::mt19937_64& rng, bool* ran, Problem* problem) {
+std::string check(const Config& c, DType dtype, std::mt19937_64& rng, bool* ran, Problem* problem,
+                  std::string* refusal = nullptr) {
   Case ref, got;
   build_pair(c, dtype, rng, ref, got);
   std::string why;
   *ran = halo_supports(got, &why, problem);
+  if (refusal) *refusal = why;
   if (!*ran) return "";
   if (ref.check_forward("gpu_reference").find("CUDA") != std::string::npos) return "reference failed";
   got.ref_o = ref.o.download();
@@ -148,14 +154,24 @@ void sweep(int rank, int configs) {
   int long_boxes = 0;  // 2-D configurations on 4x16 or 16x4 boxes
   int streamed[3] = {0, 0, 0};  // runs whose forward, dQ, dK / dV pass had to stream its halo in slabs
   int occupancy_slabs = 0;      // runs with a pass that streamed a halo that fits, for occupancy
+  // The shared memory the kernels may use: the device's, or the cap under test; the most a
+  // launched pass used. Under a cap, halos may be refused for shared memory alone.
+  const int limit = cuda::shared_memory_per_block(0);
+  const int device_limit = cuda::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
+  if (const char* cap = std::getenv(kSharedMemoryCapVariable)) {
+    ASSERT_EQ(limit, std::min(device_limit, std::atoi(cap))) << "the cap is not in force";
+  }
+  int most_bytes = 0, refused_for_memory = 0;
   for (int i = 0; i < configs && failures < 5; ++i) {
     const Config c = image_config(rng, rank);
     for (DType t : {DType::f16, DType::bf16}) {
       bool did = false;
       Problem problem;
-      const std::string err = check(c, t, rng, &did, &problem);
+      std::string why;
+      const std::string err = check(c, t, rng, &did, &problem, &why);
       if (!did) {
         ++refused;
+        refused_for_memory += why.find("bytes of shared memory per block") != std::string::npos;
         continue;
       }
       ++ran;
@@ -166,7 +182,7 @@ void sweep(int rank, int configs) {
       }
       ++instances[std::string(dtype_name(t)) + " d" + std::to_string(c.dim_qk)];
       long_boxes += rank == 2 && halo::box_shape(problem).cta[0] != halo::box_shape(problem).cta[1];
-      const std::vector<int> slabs = streamed_passes(problem);
+      const std::vector<int> slabs = streamed_passes(problem, &most_bytes);
       for (int pass = 0; pass < 3; ++pass) streamed[pass] += slabs[pass] == 2;
       occupancy_slabs += slabs[0] == 1 || slabs[1] == 1 || slabs[2] == 1;
       for (int a = 0; a < rank; ++a) {
@@ -185,13 +201,18 @@ void sweep(int rank, int configs) {
   }
   std::printf("rank %d: %d runs (%d refused), dilated axes %d, causal %d, strided %d, GQA %d, "
               "batch >= 64 %d, walk residues %zu, multi-step %d, 4x16 / 16x4 boxes %d, streamed halos "
-              "(fwd / dQ / dK dV) %d / %d / %d, slabs for occupancy %d, seed %llu;", rank, ran,
+              "(fwd / dQ / dK dV) %d / %d / %d, slabs for occupancy %d, shared memory per block %d "
+              "of %d allowed (device: %d), seed %llu;", rank, ran,
               refused, dilated, causal, strided, gqa, big_batch, walk_residues.size(), multi_step, long_boxes,
-              streamed[0], streamed[1], streamed[2], occupancy_slabs, static_cast<unsigned long long>(seed));
+              streamed[0], streamed[1], streamed[2], occupancy_slabs, most_bytes, limit, device_limit,
+              static_cast<unsigned long long>(seed));
   for (const auto& [name, n] : instances) std::printf(" %s: %d", name.c_str(), n);
   std::printf("\n");
-  // 3-D halos too large for shared memory stream in slabs: nothing is refused.
-  EXPECT_EQ(refused, 0) << "every configuration must run on the halo kernels";
+  EXPECT_LE(most_bytes, limit) << "a pass launched with more shared memory than allowed";
+  // 3-D halos too large for shared memory stream in slabs: nothing is refused (under a cap
+  // below the device's, only for shared memory).
+  EXPECT_EQ(refused - (limit < device_limit ? refused_for_memory : 0), 0)
+      << "every configuration must run on the halo kernels";
   if (configs >= 50) {
     for (const char* name : {"float16 d32", "float16 d64", "bfloat16 d32", "bfloat16 d64"})
       EXPECT_GT(instances[name], 0) << "instantiation " << name << " not reached";

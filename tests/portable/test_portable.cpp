@@ -3,11 +3,13 @@
 // dV and the additional keys' gradients); larger problems against the GPU reference. The
 // forward's paths are counted on the device (path_counts.hpp): each sweep asserts that it ran
 // placed KV tiles, partial pairs masked by their bitmasks and warps that ran a partial pair as
-// full.
+// full. The sweeps also run with shared memory capped (GNA_MAX_SHARED_MEMORY_BYTES, CTest
+// entries test_portable_smem_*): every kernel they choose must fit the cap.
 #include <cstdio>
 
 #include "backend/backend.hpp"
 #include "gpu_harness.hpp"
+#include "kernels/common/device_limits.hpp"
 #include "kernels/portable/path_counts.hpp"
 #include "kernels/portable/portable.hpp"
 
@@ -31,8 +33,17 @@ void sweep(int rank, int configs) {
   const uint64_t seed = test_seed();
   std::mt19937_64 rng(seed + 17 * rank);
   const bool backward = portable_backward_available();
+  // The shared memory the kernels may use: the device's, or the cap under test.
+  const int limit = cuda::shared_memory_per_block(0);
+  const int device_limit = cuda::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
+  if (const char* cap = std::getenv(kSharedMemoryCapVariable)) {
+    ASSERT_EQ(limit, std::min(device_limit, std::atoi(cap))) << "the cap is not in force";
+  }
   ConfigLimits lim;
   int failures = 0, checked = 0, wide = 0, small_backward = 0, wide_backward = 0;
+  int wide_fits = 0;   // unforced configurations whose 128-row forward fits the limit
+  int changed = 0;     // configurations whose kernels a cap below the device's limit changed
+  int over_limit = 0;  // chosen kernels needing more than the limit (must stay 0)
   portable::count_forward_paths(true);
   for (int i = 0; i < configs && failures < 5; ++i, ++checked) {
     const Config c = random_config(rng, rank, lim);
@@ -51,7 +62,7 @@ void sweep(int rank, int configs) {
         forward_options.q_tile = t.q;
         forward_options.kv_tile = t.kv;
         backward_options = forward_options;
-      } else if (i % 4 == 2) {
+      } else if (i % 4 == 2 && portable::backward_shared_bytes(c.dim_qk, c.dim_v) <= limit) {
         const portable::TilePlan t = portable::choose_tiles(p, 64, 128);
         backward_options.q_tile = t.q;
         backward_options.kv_tile = t.kv;
@@ -60,10 +71,21 @@ void sweep(int rank, int configs) {
       // (others: the tile chooser's placement).
       if (i % 3 == 1) forward_options.kv_placements = KvPlacements::placed;
       if (i % 3 == 2) forward_options.kv_placements = KvPlacements::grid;
-      if (i % 2 == 0 && portable::forward_tiles(p, forward_options).q.volume(rank) > 64) ++wide;
+      const int forward_rows = portable::forward_tiles(p, forward_options, limit).q.volume(rank);
+      const int forward_bytes = portable::forward_shared_bytes(c.dim_qk, c.dim_v, forward_rows);
+      over_limit += forward_bytes > limit;
+      changed += forward_rows !=
+                 portable::forward_tiles(p, forward_options, device_limit).q.volume(rank);
+      if (i % 2 == 0 && forward_rows > 64) ++wide;
+      wide_fits += i % 2 == 0 && portable::forward_shared_bytes(c.dim_qk, c.dim_v, 128) <= limit;
       if (backward) {
-        const portable::TilePlan b = portable::backward_tiles(p, backward_options);
-        ++(portable::backward_runs_small(p, b.kv) ? small_backward : wide_backward);
+        const bool small = portable::backward_runs_small(
+            p, portable::backward_tiles(p, backward_options, limit).kv);
+        const int kv_rows = small ? portable::kBackwardRowsKVSmall : portable::kBackwardRowsKV;
+        over_limit += portable::backward_shared_bytes(c.dim_qk, c.dim_v, kv_rows) > limit;
+        changed += small != portable::backward_runs_small(
+                                p, portable::backward_tiles(p, backward_options, device_limit).kv);
+        ++(small ? small_backward : wide_backward);
       }
     }
     Case bf16;
@@ -83,18 +105,22 @@ void sweep(int rank, int configs) {
   portable::count_forward_paths(false);
   std::printf("rank %d: %d random configurations x {f16, bf16}, forward%s (%d of the "
               "unforced half with 128-row Q tiles; backward: %d runs of the 64-key variant, %d of "
-              "the 128-key kernel), seed %llu\n",
+              "the 128-key kernel); %d bytes of shared memory per block (device: %d), kernels of "
+              "%d configurations chosen smaller by it; seed %llu\n",
               rank, checked, backward ? " and backward" : "", wide, small_backward, wide_backward,
-              static_cast<unsigned long long>(seed));
+              limit, device_limit, changed, static_cast<unsigned long long>(seed));
   std::printf("rank %d forward paths: %llu tiles, %llu of them placed; partial pairs: %llu warp "
               "tiles masked by bitmasks, %llu run as full (every row keeps every key)\n",
               rank, paths.tiles, paths.placed_tiles, paths.masked_warps, paths.full_row_warps);
+  EXPECT_EQ(over_limit, 0) << "kernels chosen that need more than " << limit << " bytes";
   EXPECT_GT(paths.tiles, 0u) << "the forward's path counts saw no tile";
   if (checked >= 100) {
-    EXPECT_GT(wide, 0) << "no configuration ran the 128-row forward";
     EXPECT_GT(paths.placed_tiles, 0u) << "no placed KV tile ran";
     EXPECT_GT(paths.masked_warps, 0u) << "no partial pair ran with bitmask masks";
     EXPECT_GT(paths.full_row_warps, 0u) << "no warp ran a partial pair as full";
+  }
+  if (checked >= 100 && wide_fits >= 10) {
+    EXPECT_GT(wide, 0) << "no configuration ran the 128-row forward";
   }
   if (checked >= 100 && backward) {
     EXPECT_GT(small_backward, 0) << "no configuration ran the 64-key backward";

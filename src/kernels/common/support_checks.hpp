@@ -9,6 +9,7 @@
 #include <string>
 
 #include "gna/core/problem.hpp"
+#include "kernels/common/device_limits.hpp"
 #include "gna/tensor.hpp"
 
 namespace gna::cuda {
@@ -25,16 +26,6 @@ inline bool refuse(std::string* why, const char* backend, const std::string& rea
   return false;
 }
 
-// 0 when the device cannot be asked (the error is cleared so that it does not surface later).
-inline int device_attribute(cudaDeviceAttr attr, int device) {
-  int v = 0;
-  if (cudaDeviceGetAttribute(&v, attr, device) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return v;
-}
-
 // CUDA tensors of f16/bf16 on an sm_80+ device.
 inline bool half_tensors_supported(const Problem& p, const TensorRef& q, const char* backend,
                                    std::string* why) {
@@ -45,13 +36,9 @@ inline bool half_tensors_supported(const Problem& p, const TensorRef& q, const c
   return true;
 }
 
+// An sm_80+ device for which the library has code (device_limits.hpp).
 inline bool sm80_supported(int device, const char* backend, std::string* why) {
-  const int cc = 10 * device_attribute(cudaDevAttrComputeCapabilityMajor, device) +
-                 device_attribute(cudaDevAttrComputeCapabilityMinor, device);
-  if (cc >= 80) return true;
-  return refuse(why, backend,
-                str("device compute capability ", cc / 10, ".", cc % 10,
-                    " not supported (needs 8.0 or newer)"));
+  return device_runs(device, KernelFamily::sm80, backend, why);
 }
 
 // 16-byte rows: the base address and every stride but the last are multiples of 8 elements.

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "backend/registration.hpp"
+#include "kernels/common/device_limits.hpp"
 
 namespace gna::gpu_reference {
 
@@ -13,6 +14,7 @@ bool supports(const Problem& p, const TensorRef& q, std::string* why) {
     return false;
   };
   if (q.on_host()) return refuse("tensors are in host memory (needs CUDA device tensors)");
+  if (!cuda::device_runs(q.device, KernelFamily::sm80, "gpu_reference", why)) return false;
   if (p.dtype != DType::f32 && p.dtype != DType::f16 && p.dtype != DType::bf16)
     return refuse(std::string("dtype ") + dtype_name(p.dtype) + " not supported (f32, f16, bf16)");
   if (p.dim_qk > kMaxHeadDim || p.dim_v > kMaxHeadDim) {

@@ -17,7 +17,6 @@
 namespace gna::halo {
 namespace {
 
-using cuda::device_attribute;
 using cuda::str;
 
 bool refuse(std::string* why, const std::string& reason) {
@@ -60,7 +59,7 @@ bool cached_preferred(const Problem& p, std::string* why) {
 // (the launcher may choose smaller slabs, launch_plan).
 Plan device_plan(const Problem& p, Side side, Pass pass, int device) {
   return pass_plan(cached_plan(p, side), pass, p.dim_qk,
-                   device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+                   cuda::shared_memory_per_block(device));
 }
 
 bool aligned_rows(const TensorRef& t, const char* name, std::string* why) {
@@ -84,11 +83,11 @@ bool plan_fits(const Problem& p, const Plan& plan, int bytes, const char* pass, 
       return refuse(why, str("axis ", a, ": halo of ", plan.halo[a], " tokens exceeds ", kMaxHaloSide));
   if (plan.halo_rows > 65535)
     return refuse(why, str("halo of ", plan.halo_rows, " tokens exceeds 65535"));
-  const int limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  const int limit = cuda::shared_memory_per_block(device);
   if (limit > 0 && bytes > limit)
     return refuse(why, str(pass, " needs ", bytes, " bytes of shared memory per block for a halo of ",
                            plan.halo_rows, " tokens at head dim ", p.dim_qk,
-                           ", the device allows ", limit));
+                           ", ", cuda::shared_memory_allowance(device)));
   return true;
 }
 

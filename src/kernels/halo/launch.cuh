@@ -86,8 +86,8 @@ PassKernels<Kernel> pass_kernels(Kernel whole, Kernel streamed, Kernel kv_regist
 
 template <typename Kernel>
 Plan launch_plan(const Plan& whole, Pass pass, int d, const PassKernels<Kernel>& kernels, int device) {
-  const int limit = cuda::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  std::vector<int> key{static_cast<int>(pass), d, device, whole.halo_rows, whole.walk_rows};
+  const int limit = cuda::shared_memory_per_block(device);
+  std::vector<int> key{static_cast<int>(pass), d, device, limit, whole.halo_rows, whole.walk_rows};
   for (int a = 0; a < kMaxRank; ++a) {
     key.push_back(whole.halo[a]);
     key.push_back(whole.walk[a]);

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "gna/core/error.hpp"
+#include "kernels/common/device_limits.hpp"
 
 namespace gna::hopper {
 namespace {
@@ -38,11 +39,14 @@ bool is_sm90(int device) {
 bool have_tensor_map_encoder() { return encode_tiled() != nullptr; }
 
 bool device_and_dtype_supported(const Problem& p, const TensorRef& q, std::string* why) {
-  if (q.on_host())
+  if (q.on_host()) {
     *why = "needs CUDA tensors";
-  else if (!is_sm90(q.device))
-    *why = "needs an sm_90 (Hopper) device";
-  else if (!have_tensor_map_encoder())
+    return false;
+  }
+  if (!family_runs_on(KernelFamily::hopper, cuda::compute_capability(q.device),
+                      embedded_code(KernelFamily::hopper), why))
+    return false;
+  if (!have_tensor_map_encoder())
     *why = "the driver has no cuTensorMapEncodeTiled";
   else if (p.dtype != DType::bf16 && p.dtype != DType::f16)
     *why = std::string("dtype ") + dtype_name(p.dtype) + " not supported (supported: bf16, f16)";

@@ -21,10 +21,8 @@ bool aligned_rows(const TensorRef& t, const char* name, std::string* why) {
   return cuda::aligned_rows(t, name, "portable", why);
 }
 
-// Shared memory per block the device allows (opt-in), 0 if it cannot be asked.
-int shared_limit(int device) {
-  return cuda::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-}
+// Shared memory per block the kernels may use (the device's, capped by the environment).
+int shared_limit(int device) { return cuda::shared_memory_per_block(device); }
 
 bool supports_problem(const Problem& p, const AttentionTensors& in, const KernelOptions& opt,
                       bool forward, std::string* why) {
@@ -43,8 +41,8 @@ bool supports_problem(const Problem& p, const AttentionTensors& in, const Kernel
                                                                                : kBackwardRowsKV);
   if (limit > 0 && need > limit)
     return refuse(why, str(forward ? "forward" : "backward", " at head dims ", p.dim_qk, "/",
-                           p.dim_v, " needs ", need, " bytes of shared memory per block, the device allows ",
-                           limit));
+                           p.dim_v, " needs ", need, " bytes of shared memory per block, ",
+                           cuda::shared_memory_allowance(in.q.device)));
   if (int64_t(p.batch) * p.heads_q > 65535)
     return refuse(why, str("batch * heads ", int64_t(p.batch) * p.heads_q, " exceeds 65535"));
   int groups = 1;
@@ -66,14 +64,15 @@ bool supports_problem(const Problem& p, const AttentionTensors& in, const Kernel
   if (forward && tile_forced(opt.q_tile, p.rank) && opt.q_tile.volume(p.rank) > 64 && limit > 0 &&
       wide > limit)
     return refuse(why, str("query tile volume ", opt.q_tile.volume(p.rank), " needs ", wide,
-                           " bytes of shared memory per block, the device allows ", limit,
-                           " (at most 64 tokens here)"));
+                           " bytes of shared memory per block, ",
+                           cuda::shared_memory_allowance(in.q.device), " (at most 64 tokens here)"));
   const int wide_backward = backward_shared_bytes(p.dim_qk, p.dim_v, kBackwardRowsKV);
   if (!forward && tile_forced(opt.kv_tile, p.rank) && !backward_runs_small(p, opt.kv_tile) &&
       limit > 0 && wide_backward > limit)
     return refuse(why, str("key/value tile volume ", opt.kv_tile.volume(p.rank), " needs ",
-                           wide_backward, " bytes of shared memory per block, the device allows ",
-                           limit, " (at most ", kBackwardRowsKVSmall, " tokens here)"));
+                           wide_backward, " bytes of shared memory per block, ",
+                           cuda::shared_memory_allowance(in.q.device), " (at most ",
+                           kBackwardRowsKVSmall, " tokens here)"));
   return true;
 }
 
