@@ -86,7 +86,7 @@ def build_library():
     library = _build(build_dir, [])
     if _errors_come_back(library):
         return library
-    system_cxx = shutil.which("c++", path="/usr/bin") or shutil.which("g++", path="/usr/bin")
+    system_cxx = system_cxx_compiler()
     if system_cxx:
         print(f"gna: libgna crashed on a C++ exception; rebuilding with {system_cxx}", flush=True)
         env = dict(os.environ, CXX=system_cxx, CUDAHOSTCXX=system_cxx)
@@ -139,7 +139,11 @@ def _build_torch_extension(package_dir):
     make = cpp_extension.CUDAExtension if cuda else cpp_extension.CppExtension
     extension = make("gna._torch_ops", sources, include_dirs=[str(ROOT / "include")],
                      define_macros=[("GNA_TORCH_CUDA", "1")] if cuda else [],
-                     extra_compile_args={"cxx": ["-O2"]})
+                     extra_compile_args={"cxx": ["-O2"]},
+                     # Symbols of static archives stay private (as libgna's, CMakeLists.txt): a
+                     # compiler that links libstdc++ statically otherwise exports its copy,
+                     # which then interposes with torch's (errors came back garbled or crashed).
+                     extra_link_args=["-Wl,--exclude-libs,ALL"])
     from setuptools import Distribution
     builder = cpp_extension.BuildExtension.with_options(use_ninja=shutil.which("ninja") is not None)
     dist = Distribution({"name": "gna-torch-ops", "ext_modules": [extension],
@@ -152,6 +156,58 @@ def _build_torch_extension(package_dir):
     if not list(package_dir.glob("_torch_ops*.so")):
         raise RuntimeError(f"torch's extension builder did not produce {package_dir}/_torch_ops*.so")
     (package_dir / "_torch_ops.torch-version").write_text(torch.__version__ + "\n")
+
+
+# The built extension must raise a ValueError whose message formats a number (its own libstdc++
+# code at work inside a process with torch); a crash or a garbled message fails the probe.
+_EXTENSION_PROBE = """
+import sys, torch
+torch.ops.load_library(sys.argv[1])
+q = torch.zeros(1, 4, 1, 2)
+try:
+    torch.ops.gna.na_forward(q, q, q, None, None, [2**31], [1], [1], [False], 0.0, "auto", False)
+except ValueError as e:
+    sys.exit(0 if "got 2147483648" in str(e) else 3)
+sys.exit(3)
+"""
+
+
+def _extension_errors_come_back(package_dir):
+    built = sorted(Path(package_dir).glob("_torch_ops*.so"))
+    return bool(built) and subprocess.call([sys.executable, "-c", _EXTENSION_PROBE,
+                                            str(built[0])]) == 0
+
+
+def _torch_extension_main(package_dir, system_cxx):
+    """The extension builder's process: builds, probes, and where the probe fails rebuilds once
+    with the system C++ compiler (as build_library does for libgna). Exit status 0 (built),
+    _SKIPPED (reason printed) or 1."""
+    if system_cxx:
+        cxx = system_cxx_compiler()
+        os.environ.update(CXX=cxx, LDSHARED=f"{cxx} -shared")
+        os.environ.pop("CC", None)
+    try:
+        _build_torch_extension(package_dir)
+    except _Skip as skip:
+        print(f"gna: torch extension not built: {skip}", flush=True)
+        return _SKIPPED
+    if _extension_errors_come_back(package_dir):
+        return 0
+    for built in Path(package_dir).glob("_torch_ops*.so"):
+        built.unlink()
+    (Path(package_dir) / "_torch_ops.torch-version").unlink(missing_ok=True)
+    if not system_cxx and system_cxx_compiler():
+        print(f"gna: the torch extension crashed or garbled an error message; rebuilding with "
+              f"{system_cxx_compiler()}", flush=True)
+        return subprocess.call([sys.executable, str(Path(__file__).resolve()), "torch-extension",
+                                str(package_dir), "--system-cxx"])
+    print("gna: torch extension not built: it crashes or garbles its error messages in a "
+          "process with torch (a C++ toolchain that links libstdc++ statically?)", flush=True)
+    return 1
+
+
+def system_cxx_compiler():
+    return shutil.which("c++", path="/usr/bin") or shutil.which("g++", path="/usr/bin")
 
 
 def build_torch_extension(package_dir):
@@ -223,10 +279,7 @@ else:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] != "torch-extension":
-        sys.exit("usage: cmake_build.py torch-extension PACKAGE_DIR")
-    try:
-        _build_torch_extension(sys.argv[2])
-    except _Skip as skip:
-        print(f"gna: torch extension not built: {skip}", flush=True)
-        sys.exit(_SKIPPED)
+    if len(sys.argv) not in (3, 4) or sys.argv[1] != "torch-extension" or (
+            len(sys.argv) == 4 and sys.argv[3] != "--system-cxx"):
+        sys.exit("usage: cmake_build.py torch-extension PACKAGE_DIR [--system-cxx]")
+    sys.exit(_torch_extension_main(sys.argv[2], len(sys.argv) == 4))
