@@ -15,9 +15,13 @@
 #   bench     gna-kernel-bench (every device backend, forward and backward, JSON)
 #   peers     python3 -m gna.bench: gna against cuDNN SDPA dense, FlashAttention SDPA dense and
 #             FlexAttention in one process (needs a Python with torch; skipped without one)
+#   torchext  the package's torch extension (python/cmake_build.py torch-extension python/gna)
+#             against the Python's torch, so that the python and peers steps run through it
+#             (skipped, with the reason, where it cannot be built)
 #   python    the package's pytest suite against this build, in PYTEST_SHARDS shards at once
 #             (default 3; the transformers DiNAT tests alone take minutes), each capped at
-#             PYTEST_TIMEOUT seconds (default 400); fails on any failed test or a shard cut off
+#             PYTEST_TIMEOUT seconds (default 400); fails on any failed test or a shard cut off;
+#             PYTEST_FILES: only these test files
 #
 # Environment:
 #   STEPS        default "build test sanitize sass bench" (also: profile, peers, python)
@@ -239,13 +243,25 @@ step_peers() {
     "rc $rc, peers/bench.md" "$(since $t)"
 }
 
+step_torchext() {
+  local t=$(date +%s) py=${GNA_PYTHON:-python3} rc
+  MAX_JOBS=$JOBS "$py" python/cmake_build.py torch-extension python/gna >"$OUT/torchext.log" 2>&1
+  rc=$?
+  case $rc in
+    0) record torchext "python/gna/_torch_ops" ok "log: torchext.log" "$(since $t)" ;;
+    2) record torchext "python/gna/_torch_ops" skip "$(tail -1 "$OUT/torchext.log")" "$(since $t)" ;;
+    *) grep -E "error|Error" "$OUT/torchext.log" | head -20
+       record torchext "python/gna/_torch_ops" FAIL "log: torchext.log" "$(since $t)" ;;
+  esac
+}
+
 step_python() {
   local t=$(date +%s) py=${GNA_PYTHON:-python3} shards=${PYTEST_SHARDS:-3} i files=() pids=()
   if ! "$py" -c "import torch, pytest" 2>/dev/null; then
     record python "pytest python/tests" skip "$py has no torch and pytest" 0
     return
   fi
-  mapfile -t files < <(ls python/tests/test_*.py)
+  mapfile -t files < <(ls ${PYTEST_FILES:-python/tests/test_*.py})
   # Shard i takes every shards-th file: the slow DiNAT / compat / compile files spread out.
   for ((i = 0; i < shards; i++)); do
     local mine=()
@@ -269,8 +285,8 @@ step_python() {
 for step in $STEPS; do
   case $step in
     build) step_build || break ;;  # nothing else is worth running on a failed build
-    test|sanitize|sass|profile|bench|peers|python) "step_$step" ;;
-    *) record "$step" "unknown step" FAIL "steps: build test sanitize sass profile bench peers python" 0 ;;
+    test|sanitize|sass|profile|bench|peers|torchext|python) "step_$step" ;;
+    *) record "$step" "unknown step" FAIL "steps: build test sanitize sass profile bench peers torchext python" 0 ;;
   esac
 done
 

@@ -51,34 +51,60 @@ if ! py=$(pick_python); then
 fi
 echo "python tests: $("$py" -c 'import sys, torch; print(sys.executable, "with torch", torch.__version__)')"
 
-report=$(mktemp)
-trap 'rm -f "$report"' EXIT
-rc=0
-# The package from the source tree (first on the path, ahead of any installed copy), the library
-# given; no caches written into the tree.
-GNA_LIBRARY="$library" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
-  PYTHONDONTWRITEBYTECODE=1 "$py" -m pytest python/tests -q -rs -p no:cacheprovider \
-  --junitxml="$report" || rc=$?
+reports=$(mktemp -d)
+trap 'rm -rf "$reports"' EXIT
 
-"$py" - "$report" "$rc" <<'PY'
+# The package from the source tree (first on the path, ahead of any installed copy), the library
+# given; no caches written into the tree. run_suite NAME [VAR=VALUE...]: one pytest run.
+run_suite() {
+  local name=$1 rc=0
+  shift
+  env "$@" GNA_LIBRARY="$library" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
+    PYTHONDONTWRITEBYTECODE=1 "$py" -m pytest python/tests -q -rs -p no:cacheprovider \
+    --junitxml="$reports/$name.xml" || rc=$?
+  echo "$rc" >"$reports/$name.rc"
+}
+
+# Where the torch extension (python/gna/_torch_ops*.so) is in use, the suite runs once through
+# it and once more through the ctypes path (GNA_TORCH_EXTENSION=0).
+extension=$(GNA_LIBRARY="$library" PYTHONPATH="$PWD/python" PYTHONDONTWRITEBYTECODE=1 "$py" -c \
+  'import gna.ops as o; print(o._extension.reason)' 2>/dev/null || echo "unknown")
+echo "python tests: torch extension: $extension"
+if [ "$extension" = "in use" ]; then
+  run_suite torch-extension
+  run_suite ctypes GNA_TORCH_EXTENSION=0
+else
+  run_suite ctypes
+fi
+
+"$py" - "$reports" <<'PY'
+import pathlib
 import sys
 import xml.etree.ElementTree as ET
 
-path, rc = sys.argv[1], int(sys.argv[2])
-try:
-    root = ET.parse(path).getroot()
-except (OSError, ET.ParseError) as e:
-    print(f"python tests: no report ({e}); pytest exit status {rc}")
-    sys.exit(1)
-suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-count = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors",
-                                                             "skipped")}
-passed = count["tests"] - count["failures"] - count["errors"] - count["skipped"]
-print(f"python tests: {passed} passed, {count['skipped']} skipped, {count['failures']} failed, "
-      f"{count['errors']} errors ({count['tests']} in all)")
-if rc != 0 or count["failures"] or count["errors"]:
-    sys.exit(1)
-if passed == 0:
-    print("python tests: nothing passed (an empty or all-skipped run)")
-    sys.exit(1)
+failed = False
+for status in sorted(pathlib.Path(sys.argv[1]).glob("*.rc")):
+    name, report = status.stem, status.with_suffix(".xml")
+    rc = int(status.read_text())
+    try:
+        root = ET.parse(report).getroot()
+    except (OSError, ET.ParseError) as e:
+        print(f"python tests ({name}): no report ({e}); pytest exit status {rc}")
+        failed = True
+        continue
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    count = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors",
+                                                                 "skipped")}
+    passed = count["tests"] - count["failures"] - count["errors"] - count["skipped"]
+    print(f"python tests ({name}): {passed} passed, {count['skipped']} skipped, "
+          f"{count['failures']} failed, {count['errors']} errors ({count['tests']} in all)")
+    if rc != 0 or count["failures"] or count["errors"]:
+        failed = True
+    if passed == 0:
+        print(f"python tests ({name}): nothing passed (an empty or all-skipped run)")
+        failed = True
+if not list(pathlib.Path(sys.argv[1]).glob("*.rc")):
+    print("python tests: no report")
+    failed = True
+sys.exit(1 if failed else 0)
 PY

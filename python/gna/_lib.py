@@ -22,8 +22,10 @@ DTYPE_F16 = 2
 DTYPE_BF16 = 3
 
 
-class UnsupportedError(RuntimeError):
-    """The call is valid but no backend can run it (the message lists every refusal)."""
+class UnsupportedError(NotImplementedError):
+    """The call is valid but no backend can run it (the message lists every refusal). A
+    RuntimeError; its base NotImplementedError is what the torch extension's ops raise for it
+    where no Python wraps the call (inside autograd's backward)."""
 
 
 class GnaRuntimeError(RuntimeError):

@@ -1,9 +1,11 @@
 """The attention ops over libgna's C ABI, and their autograd.
 
-On torch >= 2.4 they are torch.library custom ops with fake (meta) implementations, so
-torch.compile traces them; on older torch (1.13 and later) the same functions run eagerly with
-autograd through a torch.autograd.Function. `attention` is the differentiable entry point of
-either; `na_forward` / `na_backward` the ops (torch.ops.gna.* where they exist).
+Where the torch extension is built (torch >= 2.4; _extension.py) the ops are its C++ custom
+ops, autograd included. Otherwise, on torch >= 2.4, they are torch.library custom ops of the
+ctypes calls below with fake (meta) implementations, so torch.compile traces them; on older torch
+(1.13 and later) the same functions run eagerly with autograd through a
+torch.autograd.Function. `attention` is the differentiable entry point of each; `na_forward` /
+`na_backward` the ops (torch.ops.gna.* where they exist).
 
 gna::na_forward(q, k, v, additional_k?, additional_v?, window, stride, dilation, causal, scale,
                 backend, lse_grad) -> (out, lse)
@@ -29,7 +31,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _calls, _lib
+from . import _calls, _extension, _lib
 from ._tensors import kernel_ready, options, ref, view
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -330,13 +332,22 @@ def eager_attention(query, key, value, additional_keys, additional_values, windo
                             stride, dilation, causal, scale, backend, lse_grad)
 
 
-# torch >= 2.4: torch.library custom ops, with fake implementations (torch.compile traces them
-# without graph breaks) and autograd. Older torch (1.13 and later): the same bodies called
-# directly, with autograd through _Attention. Both run _na_forward, _na_backward,
-# _setup_context and _backward.
-HAS_CUSTOM_OPS = hasattr(getattr(torch, "library", None), "custom_op")
+# The ops, three ways. With the torch extension (built by pip install against torch >= 2.4):
+# C++ custom ops with CPU, CUDA and Meta kernels and a C++ autograd kernel (_extension.py).
+# Without it on torch >= 2.4: torch.library custom ops of the functions above, with fake
+# implementations (torch.compile traces them without graph breaks) and autograd. Older torch
+# (1.13 and later): the same bodies called directly, with autograd through _Attention. The
+# ctypes paths run _na_forward, _na_backward, _setup_context and _backward; the extension runs
+# their C++ counterparts, which give the same bits.
+HAS_TORCH_EXTENSION = _extension.load()
+HAS_CUSTOM_OPS = HAS_TORCH_EXTENSION or hasattr(getattr(torch, "library", None), "custom_op")
 
-if HAS_CUSTOM_OPS:
+if HAS_TORCH_EXTENSION:
+    na_forward = torch.ops.gna.na_forward
+    na_backward = torch.ops.gna.na_backward
+    na_forward_heads = torch.ops.gna.na_forward_heads
+    na_backward_heads = torch.ops.gna.na_backward_heads
+elif HAS_CUSTOM_OPS:
     _forward_op = torch.library.custom_op("gna::na_forward", mutates_args=())(_na_forward)
     _forward_op.register_fake(_na_forward_fake)
     _forward_op.register_autograd(_backward, setup_context=_setup_context)
@@ -381,14 +392,30 @@ def _backward_op_for(query, heads=False):
     return _na_backward_eager if _runs_eagerly(query) else na_backward
 
 
+def _extension_call(op, args):
+    """op(*args) through the extension; the library's refusal (NotImplementedError from C++)
+    raised as UnsupportedError, as on the ctypes path."""
+    if _is_compiling():
+        return op(*args)
+    try:
+        return op(*args)
+    except _lib.UnsupportedError:
+        raise
+    except NotImplementedError as e:
+        raise _lib.UnsupportedError(str(e)) from None
+
+
 def attention(query, key, value, additional_keys, additional_values, window, stride, dilation,
               causal, scale, backend, lse_grad):
     """(out, lse) of neighborhood attention, differentiable in query, key, value and the
-    additional tokens (and through lse when lse_grad); arguments as gna::na_forward. Eager calls
-    on plain tensors go through torch.autograd.Function; traced ones (torch.compile, fake or
-    functorch tensors) through the custom op."""
+    additional tokens (and through lse when lse_grad); arguments as gna::na_forward. With the
+    torch extension every call is the C++ op (its autograd node is C++ too). Without it, eager
+    calls on plain tensors go through torch.autograd.Function; traced ones (torch.compile, fake
+    or functorch tensors) through the custom op."""
     args = (query, key, value, additional_keys, additional_values, window, stride, dilation,
             causal, scale, backend, lse_grad)
+    if HAS_TORCH_EXTENSION:
+        return _extension_call(na_forward, args)
     if not HAS_CUSTOM_OPS or _runs_eagerly(query):
         return _Attention.apply(*args)
     return na_forward(*args)
@@ -400,6 +427,8 @@ def attention_heads(query, key, value, additional_keys, additional_values, windo
     differentiable as `attention`."""
     args = (query, key, value, additional_keys, additional_values, window, stride, dilation,
             causal, group_of_head, scale, backend, lse_grad)
+    if HAS_TORCH_EXTENSION:
+        return _extension_call(na_forward_heads, args)
     if not HAS_CUSTOM_OPS or _runs_eagerly(query):
         return _AttentionHeads.apply(*args)
     return na_forward_heads(*args)

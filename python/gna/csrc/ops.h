@@ -1,0 +1,42 @@
+// The gna ops' C++ signature (every kernel of an op has it: CPU, CUDA, Meta, Autograd) and their
+// calls through the dispatcher, so that tracing (torch.compile, fake tensors) sees each call.
+#pragma once
+
+#include "call.h"
+
+namespace gna_torch {
+
+using ForwardResult = std::tuple<Tensor, Tensor>;
+using BackwardResult = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>;
+using Ints = c10::SymIntArrayRef;
+using Bools = c10::List<bool>;
+
+using ForwardSignature = ForwardResult(const Tensor&, const Tensor&, const Tensor&,
+                                       const OptionalTensor&, const OptionalTensor&, Ints, Ints,
+                                       Ints, const Bools&, double, c10::string_view, bool);
+using BackwardSignature = BackwardResult(const Tensor&, const Tensor&, const Tensor&,
+                                         const OptionalTensor&, const OptionalTensor&,
+                                         const Tensor&, const Tensor&, const Tensor&, Ints, Ints,
+                                         Ints, const Bools&, double, c10::string_view);
+// The per-head ops: group_of_head after causal.
+using ForwardHeadsSignature = ForwardResult(const Tensor&, const Tensor&, const Tensor&,
+                                            const OptionalTensor&, const OptionalTensor&, Ints,
+                                            Ints, Ints, const Bools&, Ints, double,
+                                            c10::string_view, bool);
+using BackwardHeadsSignature = BackwardResult(const Tensor&, const Tensor&, const Tensor&,
+                                              const OptionalTensor&, const OptionalTensor&,
+                                              const Tensor&, const Tensor&, const Tensor&, Ints,
+                                              Ints, Ints, const Bools&, Ints, double,
+                                              c10::string_view);
+
+// gna::na_forward or gna::na_forward_heads (by the rule) through the dispatcher.
+ForwardResult dispatch_forward(const Rule& rule, const Tensor& q, const Tensor& k,
+                               const Tensor& v, const OptionalTensor& ak,
+                               const OptionalTensor& av, bool lse_grad);
+// gna::na_backward or gna::na_backward_heads through the dispatcher.
+BackwardResult dispatch_backward(const Rule& rule, const Tensor& q, const Tensor& k,
+                                 const Tensor& v, const OptionalTensor& ak,
+                                 const OptionalTensor& av, const Tensor& out, const Tensor& lse,
+                                 const Tensor& d_out);
+
+}  // namespace gna_torch
