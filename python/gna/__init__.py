@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 _TORCH_NAMES = ("na1d", "na2d", "na3d", "sta2d", "sta3d", "merge_attentions", "selected_backend",
                 "NeighborhoodAttention1D", "NeighborhoodAttention2D", "NeighborhoodAttention3D",
-                "functional", "modules", "ops", "unfused",
+                "functional", "modules", "ops", "unfused", "fp8",
                 # video DiTs: joint attention, per-head windows, window search, dense steps
                 "Window", "per_head_attention", "joint_attention", "dense_joint_attention",
                 "GnaAttentionProcessor", "dense_attention", "install_processors",
@@ -30,7 +30,7 @@ except ImportError as _error:
                               " Install torch; gna.simulate works without it.")
         raise AttributeError(f"module 'gna' has no attribute {name!r}")
 else:
-    from . import functional, modules, ops, unfused
+    from . import fp8, functional, modules, ops, unfused
     from .functional import (merge_attentions, na1d, na2d, na3d, selected_backend, sta2d, sta3d)
     from .modules import (NeighborhoodAttention1D, NeighborhoodAttention2D,
                           NeighborhoodAttention3D)

@@ -20,6 +20,10 @@ DTYPE_F32 = 0
 DTYPE_F64 = 1
 DTYPE_F16 = 2
 DTYPE_BF16 = 3
+DTYPE_E4M3 = 4  # float8_e4m3fn (ABI version 5)
+
+PRECISION_AUTO = 0
+PRECISION_FP8 = 1
 
 
 class UnsupportedError(NotImplementedError):
@@ -79,6 +83,7 @@ class Options(ctypes.Structure):
         ("kv_tile", ctypes.c_int32 * MAX_RANK),
         ("autotune", ctypes.c_int32),
         ("deterministic", ctypes.c_int32),
+        ("precision", ctypes.c_int32),  # ABI version 5; older libraries do not read it
     ]
 
 
@@ -232,6 +237,12 @@ if has_head_rules:
     lib.gna_select_backend_heads.restype = _status
     lib.gna_select_backend_heads.argtypes = [_P(Params), _R, _T, _T, _T, _T, _T, ctypes.c_int32,
                                              _P(Options), ctypes.c_char_p, ctypes.c_int32]
+
+# The FP8 forward (ABI version 5): precision in the options, and e4m3 inputs with their scales.
+has_fp8 = int(lib.gna_abi_version()) >= 5 and hasattr(lib, "gna_forward_e4m3")
+if has_fp8:
+    lib.gna_forward_e4m3.restype = _status
+    lib.gna_forward_e4m3.argtypes = [_P(Params), _P(HeadRules)] + [_T] * 11 + [_P(Options)]
 
 has_simulator = hasattr(lib, "gna_simulate")
 if has_simulator:

@@ -11,6 +11,10 @@ _DTYPES = {
     torch.float16: _lib.DTYPE_F16,
     torch.bfloat16: _lib.DTYPE_BF16,
 }
+# torch >= 2.1: the FP8 forward's float8_e4m3fn inputs.
+E4M3 = getattr(torch, "float8_e4m3fn", None)
+if E4M3 is not None:
+    _DTYPES[E4M3] = _lib.DTYPE_E4M3
 
 # Validation reads shapes, dtypes and strides only; it still refuses null data pointers, so a
 # metadata-only view carries this stand-in address (never dereferenced).

@@ -6,6 +6,7 @@ import math
 import torch
 
 from . import _lib
+from .fp8 import check_precision, fp8_attention, is_fp8
 from .ops import _is_compiling, attention, select_backend
 
 __all__ = ["na1d", "na2d", "na3d", "sta2d", "sta3d", "merge_attentions", "selected_backend"]
@@ -98,21 +99,46 @@ def _check_tensors(fn, *tensors):
 
 
 def _attention(fn, rank, query, key, value, rule, additional_keys, additional_values,
-               return_lse, backend):
+               return_lse, backend, precision="auto", scales=None, out_dtype=None):
     if not isinstance(backend, str):
         raise ValueError(f"{fn}: backend must be a string, got {backend!r}")
+    check_precision(fn, precision)
     _check_tensors(fn, query, key, value, additional_keys, additional_values)
-    out, lse = attention(query, key, value, additional_keys, additional_values, *rule, backend,
-                         bool(return_lse))
+    scales = scales or {}
+    if is_fp8(query, precision):
+        out, lse = fp8_attention(fn, query, key, value, additional_keys, additional_values,
+                                 *rule, backend, bool(return_lse), precision, scales, out_dtype)
+    else:
+        given = [name for name, t in scales.items() if t is not None]
+        if given or out_dtype is not None:
+            raise ValueError(f"{fn}: {(given or ['out_dtype'])[0]} goes with float8_e4m3fn "
+                             f"inputs only")
+        out, lse = attention(query, key, value, additional_keys, additional_values, *rule,
+                             backend, bool(return_lse))
     return (out, lse) if return_lse else out
+
+
+_FP8_DOC = """
+    precision: "auto" (the inputs' dtype) or "fp8": float16 / bfloat16 / float32 inputs
+    quantized to e4m3 inside the call (per-token Q and K scales, K smoothed by its mean,
+    per-channel V scales; docs/fp8.md), output in the inputs' dtype, lse float32; forward only
+    (inputs requiring grad are refused). float8_e4m3fn inputs (torch >= 2.1) run the FP8
+    forward with their float32 scales: q_scale [B, .., Hq] and k_scale [B, .., Hkv] per token
+    and head, v_scale [B, Hkv, Dv] per channel, additional_k_scale [B, Nadd, Hkv]; out_dtype
+    (default bfloat16) is their output's dtype. gna.fp8.quantize_e4m3 makes such tensors.
+    """
 
 
 def _na(fn, rank):
     def na(query, key, value, kernel_size, stride=1, dilation=1, is_causal=False, scale=None,
-           additional_keys=None, additional_values=None, return_lse=False, backend="auto"):
+           additional_keys=None, additional_values=None, return_lse=False, backend="auto",
+           precision="auto", q_scale=None, k_scale=None, v_scale=None, additional_k_scale=None,
+           out_dtype=None):
         rule = _rule(fn, rank, kernel_size, stride, dilation, is_causal, scale)
+        scales = dict(q_scale=q_scale, k_scale=k_scale, v_scale=v_scale,
+                      additional_k_scale=additional_k_scale)
         return _attention(fn, rank, query, key, value, rule, additional_keys, additional_values,
-                          return_lse, backend)
+                          return_lse, backend, precision, scales, out_dtype)
 
     na.__name__ = na.__qualname__ = fn
     na.__doc__ = f"""{rank}-D generalized neighborhood attention.
@@ -123,8 +149,7 @@ def _na(fn, rank):
     additional_keys / additional_values [B, Nadd, Hkv, D / Dv]: tokens every query attends to,
     in the same softmax. return_lse: also return the logsumexp [B, .., Hq] (float32; float64
     for float64 inputs), through which gradients flow. backend: "auto" or a backend name
-    (gna.backend_names()).
-    """
+    (gna.backend_names()).""" + _FP8_DOC
     return na
 
 
@@ -155,7 +180,8 @@ def _sta_rule(extent, tile, window):
 
 def _sta(fn, rank):
     def sta(query, key, value, tile_shape, window_tiles, scale=None, additional_keys=None,
-            additional_values=None, return_lse=False, backend="auto"):
+            additional_values=None, return_lse=False, backend="auto", precision="auto",
+            q_scale=None, k_scale=None, v_scale=None, additional_k_scale=None, out_dtype=None):
         tile = _per_axis("tile_shape", tile_shape, rank, fn, int)
         tiles = _per_axis("window_tiles", window_tiles, rank, fn, int)
         _check_tensors(fn, query, key, value, additional_keys, additional_values)
@@ -166,8 +192,10 @@ def _sta(fn, rank):
         window_tokens = tuple(t * w for t, w in zip(tile, tiles))
         window, stride = _sta_rule(extent, tuple(tile), window_tokens)
         rule = (list(window), list(stride), [1] * rank, [False] * rank, _scale(fn, scale))
+        scales = dict(q_scale=q_scale, k_scale=k_scale, v_scale=v_scale,
+                      additional_k_scale=additional_k_scale)
         return _attention(fn, rank, query, key, value, rule, additional_keys, additional_values,
-                          return_lse, backend)
+                          return_lse, backend, precision, scales, out_dtype)
 
     sta.__name__ = sta.__qualname__ = fn
     sta.__doc__ = f"""{rank}-D Sliding Tile Attention on heads-last tensors.
@@ -175,7 +203,7 @@ def _sta(fn, rank):
     tile_shape: tokens per tile on each axis; window_tiles: the window in tiles on each axis
     (odd). Query tile qt attends key tile kt iff |clamp(qt) - kt| <= window_tiles // 2 on every
     axis; this equals GNA with window tile_shape * window_tiles and stride tile_shape.
-    Other arguments as in na{rank}d.
+    Other arguments (precision and the FP8 scales included) as in na{rank}d.
     """
     return sta
 
@@ -227,14 +255,16 @@ def merge_attentions(outputs, lses):
 
 def selected_backend(query, key, value, kernel_size, stride=1, dilation=1, is_causal=False,
                      scale=None, additional_keys=None, additional_values=None, backward=False,
-                     backend="auto"):
+                     backend="auto", precision="auto"):
     """Name of the backend dispatch runs for this na1d/na2d/na3d call (forward, or backward
-    with backward=True). Raises gna.UnsupportedError when none can."""
+    with backward=True; precision "fp8": of the FP8 forward). Raises gna.UnsupportedError when
+    none can."""
     _check_tensors("selected_backend", query, key, value, additional_keys, additional_values)
     rank = query.dim() - 3
     if rank < 1 or rank > 3:
         raise ValueError(f"selected_backend: query must have 4 to 6 dims, got shape "
                          f"{tuple(query.shape)}")
     rule = _rule("selected_backend", rank, kernel_size, stride, dilation, is_causal, scale)
+    check_precision("selected_backend", precision)
     return select_backend(query, key, value, additional_keys, additional_values, *rule,
-                          backward=backward, backend=backend)
+                          backward=backward, backend=backend, precision=precision)

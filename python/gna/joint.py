@@ -94,7 +94,7 @@ def text_key_mask(text_lengths, batch, visual, text_len, text_position="after", 
 
 def joint_attention(query, key, value, layout, kernel_size=None, stride=1, dilation=1,
                     is_causal=False, *, windows=None, text_len=None, text_lengths=None,
-                    text_position="after", scale=None, backend="auto"):
+                    text_position="after", scale=None, backend="auto", precision="auto"):
     """Joint text + visual attention on one sequence.
 
     query [B, S, Hq, D], key [B, S, Hkv, D], value [B, S, Hkv, Dv] (Hq a multiple of Hkv); S =
@@ -106,7 +106,9 @@ def joint_attention(query, key, value, layout, kernel_size=None, stride=1, dilat
     valid), or per sample the valid text tokens (the first ones of the text; the rest is padding
     and never attended): a list of ints (one fused call per distinct length), or an integer
     tensor [B] (no host synchronisation: the visual queries' text part is then computed apart and
-    merged by logsumexp). Returns [B, S, Hq, Dv]; differentiable.
+    merged by logsumexp). Returns [B, S, Hq, Dv]; differentiable. precision "fp8": the visual
+    queries' neighborhood attention (text keys included) runs the FP8 forward (as gna.na3d's
+    precision; forward only), the text queries' dense attention stays in the inputs' dtype.
     """
     fn = "joint_attention"
     _check_qkv(fn, query, key, value)
@@ -121,7 +123,7 @@ def joint_attention(query, key, value, layout, kernel_size=None, stride=1, dilat
 
     (qv, qt), (kv, kt), (vv, vt) = (_split(t, visual, text_position) for t in (query, key, value))
     grid = lambda t: t.reshape(t.shape[0], *layout, *t.shape[2:])  # noqa: E731
-    kw = dict(scale=scale, backend=backend)
+    kw = dict(scale=scale, backend=backend, precision=precision)
     if isinstance(lengths, list) and all(n == text_len for n in lengths):
         lengths = None
     if lengths is None:

@@ -435,7 +435,7 @@ def attention_heads(query, key, value, additional_keys, additional_values, windo
 
 
 def select_backend(query, key, value, additional_keys, additional_values, window, stride,
-                   dilation, causal, scale, backward=False, backend="auto"):
+                   dilation, causal, scale, backward=False, backend="auto", precision="auto"):
     """Name of the backend dispatch would run for this call."""
     params = _lib.make_params(window, stride, dilation, causal, scale)
     names = ("query", "key", "value", "additional_keys", "additional_values")
@@ -446,6 +446,8 @@ def select_backend(query, key, value, additional_keys, additional_values, window
     tensors = [kernel_ready(t) for t in tensors]
     g = [view(t, n) for t, n in zip(tensors, names)]
     opts = options(query.device, backend)
+    if precision == "fp8":
+        opts.precision = _lib.PRECISION_FP8
     buf = ctypes.create_string_buffer(64)
     _lib.check(_lib.lib.gna_select_backend(ctypes.byref(params), *[ref(x) for x in g],
                                            1 if backward else 0, ctypes.byref(opts), buf, 64))

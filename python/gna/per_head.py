@@ -174,10 +174,12 @@ def _one_call(query, key, value, groups, scale, additional_keys, additional_valu
 
 
 def grouped_attention(query, key, value, groups, scale=None, additional_keys=None,
-                      additional_values=None, return_lse=False, backend="auto"):
+                      additional_values=None, return_lse=False, backend="auto",
+                      precision="auto"):
     """GNA with the rule of each group of query heads (resolve_groups' output), heads-last
     tensors: one library call for every group where the backend runs per-head rules (see
-    one_call_backend), else one gna.na*d call per group."""
+    one_call_backend), else one gna.na*d call per group (always with precision "fp8": the
+    scheme's scales are per head, so each group's call quantizes alike)."""
     rank = query.dim() - 3
     heads, heads_kv = int(query.shape[-2]), int(key.shape[-2])
     if heads_kv < 1 or heads % heads_kv:
@@ -187,8 +189,8 @@ def grouped_attention(query, key, value, groups, scale=None, additional_keys=Non
         raise ValueError(f"per_head_attention: backend must be a string, got {backend!r}")
     functional._check_tensors("per_head_attention", query, key, value, additional_keys,
                               additional_values)
-    fused = _one_call(query, key, value, groups, scale, additional_keys, additional_values,
-                      return_lse, backend)
+    fused = None if precision != "auto" else _one_call(
+        query, key, value, groups, scale, additional_keys, additional_values, return_lse, backend)
     if fused is not None:
         return fused if return_lse else fused[0]
     ratio = heads // heads_kv
@@ -205,7 +207,7 @@ def grouped_attention(query, key, value, groups, scale=None, additional_keys=Non
         window, stride, dilation, causal = (list(x) for x in rule)
         result = _NA[rank](q, k, v, window, stride=stride, dilation=dilation, is_causal=causal,
                            scale=scale, additional_keys=ak, additional_values=av,
-                           return_lse=return_lse, backend=backend)
+                           return_lse=return_lse, backend=backend, precision=precision)
         out, lse = result if return_lse else (result, None)
         outs.append(out)
         lses.append(lse)

@@ -7,6 +7,7 @@ import contextlib
 
 from torch import nn
 
+from .fp8 import check_precision
 from .joint import _check_position, _layout, dense_joint_attention, joint_attention
 
 __all__ = ["GnaAttentionProcessor", "dense_attention", "dense_forced", "install_processors"]
@@ -46,10 +47,12 @@ class GnaAttentionProcessor(nn.Module):
     text_position, scale: as in gna.joint_attention. mode: "sparse" (the windows), "dense"
     (PyTorch SDPA over every valid token) or "search" (dense output, while a gna.WindowSearch
     records each candidate window's error). Inside gna.dense_attention() every mode runs dense.
+    precision: "auto" or "fp8" (the sparse mode's neighborhood attention in FP8, as in
+    gna.joint_attention; inference only).
     """
 
     def __init__(self, layout, windows=None, text_len=0, text_position="after", scale=None,
-                 mode="sparse", backend="auto"):
+                 mode="sparse", backend="auto", precision="auto"):
         super().__init__()
         self.layout = _layout("GnaAttentionProcessor", layout)
         _check_position("GnaAttentionProcessor", text_position)
@@ -60,6 +63,8 @@ class GnaAttentionProcessor(nn.Module):
         self.text_position = text_position
         self.scale = scale
         self.backend = backend
+        check_precision("GnaAttentionProcessor", precision)
+        self.precision = precision
         self.windows = windows
         self.mode = mode
         self.observer = None  # set by gna.WindowSearch while it runs
@@ -95,7 +100,7 @@ class GnaAttentionProcessor(nn.Module):
         return joint_attention(query, key, value, self.layout, windows=windows,
                                text_len=self.text_len, text_lengths=text_lengths,
                                text_position=self.text_position, scale=self.scale,
-                               backend=self.backend)
+                               backend=self.backend, precision=self.precision)
 
     def extra_repr(self):
         if self.windows is None:

@@ -109,6 +109,7 @@ def test_flex_mask_follows_dilation():
     (["--passes", "bwd"], ["--passes", "bwd"]),
     (["--backend", ""], ["--backend"]),
     (["--bogus"], ["--bogus"]),
+    (["--precision", "int8"], ["--precision", "int8"]),
 ])
 def test_bad_arguments_are_usage_errors(argv, words, capsys):
     from gna.bench.__main__ import parse
@@ -123,6 +124,17 @@ def test_bad_arguments_are_usage_errors(argv, words, capsys):
 def test_cuda_graph_rows_are_asked_for():
     from gna.bench.__main__ import parse
     assert parse(["--cuda-graph"]).cuda_graph and not parse([]).cuda_graph
+
+
+def test_fp8_rows_are_asked_for_and_reported():
+    from gna.bench.__main__ import parse
+    from gna.bench import report
+    assert parse(["--precision", "fp8"]).precision == "fp8" and parse([]).precision == "auto"
+    row = dict(case="c", impl="gna fp8 end-to-end", backend="b", ms=1.0, tflops=2.0,
+               cosine=0.99871, rel_l1=0.0512)
+    row["pass"] = "fwd"
+    table = report.markdown([row])
+    assert "cos vs fp32" in table and "0.99871" in table and "0.0512" in table
 
 
 def test_unknown_case_is_an_error_naming_it(capsys):

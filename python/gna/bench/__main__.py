@@ -263,6 +263,33 @@ class Runner:
         except Exception as e:  # noqa: BLE001
             fn = _raiser(e)
         self.record(case, pass_name, "gna kernel-only", fn, flops, chosen, skip=skip)
+        if self.args.precision == "fp8" and not grad:
+            self._fp8_row(case, pass_name, q, k, v, flops)
+
+    def _fp8_row(self, case, pass_name, q, k, v, flops):
+        """The FP8 forward end to end (quantization included) beside the bf16 rows, with its
+        accuracy against float32 attention over the same rule."""
+        backend = self.args.backend
+        rule = dict(stride=case.strides, dilation=case.dilations, is_causal=case.causals)
+        q, k, v = (t.detach() for t in (q, k, v))
+        try:
+            chosen = gna.selected_backend(q, k, v, case.window, backend=backend,
+                                          precision="fp8", **rule)
+        except Exception as e:  # noqa: BLE001
+            chosen = f"none ({type(e).__name__})"
+        skip = None
+        if "gpu_reference" in chosen and flops > self.args.reference_limit * 1e12:
+            skip = ("skipped: gpu_reference (the GPU test oracle) would take too long; "
+                    "--reference-limit raises the limit")
+        fn = gna_calls.end_to_end_forward(case, q, k, v, backend, precision="fp8")
+        row = self.record(case, pass_name, "gna fp8 end-to-end", fn, flops, chosen, skip=skip)
+        if row.get("ms"):
+            try:
+                row["cosine"], row["rel_l1"] = gna_calls.accuracy(case, q, k, v, fn())
+                print(f"{'':58s} {'':7s} fp8 accuracy vs fp32: cosine {row['cosine']:.5f}, "
+                      f"relative L1 {row['rel_l1']:.4f}", flush=True)
+            except Exception as e:  # noqa: BLE001
+                row["note"] = f"accuracy: {type(e).__name__}: {str(e)[:120]}"
 
     def _flex_row(self, case, pass_name, q, k, v, flops, grad):
         order = "tiled " + "×".join(map(str, case.tile)) if case.tile else "row-major"
@@ -344,6 +371,10 @@ def parse(argv):
                         "hopper, hopper-bwd)")
     p.add_argument("--passes", default="fwd,fwd+bwd", help="fwd, fwd+bwd or both (default)")
     p.add_argument("--backend", default="auto", help="gna backend (default: dispatch's choice)")
+    p.add_argument("--precision", default="auto", choices=("auto", "fp8"),
+                   help="fp8: also time the FP8 forward (quantization included) beside each "
+                        "case's forward rows, with its cosine similarity and relative L1 error "
+                        "against float32 attention over the same rule")
     p.add_argument("--no-flex", action="store_true", help="skip FlexAttention")
     p.add_argument("--no-dense", action="store_true", help="skip the dense SDPA peers")
     p.add_argument("--cuda-graph", action="store_true",

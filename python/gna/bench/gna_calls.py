@@ -12,11 +12,24 @@ from gna._tensors import options, ref, view
 NA = {1: gna.na1d, 2: gna.na2d, 3: gna.na3d}
 
 
-def end_to_end_forward(case, q, k, v, backend):
+def end_to_end_forward(case, q, k, v, backend, precision="auto"):
     na = NA[case.rank]
     return lambda: na(q, k, v, case.window, stride=case.strides, dilation=case.dilations,
-                      is_causal=case.causals,
-                      backend=backend)
+                      is_causal=case.causals, backend=backend, precision=precision)
+
+
+def accuracy(case, q, k, v, out, heads=2):
+    """Cosine similarity and relative L1 error (sum |out - ref| / sum |ref|) of `out` against
+    float32 attention over the same rule (gna on float32 inputs), on the first `heads` heads
+    (the float32 forward runs on the GPU reference)."""
+    h = min(heads, q.shape[-2])
+    sl = lambda t: t[..., :h, :].float().contiguous()  # noqa: E731
+    with torch.no_grad():
+        ref = NA[case.rank](sl(q), sl(k), sl(v), case.window, stride=case.strides,
+                            dilation=case.dilations, is_causal=case.causals).double().flatten()
+    got = out[..., :h, :].double().flatten()
+    cosine = (got @ ref / (got.norm() * ref.norm())).item()
+    return cosine, ((got - ref).abs().sum() / ref.abs().sum()).item()
 
 
 def end_to_end_forward_backward(case, q, k, v, d_out, backend):

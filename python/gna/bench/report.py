@@ -2,7 +2,7 @@
 import json
 
 COLUMNS = ("case", "pass", "impl", "backend", "ms", "eff. TFLOP/s", "GB/s", "% copy", "× cuDNN",
-           "× Flex", "gna-sim ms", "gna-sim ×")
+           "× Flex", "gna-sim ms", "gna-sim ×", "cos vs fp32", "rel L1 vs fp32")
 
 
 def _fmt(row, key, spec):
@@ -21,7 +21,8 @@ def markdown(rows):
                      f"{_fmt(r, 'tflops', '.1f')} | {_fmt(r, 'gbps', '.0f')} | "
                      f"{_fmt(r, 'copy_pct', '.0f')} | {_fmt(r, 'x_cudnn', '.2f')} | "
                      f"{_fmt(r, 'x_flex', '.2f')} | {_fmt(r, 'predicted_ms', '.3f')} | "
-                     f"{_fmt(r, 'predicted', '.2f')} |")
+                     f"{_fmt(r, 'predicted', '.2f')} | {_fmt(r, 'cosine', '.5f')} | "
+                     f"{_fmt(r, 'rel_l1', '.4f')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,4 +1,5 @@
-// Registers the GPU reference as backend "gpu_reference" (priority 10, device tensors).
+// Registers the GPU reference as backend "gpu_reference" (priority 10, device tensors; the FP8
+// forward too).
 #include "kernels/gpu_reference/gpu_reference.hpp"
 
 #include <sstream>
@@ -31,8 +32,10 @@ namespace {
 Backend make_backend() {
   Backend b = backend_from(
       "gpu_reference", 10, true,
-      [](const ForwardCall& c, std::string* why) { return supports(c.problem, c.in.q, why); },
-      forward,
+      [](const ForwardCall& c, std::string* why) {
+        return supports(c.problem, c.fp8 ? c.fp8->q8 : c.in.q, why);
+      },
+      [](const ForwardCall& c) { c.fp8 ? forward_fp8(c) : forward(c); },
       [](const BackwardCall& c, std::string* why) {
         // Gradient buffers are checked by dispatch before any backend runs; support must not
         // depend on them, so that backend selection (which has none) answers like the real call.
@@ -40,6 +43,7 @@ Backend make_backend() {
       },
       backward);
   b.head_rules = true;  // every kernel takes each query head's rules (axes_of_head)
+  b.fp8 = true;         // the FP8 forward of any GPU, until a faster one takes the call
   return b;
 }
 

@@ -14,6 +14,8 @@ constexpr int kMaxHeadDim = 256;
 
 bool supports(const Problem& p, const TensorRef& q, std::string* why);
 void forward(const ForwardCall& call);
+// The FP8 forward (call.fp8 set; problem.dtype the output's: f32, f16 or bf16).
+void forward_fp8(const ForwardCall& call);
 void backward(const BackwardCall& call);
 
 }  // namespace gna::gpu_reference
