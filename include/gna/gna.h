@@ -27,7 +27,8 @@ typedef enum gna_dtype {
   GNA_DTYPE_F32 = 0,
   GNA_DTYPE_F64 = 1,
   GNA_DTYPE_F16 = 2,
-  GNA_DTYPE_BF16 = 3
+  GNA_DTYPE_BF16 = 3,
+  GNA_DTYPE_E4M3 = 4 /* OCP float8_e4m3fn: FP8 forward inputs (since ABI version 5) */
 } gna_dtype;
 
 /* A strided tensor view; strides in elements; device -1 for host memory. */

@@ -9,6 +9,9 @@
 namespace gna {
 namespace {
 
+bool fp8_call(const ForwardCall& call) { return call.fp8 != nullptr; }
+bool fp8_call(const BackwardCall&) { return false; }
+
 template <typename Call, typename Supports>
 const Backend& choose(const Call& call, bool device, const std::string& wanted, Supports supports) {
   std::ostringstream refusals;
@@ -23,6 +26,8 @@ const Backend& choose(const Call& call, bool device, const std::string& wanted, 
     } else if (call.problem.head_rules.groups > 0 && !b.head_rules) {
       why = b.name + ": does not run per-head rules (head_rules.groups=" +
             std::to_string(call.problem.head_rules.groups) + ")";
+    } else if (fp8_call(call) && !b.fp8) {
+      why = b.name + ": does not run the FP8 forward";
     } else if (supports(b) && supports(b)(call, &why)) {
       if (wanted != "auto" || !b.preferred || b.preferred(call.problem, &why)) return b;
     }

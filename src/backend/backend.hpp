@@ -14,13 +14,42 @@
 
 namespace gna {
 
+// The quantized operands of one FP8 forward call (docs/fp8.md; e4m3 as gna/core/fp8.hpp
+// converts). Views like the call's other tensors, on the call's device, each with a contiguous
+// last dimension. Per query row i and key j the kernels compute, in fp32 but for the two GEMMs'
+// e4m3 operands:
+//   s_ij = scale * q_scale_i * k_scale_j * dot(q8_i, k8_j)
+//   p_ij = exp(s_ij - m) (m: running max), l = sum p_ij, acc += e4m3(p_ij * 448) * v8_j
+//   O_i = acc * v_scale / (448 * l)  (out's dtype),  LSE_i = m + ln(l) + lse_bias_i
+// The key mean k_mean (f32 [B, Hk, D], over the spatial keys) that k8 is smoothed by cancels in
+// the softmax; lse_bias = scale * dot(q, k_mean) restores the LSE of the unsmoothed scores.
+struct Fp8Operands {
+  TensorRef q8;        // e4m3 [B, spatial.., Hq, D]   q / q_scale
+  TensorRef q_scale;   // f32  [B, spatial.., Hq]      amax_d |q| / 448 (1 where 0)
+  TensorRef k8;        // e4m3 [B, spatial.., Hk, D]   (k - k_mean) / k_scale
+  TensorRef k_scale;   // f32  [B, spatial.., Hk]      amax_d |k - k_mean| / 448 (1 where 0)
+  TensorRef v8;        // e4m3 [B, spatial.., Hk, Dv]  v / v_scale
+  TensorRef v_scale;   // f32  [B, Hk, Dv]             per channel, amax over every key / 448
+  // The additional keys and values (problem.additional_kv > 0; else not read): k_mean
+  // subtracted too, v_scale shared.
+  TensorRef add_k8;       // e4m3 [B, Na, Hk, D]
+  TensorRef add_k_scale;  // f32  [B, Na, Hk]
+  TensorRef add_v8;       // e4m3 [B, Na, Hk, Dv]
+  // f32 [B, spatial.., Hq]; data null: absent, read as 0 (e4m3 inputs the caller quantized).
+  TensorRef lse_bias;
+  bool has_lse_bias() const { return lse_bias.data != nullptr; }
+};
+
 struct ForwardCall {
-  Problem problem;            // validated
-  AttentionTensors in;
-  TensorRef out;              // [B, spatial.., Hq, Dv], dtype of the inputs
+  Problem problem;            // validated; in an FP8 call, dtype is the output's
+  AttentionTensors in;        // in an FP8 call: what the caller gave (read by support checks only)
+  TensorRef out;              // [B, spatial.., Hq, Dv], dtype problem.dtype
   TensorRef* lse = nullptr;   // [B, spatial.., Hq] float32, optional
   void* stream = nullptr;     // cudaStream_t for device tensors
   KernelOptions options;
+  // Non-null: an FP8 call; the kernels read their operands here, not from `in`. Only backends
+  // with Backend::fp8 are offered it.
+  const Fp8Operands* fp8 = nullptr;
 };
 
 struct BackwardCall {
@@ -39,6 +68,8 @@ struct Backend {
   int priority = 0;          // higher is tried first
   bool device = false;       // runs on CUDA tensors (false: host tensors)
   bool head_rules = false;   // runs problems with per-head rules (Problem::head_rules)
+  bool fp8 = false;          // runs FP8 forward calls (ForwardCall::fp8); its supports_forward
+                             // says which
   // Return true when the call can run; otherwise write the reason (which parameter, which limit).
   std::function<bool(const ForwardCall&, std::string* why)> supports_forward;
   std::function<void(const ForwardCall&)> forward;

@@ -15,6 +15,7 @@ const char* dtype_name(DType t) {
     case DType::f64: return "float64";
     case DType::f16: return "float16";
     case DType::bf16: return "bfloat16";
+    case DType::e4m3: return "float8_e4m3fn";
   }
   return "unknown";
 }
@@ -25,6 +26,7 @@ int dtype_size(DType t) {
     case DType::f64: return 8;
     case DType::f16: return 2;
     case DType::bf16: return 2;
+    case DType::e4m3: return 1;
   }
   return 0;
 }

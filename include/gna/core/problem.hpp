@@ -9,7 +9,8 @@
 
 namespace gna {
 
-enum class DType : int32_t { f32 = 0, f64 = 1, f16 = 2, bf16 = 3 };
+// e4m3: OCP float8_e4m3fn (gna/core/fp8.hpp), the operands of the FP8 forward only.
+enum class DType : int32_t { f32 = 0, f64 = 1, f16 = 2, bf16 = 3, e4m3 = 4 };
 
 const char* dtype_name(DType t);
 int dtype_size(DType t);
