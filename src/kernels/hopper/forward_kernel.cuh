@@ -56,7 +56,7 @@ constexpr int kEndOfWork = 4;    // no KV tile: the CTA's work is done
 // double-buffers Q; the K/V ring then has 2 stages, one item per CTA has room for 3 (head dim
 // <= 128: 32 + 6 x 32 KB of the 227 KB), so a KV tile's load is issued two tiles ahead. Head dim
 // 256 (a 64 KB Q tile, 64-key KV tiles) has room for one Q buffer and 2 stages only.
-template <int D, typename Sched>
+template <int D, typename Sched, bool kFp8 = false>
 struct ForwardShape {
   static_assert(D <= 128 || !Sched::kManyItems, "head dim 256 has room for one Q buffer only");
   static constexpr int kQBuffers = Sched::kManyItems ? 2 : 1;
@@ -64,9 +64,10 @@ struct ForwardShape {
   // Register split: 128 * producer + 256 * consumer within the launch allocation of
   // 384 x 168 = 64512 (setmaxnreg only moves registers inside it). Head dim 256 keeps 128 O
   // accumulators per thread and takes the largest consumer share; the producer of many items
-  // keeps the next item's state.
-  static constexpr int kProducerRegs = D > 128 ? 24 : Sched::kManyItems ? 72 : 40;
-  static constexpr int kConsumerRegs = D > 128 ? 240 : Sched::kManyItems ? 216 : 232;
+  // keeps the next item's state; e4m3's producer warpgroup also transposes V (a 4 x 16-byte
+  // block per thread), its consumers hold half the P registers.
+  static constexpr int kProducerRegs = D > 128 ? 24 : Sched::kManyItems ? 72 : kFp8 ? 56 : 40;
+  static constexpr int kConsumerRegs = D > 128 ? 240 : Sched::kManyItems ? 216 : kFp8 ? 224 : 232;
   // Head dim 256: the consumers' per-row key windows live in shared memory instead of
   // registers, next to the 128 O accumulators per thread.
   static constexpr bool kWindowsInSmem = D > 128;
@@ -88,16 +89,17 @@ struct SharedStorage {
   alignas(1024) uint8_t q[Shape::kQBuffers][kQBufferBytes];
   alignas(1024) uint8_t k[kStages][KvLayout<D, Tag>::kTileBytes];
   alignas(1024) uint8_t v[kStages][kVBytes];
-  alignas(1024) uint8_t v_raw[kFp8Stages][kFp8 ? KvLayout<D, Tag>::kTileBytes : 16];
-  float k_scale[kFp8Stages][kFp8 ? kv_tile_tokens(D) : 1];
   StageTag tag[kStages];
-  VStageTag vtag[kFp8Stages];
   uint64_t q_full[Shape::kQBuffers], q_empty[Shape::kQBuffers];
   uint64_t k_full[kStages], k_empty[kStages];
   uint64_t v_full[kStages], v_empty[kStages];
-  uint64_t v_raw_full[kFp8Stages], v_raw_empty[kFp8Stages], k_scale_full[kFp8Stages];
   // Per row and consumer thread: key window begin and width per row and axis.
   int row_window[Shape::kWindowsInSmem ? 4 * kAxes : 1][Shape::kWindowsInSmem ? 256 : 1];
+  // e4m3 only (one element otherwise, after what the 16-bit kernels use).
+  VStageTag vtag[kFp8Stages];
+  uint64_t v_raw_full[kFp8Stages], v_raw_empty[kFp8Stages], k_scale_full[kFp8Stages];
+  float k_scale[kFp8Stages][kFp8 ? kv_tile_tokens(D) : 1];
+  alignas(1024) uint8_t v_raw[kFp8Stages][kFp8 ? KvLayout<D, Tag>::kTileBytes : 16];
 };
 
 template <int D, typename Tag, typename Sched>
@@ -204,7 +206,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Ta
         mbar_wait(&s.v_raw_empty[stage], phase ^ 1);
         VStageTag& vt = s.vtag[stage];
         vt.kind = v_kind;
-        vt.origin[0] = o0;
+        vt.origin[0] = v_kind == kAdditionalKeys ? c2 : o0;  // additional: first key
         vt.origin[1] = o1;
         vt.origin[2] = o2;
         vt.head_kv = head_kv;
@@ -238,7 +240,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Ta
       }
     }
     for (int a0 = 0; a0 < p.additional_kv; a0 += kKv)
-      emit(0, min_i(kKv, p.additional_kv - a0), a0, 0, 0, a0, p.batch_offset + hb / p.heads_q, 0,
+      emit(0, min_i(kKv, p.additional_kv - a0), 0, 0, 0, a0, p.batch_offset + hb / p.heads_q, 0,
            tm_ak, tm_av, kAdditionalKeys);
     prefetch_next_q();
     ++j;
@@ -496,8 +498,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                    const __grid_constant__ CUtensorMap tm_v,
                    const __grid_constant__ CUtensorMap tm_ak,
                    const __grid_constant__ CUtensorMap tm_av, const __grid_constant__ FwdParams p) {
-  using Shape = ForwardShape<D, Sched>;
   constexpr bool kFp8 = OperandOf<Tag>::kFp8;
+  using Shape = ForwardShape<D, Sched, kFp8>;
   extern __shared__ uint8_t smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<D, Tag, Sched>*>(align_shared_1024(smem_raw));
   const Sched sched{};
