@@ -64,10 +64,10 @@ struct ForwardShape {
   // Register split: 128 * producer + 256 * consumer within the launch allocation of
   // 384 x 168 = 64512 (setmaxnreg only moves registers inside it). Head dim 256 keeps 128 O
   // accumulators per thread and takes the largest consumer share; the producer of many items
-  // keeps the next item's state; e4m3's producer warpgroup also transposes V (a 4 x 16-byte
-  // block per thread), its consumers hold half the P registers.
-  static constexpr int kProducerRegs = D > 128 ? 24 : Sched::kManyItems ? 72 : kFp8 ? 56 : 40;
-  static constexpr int kConsumerRegs = D > 128 ? 240 : Sched::kManyItems ? 216 : kFp8 ? 224 : 232;
+  // keeps the next item's state; e4m3's producer warpgroup also transposes V (up to three
+  // blocks of 4 x 16 bytes in flight per thread), its consumers hold half the P registers.
+  static constexpr int kProducerRegs = D > 128 ? 24 : Sched::kManyItems ? 72 : kFp8 ? 64 : 40;
+  static constexpr int kConsumerRegs = D > 128 ? 240 : Sched::kManyItems ? 216 : kFp8 ? 216 : 232;
   // Head dim 256: the consumers' per-row key windows live in shared memory instead of
   // registers, next to the 128 O accumulators per thread.
   static constexpr bool kWindowsInSmem = D > 128;
@@ -98,6 +98,7 @@ struct SharedStorage {
   // e4m3 only (one element otherwise, after what the 16-bit kernels use).
   VStageTag vtag[kFp8Stages];
   uint64_t v_raw_full[kFp8Stages], v_raw_empty[kFp8Stages], k_scale_full[kFp8Stages];
+  uint64_t vtag_full[kFp8Stages];
   float k_scale[kFp8Stages][kFp8 ? kv_tile_tokens(D) : 1];
   alignas(1024) uint8_t v_raw[kFp8Stages][kFp8 ? KvLayout<D, Tag>::kTileBytes : 16];
 };
@@ -211,6 +212,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Ta
         vt.origin[2] = o2;
         vt.head_kv = head_kv;
         vt.batch = hb / p.heads_q;
+        mbar_arrive(&s.vtag_full[stage]);
         mbar_expect_tx(&s.v_raw_full[stage], KL::kTileBytes);
         load_tile<KL>(s.v_raw[stage], mv, &s.v_raw_full[stage], head_kv, c2, c3, c4);
       } else {
@@ -255,11 +257,11 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Ta
     s.tag[stage].mask.flags = kEndOfWork;
     mbar_arrive(&s.k_full[stage]);
   }
-  if constexpr (kFp8) {  // the transposers' end of work: a raw V stage with only its tag
+  if constexpr (kFp8) {  // the transposers' end of work: a tag without a tile
     const int stage = it % kStages;
     mbar_wait(&s.v_raw_empty[stage], ((it / kStages) & 1) ^ 1);
     s.vtag[stage].kind = kNoMoreKeys;
-    mbar_arrive(&s.v_raw_full[stage]);
+    mbar_arrive(&s.vtag_full[stage]);
   }
 }
 
@@ -528,6 +530,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // k_scale stages and when they give a raw V stage back.
       for (int i = 0; i < Shape::kStages; ++i) {
         mbar_init(&s.v_raw_full[i], 1);
+        mbar_init(&s.vtag_full[i], 1);
         mbar_init(&s.v_raw_empty[i], kTransposeThreads);
         mbar_init(&s.k_scale_full[i], kTransposeThreads);
       }

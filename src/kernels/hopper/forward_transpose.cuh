@@ -13,8 +13,8 @@
 
 namespace gna::hopper {
 
-// What the transposers need about the KV tile in a raw V stage, written by the TMA thread before
-// the stage's V load is armed.
+// What the transposers need about the KV tile in a raw V stage, written by the TMA thread (once
+// the stage is free) and released by its arrival on the stage's vtag_full.
 struct VStageTag {
   int kind;           // kSpatialKeys, kAdditionalKeys or kNoMoreKeys
   int origin[kAxes];  // spatial: first key per axis (group coordinates); additional: [0]
@@ -26,6 +26,8 @@ constexpr int kAdditionalKeys = 1;
 constexpr int kNoMoreKeys = 2;  // the CTA's KV tiles are done
 
 constexpr int kTransposeThreads = 96;  // warps 1-3 of the producer warpgroup
+// k_scale values per transposer thread and KV tile (keys thread and thread + 96).
+constexpr int kKeyScalesPerThread = 2;
 
 // k_scale of key r of the tile (0 for keys beyond the image or the additional keys: they are
 // masked).
@@ -69,9 +71,14 @@ template <int D>
 __device__ __forceinline__ void transpose_v_tile(const uint8_t* raw, uint8_t* vt, int warp,
                                                  int lane) {
   using KL = TileLayout<D, kv_tile_tokens(D), 1>;
+  constexpr int kWarps = kTransposeThreads / 32;
   const int g = lane / 4, q = lane % 4;
   const int keys[4] = {16 * g + 2 * q, 16 * g + 2 * q + 1, 16 * g + 2 * q + 8, 16 * g + 2 * q + 9};
-  for (int cb = warp; cb < D / 16; cb += kTransposeThreads / 32) {
+  // Unrolled (the blocks' loads in flight together); warp w takes blocks w, w + 3, ...
+#pragma unroll
+  for (int i = 0; i < (D / 16 + kWarps - 1) / kWarps; ++i) {
+    const int cb = warp + kWarps * i;
+    if (cb >= D / 16) break;
     uint4 x[4];
 #pragma unroll
     for (int m = 0; m < 4; ++m)
@@ -94,23 +101,49 @@ __device__ __forceinline__ void transpose_v_tile(const uint8_t* raw, uint8_t* vt
   }
 }
 
-// The transposers' loop over the CTA's KV tiles (the TMA thread's order), until the stage tagged
-// kNoMoreKeys. Per tile: the k_scale values into the stage (k_scale_full: the consumers' S
-// scaling), then, once the consumers have released the V^T stage, the transpose (v_full: the
-// consumers' P V); the raw stage goes back to the TMA thread (v_raw_empty). Every transposer
-// thread arrives on each (96 arrivals), after its own reads and writes.
+// The thread's k_scale values of the tile tagged t (global loads, left in flight).
+template <int D>
+__device__ __forceinline__ void load_key_scales(const FwdParams& p, const VStageTag& t, int thread,
+                                                float (&ks)[kKeyScalesPerThread]) {
+  static_assert(kKeyScalesPerThread * kTransposeThreads >= kv_tile_tokens(D));
+#pragma unroll
+  for (int i = 0; i < kKeyScalesPerThread; ++i) {
+    const int r = thread + i * kTransposeThreads;
+    ks[i] = r < kv_tile_tokens(D) ? tile_key_scale(p, t, r) : 0.f;
+  }
+}
+
+// The transposers' loop over the CTA's KV tiles (the TMA thread's order), until the tile tagged
+// kNoMoreKeys. Per tile: its k_scale values (loaded while the previous tile was transposed) into
+// the stage (k_scale_full: the consumers' S scaling); the next tile's tag and k_scale loads; then,
+// once the raw V has landed and the consumers have released the V^T stage, the transpose (v_full:
+// the consumers' P V); the raw stage goes back to the TMA thread (v_raw_empty). Every transposer
+// thread arrives on each (96 arrivals), after its own reads and writes. A k_scale stage is free
+// once the TMA thread has reused its K stage (consumers release K after their k_scale reads),
+// which precedes its tag's vtag_full.
 template <int D, int kStages, typename Storage>
 __device__ __forceinline__ void v_transposer(const FwdParams& p, Storage& s, int thread) {
   const int warp = thread / 32, lane = thread % 32;
-  for (int it = 0;; ++it) {
+  mbar_wait(&s.vtag_full[0], 0);
+  VStageTag next = s.vtag[0];
+  float ks[kKeyScalesPerThread];
+  if (next.kind != kNoMoreKeys) load_key_scales<D>(p, next, thread, ks);
+  for (int it = 0; next.kind != kNoMoreKeys; ++it) {
     const int stage = it % kStages;
     const uint32_t phase = (it / kStages) & 1;
-    mbar_wait(&s.v_raw_full[stage], phase);
-    const VStageTag tag = s.vtag[stage];
-    if (tag.kind == kNoMoreKeys) break;
-    for (int r = thread; r < kv_tile_tokens(D); r += kTransposeThreads)
-      s.k_scale[stage][r] = tile_key_scale(p, tag, r);
+#pragma unroll
+    for (int i = 0; i < kKeyScalesPerThread; ++i) {
+      const int r = thread + i * kTransposeThreads;
+      if (r < kv_tile_tokens(D)) s.k_scale[stage][r] = ks[i];
+    }
     mbar_arrive(&s.k_scale_full[stage]);
+    {
+      const int n = it + 1;
+      mbar_wait(&s.vtag_full[n % kStages], (n / kStages) & 1);
+      next = s.vtag[n % kStages];
+      if (next.kind != kNoMoreKeys) load_key_scales<D>(p, next, thread, ks);
+    }
+    mbar_wait(&s.v_raw_full[stage], phase);
     mbar_wait(&s.v_empty[stage], phase ^ 1);
     transpose_v_tile<D>(s.v_raw[stage], s.v[stage], warp, lane);
     // V^T is read by wgmma (the async proxy) after the consumers' wait on v_full.
