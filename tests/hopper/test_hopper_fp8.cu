@@ -78,7 +78,7 @@ __global__ void fill_floats(float* x, int64_t n, uint64_t seed, float lo, float 
 struct EmuTensors {
   const uint8_t *q8, *k8, *v8, *add_k8, *add_v8;
   const float *q_scale, *k_scale, *v_scale, *add_k_scale, *lse_bias;
-  float* o;      // [B, N, Hq, D]
+  float* o;          // [B, N, Hq, D]
   float* bound;      // [B, N, Hq, D]: the tolerance's bound_c
   float* lse;        // [B, N, Hq]
   float* lse_bound;  // [B, N, Hq]: the LSE's tolerance
@@ -184,9 +184,8 @@ struct Config {
     char buf[512];
     int n = std::snprintf(buf, sizeof buf, "rank %d extent", rank);
     for (int a = 0; a < rank; ++a)
-      n += std::snprintf(buf + n, sizeof buf - n, " %d(K%d d%d s%d%s)", extent[a],
-                         params.window[a], params.dilation[a], params.stride[a],
-                         params.causal[a] ? " causal" : "");
+      n += std::snprintf(buf + n, sizeof buf - n, " %d(K%d d%d s%d%s)", extent[a], params.window[a],
+                         params.dilation[a], params.stride[a], params.causal[a] ? " causal" : "");
     const char* kinds[] = {"auto", "grid", "persistent"};
     std::snprintf(buf + n, sizeof buf - n,
                   " B%d Hq%d Hkv%d D%d add%d out %s%s scale %g schedule %s ctas %d kv tiles %d",
@@ -208,7 +207,8 @@ Config random_config(std::mt19937_64& rng, int rank) {
     const int L = uni(lo_ext[rank], hi_ext[rank]);
     int d = uni(0, 9) < 7 ? 1 : uni(2, 3);
     while (d > 1 && 2 * d > L) --d;
-    const int K = uni(0, 9) == 0 ? L / d : uni(2, std::max(2, std::min(L / d, rank == 1 ? 200 : 16)));
+    const int K =
+        uni(0, 9) == 0 ? L / d : uni(2, std::max(2, std::min(L / d, rank == 1 ? 200 : 16)));
     c.extent[a] = L;
     c.params.window[a] = K;
     c.params.dilation[a] = d;
@@ -291,8 +291,10 @@ std::string run_config(const Config& c, uint64_t seed) {
     }
   // Scores scale * q_scale * k_scale * dot ~ a few units: dot of D e4m3 values of 448 u has a
   // spread of about sqrt(D) 448^2 / 3.
-  const float scale = c.params.scale > 0.f ? c.params.scale : 1.f / std::sqrt(static_cast<float>(D));
-  const float qk = std::sqrt(3.f / (scale * std::sqrt(static_cast<float>(D)) * 448.f * 448.f / 3.f));
+  const float scale =
+      c.params.scale > 0.f ? c.params.scale : 1.f / std::sqrt(static_cast<float>(D));
+  const float qk =
+      std::sqrt(3.f / (scale * std::sqrt(static_cast<float>(D)) * 448.f * 448.f / 3.f));
   uint64_t s = seed;
   fill_e4m3<<<256, 256>>>(q8, nq * D, s += 7919);
   fill_e4m3<<<256, 256>>>(k8, nk * D, s += 7919);
@@ -366,8 +368,8 @@ std::string run_config(const Config& c, uint64_t seed) {
   }
   Problem p = call.problem;
   p.scale = effective_scale(p);
-  EmuTensors et{q8, k8, v8, ak8, av8, qs, ks, vs, aks, c.lse_bias ? lb : nullptr, ref_o, ref_b, ref_l,
-                ref_lb};
+  EmuTensors et{q8,    k8,    v8,    ak8,   av8, qs, ks, vs, aks, c.lse_bias ? lb : nullptr,
+                ref_o, ref_b, ref_l, ref_lb};
   emulate_forward<<<static_cast<int>((nq + 127) / 128), 128>>>(p, et);
   hopper_test::to_float<<<256, 256>>>(static_cast<uint16_t*>(out), out_f, nq * D, c.bf16_out);
   err = cudaDeviceSynchronize();
@@ -387,8 +389,8 @@ std::string run_config(const Config& c, uint64_t seed) {
   const float rel = c.bf16_out ? 1.f / 256.f : 1.f / 2048.f;
   int64_t bad = 0, first = -1;
   for (int64_t i = 0; i < nq * D; ++i) {
-    const bool ok = std::isfinite(ho[i]) &&
-                    std::fabs(ho[i] - hr[i]) <= hb[i] + 1e-3f + rel * std::fabs(hr[i]);
+    const bool ok =
+        std::isfinite(ho[i]) && std::fabs(ho[i] - hr[i]) <= hb[i] + 1e-3f + rel * std::fabs(hr[i]);
     if (!ok && bad++ == 0) first = i;
   }
   int64_t bad_lse = 0, first_lse = -1;
@@ -439,11 +441,12 @@ void sweep(int rank) {
       strided += c.params.stride[a] > 1;
     }
   }
-  std::printf("fp8 sweep rank %d: %d configurations (seed %llu): d64 %d, d128 %d, fp16 out %d, "
-              "persistent %d, extra tokens %d, GQA %d, causal axes %d, dilated axes %d, strided "
-              "axes %d, no lse_bias %d\n",
-              rank, count, static_cast<unsigned long long>(seed), d64, d128, fp16, persistent,
-              extra, gqa, causal, dilated, strided, no_bias);
+  std::printf(
+      "fp8 sweep rank %d: %d configurations (seed %llu): d64 %d, d128 %d, fp16 out %d, "
+      "persistent %d, extra tokens %d, GQA %d, causal axes %d, dilated axes %d, strided "
+      "axes %d, no lse_bias %d\n",
+      rank, count, static_cast<unsigned long long>(seed), d64, d128, fp16, persistent, extra, gqa,
+      causal, dilated, strided, no_bias);
   if (count >= 40) {
     for (int reached : {d64, d128, fp16, persistent, extra, gqa, causal, dilated, strided, no_bias})
       EXPECT_GT(reached, 0) << "the sweep missed a path; raise GNA_HOPPER_FP8_SWEEP";

@@ -88,8 +88,10 @@ int run(int argc, char** argv) {
   int reps = 10;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--cases" && i + 1 < argc) cases_arg = argv[++i];
-    else if (a == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
+    if (a == "--cases" && i + 1 < argc)
+      cases_arg = argv[++i];
+    else if (a == "--reps" && i + 1 < argc)
+      reps = std::max(1, std::atoi(argv[++i]));
     else {
       std::fprintf(stderr, "usage: gna-hopper-fp8-bench [--cases 'a,b'] [--reps N]\n");
       return 2;
@@ -128,13 +130,15 @@ int run(int argc, char** argv) {
     Buffer q(elems * 2), k(elems * 2), v(elems * 2), o(elems * 2), lse(rows * 4);
     Buffer q8(elems), k8(elems), v8(elems), qs(rows * 4), ks(rows * 4), lb(rows * 4),
         vs(int64_t(c->batch) * c->heads * c->head_dim * 4);
-    for (Buffer* b : {&q, &k, &v}) fill_bytes<<<1024, 256>>>(static_cast<uint8_t*>(b->ptr), elems * 2, 7);
-    for (Buffer* b : {&q8, &k8, &v8}) fill_bytes<<<1024, 256>>>(static_cast<uint8_t*>(b->ptr), elems, 9);
+    for (Buffer* b : {&q, &k, &v})
+      fill_bytes<<<1024, 256>>>(static_cast<uint8_t*>(b->ptr), elems * 2, 7);
+    for (Buffer* b : {&q8, &k8, &v8})
+      fill_bytes<<<1024, 256>>>(static_cast<uint8_t*>(b->ptr), elems, 9);
     fill_value<<<1024, 256>>>(static_cast<float*>(qs.ptr), rows, 1e-3f);
     fill_value<<<1024, 256>>>(static_cast<float*>(ks.ptr), rows, 1e-3f);
     fill_value<<<1024, 256>>>(static_cast<float*>(lb.ptr), rows, 0.f);
-    fill_value<<<1024, 256>>>(static_cast<float*>(vs.ptr), int64_t(c->batch) * c->heads * c->head_dim,
-                              1.f / kE4m3Max);
+    fill_value<<<1024, 256>>>(static_cast<float*>(vs.ptr),
+                              int64_t(c->batch) * c->heads * c->head_dim, 1.f / kE4m3Max);
     CHECK(cudaDeviceSynchronize());
     const DType bf16 = DType::bf16;
     AttentionTensors in{contiguous_tensor(q.ptr, bf16, shape.data(), rank, 0),
@@ -157,8 +161,8 @@ int run(int argc, char** argv) {
     ForwardCall fp8_call = call;
     fp8_call.fp8 = &f;
     const Problem& p = call.problem;
-    const double flops = 4.0 * p.batch * p.heads_q * double(p.tokens()) *
-                         mean_keys_per_query(p) * c->head_dim;
+    const double flops =
+        4.0 * p.batch * p.heads_q * double(p.tokens()) * mean_keys_per_query(p) * c->head_dim;
     double bf16_ms = 0;
     for (const ForwardCall* fc : {&call, &fp8_call}) {
       std::string why;
@@ -170,9 +174,9 @@ int run(int argc, char** argv) {
       const double ms = median_ms([&] { be->forward(*fc); }, reps);
       CHECK(cudaDeviceSynchronize());
       if (!fc->fp8) bf16_ms = ms;
-      std::printf("%-28s %-6s %10.3f %10.1f %8s\n", name.c_str(), dt, ms, flops / ms / 1e9,
-                  fc->fp8 && bf16_ms > 0 ? (std::to_string(bf16_ms / ms).substr(0, 5) + "x").c_str()
-                                         : "");
+      std::printf(
+          "%-28s %-6s %10.3f %10.1f %8s\n", name.c_str(), dt, ms, flops / ms / 1e9,
+          fc->fp8 && bf16_ms > 0 ? (std::to_string(bf16_ms / ms).substr(0, 5) + "x").c_str() : "");
     }
     std::fflush(stdout);
   }

@@ -13,6 +13,10 @@
 // the next item's first S is issued together with the current one's last P V, and the current
 // item's epilogue runs while the other consumer warpgroup holds the tensor cores. The GEMMs, the
 // softmax and the epilogue are forward_mainloop.cuh, forward_softmax.cuh, forward_epilogue.cuh.
+// With e4m3 operands (Tag E4m3Tag, the FP8 scheme) the producer warpgroup's other three warps
+// transpose each V tile for the 8-bit P V GEMM and stage the tile's k_scale values
+// (forward_transpose.cuh); the consumers scale S by q_scale per row and k_scale per key, quantize
+// P to e4m3 and scale O by v_scale per channel.
 #pragma once
 
 #include <cuda.h>

@@ -19,7 +19,7 @@ struct VStageTag {
   int kind;           // kSpatialKeys, kAdditionalKeys or kNoMoreKeys
   int origin[kAxes];  // spatial: first key per axis (group coordinates); additional: [0]
   int head_kv;
-  int batch;          // batch index in the launch
+  int batch;  // batch index in the launch
 };
 constexpr int kSpatialKeys = 0;
 constexpr int kAdditionalKeys = 1;

@@ -1,6 +1,6 @@
 // Inline-PTX wrappers for the Hopper forward kernel: mbarriers, TMA tensor loads, wgmma
-// (m64nNk16, bf16/fp16 inputs, and m64nNk32 e4m3, fp32 accumulators; SS and RS forms), fences, named barriers
-// and setmaxnreg. sm_90a only.
+// (m64nNk16 with bf16/fp16 inputs, m64nNk32 with e4m3 inputs; fp32 accumulators; SS and RS
+// forms), fences, named barriers and setmaxnreg. sm_90a only.
 #pragma once
 
 #include <cstdint>

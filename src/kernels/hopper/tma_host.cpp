@@ -80,9 +80,9 @@ bool tma_readable(const TensorRef& t, const char* name, std::string* why) {
   const int per_16_bytes = 16 / dtype_size(t.dtype);
   for (int i = 0; i + 1 < t.rank; ++i)
     if (t.strides[i] % per_16_bytes != 0 && t.shape[i] > 1) {
-      *why = std::string(name) + ": stride of dim " + std::to_string(i) + " must be a multiple of " +
-             std::to_string(per_16_bytes) + " elements (16 bytes), got " +
-             std::to_string(t.strides[i]);
+      *why = std::string(name) + ": stride of dim " + std::to_string(i) +
+             " must be a multiple of " + std::to_string(per_16_bytes) +
+             " elements (16 bytes), got " + std::to_string(t.strides[i]);
       return false;
     }
   return true;

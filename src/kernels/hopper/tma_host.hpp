@@ -45,8 +45,8 @@ struct MapDims {
   cuuint64_t stride_bytes[4];  // of dims 1..4
   cuuint32_t box[5];
 };
-// bf16, fp16, e4m3 or fp32 elements; 128-byte swizzle for 128-byte box rows, else 64-byte; throws on
-// failure.
+// bf16, fp16, e4m3 or fp32 elements; 128-byte swizzle for 128-byte box rows, else 64-byte;
+// throws on failure.
 void encode_map(CUtensorMap* map, const MapDims& d, void* base, DType dtype);
 
 // Tensor map over additional keys or values [B, N, H, head_dim], box (min(head_dim, 64), 1,
