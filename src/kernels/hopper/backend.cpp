@@ -19,6 +19,7 @@ Backend make_hopper_backend() {
       [](const BackwardCall& c) { backward(c); });
   b.release_memory = cuda::scratch_release;  // the backward's scratch
   b.head_rules = true;  // forward and backward run per-head rules (head_rules.hpp)
+  b.fp8 = true;         // the forward's e4m3 kernels (head dims 64, 128)
   return b;
 }
 

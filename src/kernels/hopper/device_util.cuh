@@ -66,13 +66,13 @@ __device__ __forceinline__ bool tile_row_offset(const AxisRule (&axes)[kAxes], c
   return valid;
 }
 
-// Shared-memory image of a [Rows tokens x D] tile: D split into boxes of at most 64 elements
-// (128 bytes, the widest swizzled TMA box), each box Rows rows of kRowBytes, swizzled: the TMA
-// box and the wgmma operand layout.
-template <int D, int Rows = kTileTokens>
+// Shared-memory image of a [Rows tokens x D] tile of ElemBytes-byte elements: D split into boxes
+// of at most 128 bytes (the widest swizzled TMA box), each box Rows rows of kRowBytes, swizzled:
+// the TMA box and the wgmma operand layout.
+template <int D, int Rows = kTileTokens, int ElemBytes = 2>
 struct TileLayout {
-  static constexpr int kBoxCols = D < 64 ? D : 64;
-  static constexpr int kRowBytes = kBoxCols * 2;
+  static constexpr int kBoxCols = D * ElemBytes < 128 ? D : 128 / ElemBytes;
+  static constexpr int kRowBytes = kBoxCols * ElemBytes;
   static constexpr int kBoxes = D / kBoxCols;
   static constexpr int kBoxBytes = Rows * kRowBytes;
   static constexpr int kTileBytes = kBoxes * kBoxBytes;
@@ -83,7 +83,7 @@ struct TileLayout {
   // swizzle (the 16-byte chunk index XORed with the offset's bits above the 128-byte line, as
   // many bits as a row has chunks).
   __device__ static int offset(int r, int c) {
-    const int o = r * kRowBytes + (c % kBoxCols) * 2;
+    const int o = r * kRowBytes + (c % kBoxCols) * ElemBytes;
     return (c / kBoxCols) * kBoxBytes + (o ^ (((o >> 7) & (kChunksPerRow - 1)) << 4));
   }
 };
@@ -100,6 +100,19 @@ template <>
 __device__ __forceinline__ uint32_t pack2<F16Tag>(float lo, float hi) {
   __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Four floats rounded to e4m3 (round to nearest even, saturating to +-448), packed with x0 in
+// the lowest byte: one 32-bit register of an 8-bit wgmma A fragment.
+__device__ __forceinline__ uint32_t pack4_e4m3(float x0, float x1, float x2, float x3) {
+  uint32_t r;
+  asm("{\n.reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n}"
+      : "=r"(r)
+      : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
+  return r;
 }
 
 }  // namespace gna::hopper

@@ -22,7 +22,7 @@ void reserve_shared(Kernel kernel, int smem) {
 
 template <int D, typename Tag, bool kRules, typename Sched>
 void launch_with(const CUtensorMap* maps, const FwdParams& p, int grid, cudaStream_t st) {
-  constexpr int smem = shared_bytes<D, Sched>();
+  constexpr int smem = shared_bytes<D, Tag, Sched>();
   static const bool reserved =
       (reserve_shared(forward_kernel<D, Tag, kRules, Sched>, smem), true);
   (void)reserved;

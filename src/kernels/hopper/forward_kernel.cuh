@@ -13,6 +13,10 @@
 // the next item's first S is issued together with the current one's last P V, and the current
 // item's epilogue runs while the other consumer warpgroup holds the tensor cores. The GEMMs, the
 // softmax and the epilogue are forward_mainloop.cuh, forward_softmax.cuh, forward_epilogue.cuh.
+// With e4m3 operands (Tag E4m3Tag, the FP8 scheme) the producer warpgroup's other three warps
+// transpose each V tile for the 8-bit P V GEMM and stage the tile's k_scale values
+// (forward_transpose.cuh); the consumers scale S by q_scale per row and k_scale per key, quantize
+// P to e4m3 and scale O by v_scale per channel.
 #pragma once
 
 #include <cuda.h>
@@ -27,6 +31,7 @@
 #include "kernels/hopper/forward_params.hpp"
 #include "kernels/hopper/forward_scheduler.cuh"
 #include "kernels/hopper/forward_softmax.cuh"
+#include "kernels/hopper/forward_transpose.cuh"
 #include "kernels/hopper/forward_work_item.cuh"
 #include "kernels/hopper/ptx.cuh"
 
@@ -55,7 +60,7 @@ constexpr int kEndOfWork = 4;    // no KV tile: the CTA's work is done
 // double-buffers Q; the K/V ring then has 2 stages, one item per CTA has room for 3 (head dim
 // <= 128: 32 + 6 x 32 KB of the 227 KB), so a KV tile's load is issued two tiles ahead. Head dim
 // 256 (a 64 KB Q tile, 64-key KV tiles) has room for one Q buffer and 2 stages only.
-template <int D, typename Sched>
+template <int D, typename Sched, bool kFp8 = false>
 struct ForwardShape {
   static_assert(D <= 128 || !Sched::kManyItems, "head dim 256 has room for one Q buffer only");
   static constexpr int kQBuffers = Sched::kManyItems ? 2 : 1;
@@ -63,42 +68,59 @@ struct ForwardShape {
   // Register split: 128 * producer + 256 * consumer within the launch allocation of
   // 384 x 168 = 64512 (setmaxnreg only moves registers inside it). Head dim 256 keeps 128 O
   // accumulators per thread and takes the largest consumer share; the producer of many items
-  // keeps the next item's state.
-  static constexpr int kProducerRegs = D > 128 ? 24 : Sched::kManyItems ? 72 : 40;
-  static constexpr int kConsumerRegs = D > 128 ? 240 : Sched::kManyItems ? 216 : 232;
+  // keeps the next item's state; e4m3's producer warpgroup also transposes V (up to three
+  // blocks of 4 x 16 bytes in flight per thread), its consumers hold half the P registers.
+  static constexpr int kProducerRegs = D > 128 ? 24 : Sched::kManyItems ? 72 : kFp8 ? 64 : 40;
+  static constexpr int kConsumerRegs = D > 128 ? 240 : Sched::kManyItems ? 216 : kFp8 ? 216 : 232;
   // Head dim 256: the consumers' per-row key windows live in shared memory instead of
   // registers, next to the 128 O accumulators per thread.
   static constexpr bool kWindowsInSmem = D > 128;
 };
 
-template <int D, typename Sched>
+// e4m3 (Tag E4m3Tag): a Q buffer holds the e4m3 Q tile and, beside it, the O staging rows of
+// the output dtype (the 16-bit layout, twice the Q tile's bytes); V has two rings, the TMA's raw
+// tiles and their transposes (the consumers' V operand, in v), and each stage the keys' k_scale.
+template <int D, typename Tag, typename Sched>
 struct SharedStorage {
   using Shape = ForwardShape<D, Sched>;
+  static constexpr bool kFp8 = OperandOf<Tag>::kFp8;
+  static constexpr int kStages = Shape::kStages;
+  static constexpr int kQTileBytes = QLayout<D, Tag>::kTileBytes;
+  static constexpr int kQBufferBytes = kQTileBytes + (kFp8 ? TileLayout<D>::kTileBytes : 0);
+  static constexpr int kVBytes = kFp8 ? VtLayout<D>::kTileBytes : KvLayout<D, Tag>::kTileBytes;
+  static constexpr int kFp8Stages = kFp8 ? kStages : 1;
   // Item j of the CTA uses q[j % kQBuffers]; also its O staging.
-  alignas(1024) uint8_t q[Shape::kQBuffers][TileLayout<D>::kTileBytes];
-  alignas(1024) uint8_t k[Shape::kStages][KvLayout<D>::kTileBytes];
-  alignas(1024) uint8_t v[Shape::kStages][KvLayout<D>::kTileBytes];
-  StageTag tag[Shape::kStages];
+  alignas(1024) uint8_t q[Shape::kQBuffers][kQBufferBytes];
+  alignas(1024) uint8_t k[kStages][KvLayout<D, Tag>::kTileBytes];
+  alignas(1024) uint8_t v[kStages][kVBytes];
+  StageTag tag[kStages];
   uint64_t q_full[Shape::kQBuffers], q_empty[Shape::kQBuffers];
-  uint64_t k_full[Shape::kStages], k_empty[Shape::kStages];
-  uint64_t v_full[Shape::kStages], v_empty[Shape::kStages];
+  uint64_t k_full[kStages], k_empty[kStages];
+  uint64_t v_full[kStages], v_empty[kStages];
   // Per row and consumer thread: key window begin and width per row and axis.
   int row_window[Shape::kWindowsInSmem ? 4 * kAxes : 1][Shape::kWindowsInSmem ? 256 : 1];
+  // e4m3 only (one element otherwise, after what the 16-bit kernels use).
+  VStageTag vtag[kFp8Stages];
+  uint64_t v_raw_full[kFp8Stages], v_raw_empty[kFp8Stages], k_scale_full[kFp8Stages];
+  uint64_t vtag_full[kFp8Stages];
+  float k_scale[kFp8Stages][kFp8 ? kv_tile_tokens(D) : 1];
+  alignas(1024) uint8_t v_raw[kFp8Stages][kFp8 ? KvLayout<D, Tag>::kTileBytes : 16];
 };
 
-template <int D, typename Sched>
+template <int D, typename Tag, typename Sched>
 constexpr int shared_bytes() {
-  return static_cast<int>(sizeof(SharedStorage<D, Sched>)) + 1024;  // + alignment slack
+  return static_cast<int>(sizeof(SharedStorage<D, Tag, Sched>)) + 1024;  // + alignment slack
 }
 
-template <int D, typename Sched, bool kRules>
-__device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Sched>& s,
+template <int D, typename Tag, typename Sched, bool kRules>
+__device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Tag, Sched>& s,
                                          const Sched& sched, const CUtensorMap* tm_q,
                                          const CUtensorMap* tm_k, const CUtensorMap* tm_v,
                                          const CUtensorMap* tm_ak, const CUtensorMap* tm_av) {
   using Shape = ForwardShape<D, Sched>;
-  using L = TileLayout<D>;
-  using KL = KvLayout<D>;
+  using L = QLayout<D, Tag>;
+  using KL = KvLayout<D, Tag>;
+  constexpr bool kFp8 = OperandOf<Tag>::kFp8;
   constexpr int kKv = kv_tile_tokens(D);
   constexpr int kQ = Shape::kQBuffers;
   constexpr int kStages = Shape::kStages;
@@ -167,7 +189,7 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Sc
     const int first_it = it;
     // One KV tile into the next stage, tagged for the consumers.
     auto emit = [&](int flags, int key_limit, int o0, int o1, int o2, int c2, int c3, int c4,
-                    const CUtensorMap* mk, const CUtensorMap* mv) {
+                    const CUtensorMap* mk, const CUtensorMap* mv, int v_kind) {
       const int stage = it % kStages;
       const uint32_t phase = (it / kStages) & 1;
       mbar_wait(&s.k_empty[stage], phase ^ 1);
@@ -184,9 +206,24 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Sc
       }
       mbar_expect_tx(&s.k_full[stage], KL::kTileBytes);
       load_tile<KL>(s.k[stage], mk, &s.k_full[stage], head_kv, c2, c3, c4);
-      mbar_wait(&s.v_empty[stage], phase ^ 1);
-      mbar_expect_tx(&s.v_full[stage], KL::kTileBytes);
-      load_tile<KL>(s.v[stage], mv, &s.v_full[stage], head_kv, c2, c3, c4);
+      if constexpr (kFp8) {
+        // Raw V for the transposers, with what they need for the tile's k_scale.
+        mbar_wait(&s.v_raw_empty[stage], phase ^ 1);
+        VStageTag& vt = s.vtag[stage];
+        vt.kind = v_kind;
+        vt.origin[0] = v_kind == kAdditionalKeys ? c2 : o0;  // additional: first key
+        vt.origin[1] = o1;
+        vt.origin[2] = o2;
+        vt.head_kv = head_kv;
+        vt.batch = hb / p.heads_q;
+        mbar_arrive(&s.vtag_full[stage]);
+        mbar_expect_tx(&s.v_raw_full[stage], KL::kTileBytes);
+        load_tile<KL>(s.v_raw[stage], mv, &s.v_raw_full[stage], head_kv, c2, c3, c4);
+      } else {
+        mbar_wait(&s.v_empty[stage], phase ^ 1);
+        mbar_expect_tx(&s.v_full[stage], KL::kTileBytes);
+        load_tile<KL>(s.v[stage], mv, &s.v_full[stage], head_kv, c2, c3, c4);
+      }
       ++it;
       if (it - first_it == kQPrefetchTile) prefetch_next_q();
     };
@@ -202,14 +239,15 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Sc
           const bool full01 = full0 && o1 >= full_begin[1] && o1 < full_end[1];
           for (int o2 = first[2]; o2 < end[2]; o2 += p.kv_tile[2]) {
             const bool full = full01 && o2 >= full_begin[2] && o2 < full_end[2];
-            emit(full ? 0 : kPartialTile, kKv, o0, o1, o2, o2, o1, x_base + o0, tm_k, tm_v);
+            emit(full ? 0 : kPartialTile, kKv, o0, o1, o2, o2, o1, x_base + o0, tm_k, tm_v,
+                 kSpatialKeys);
           }
         }
       }
     }
     for (int a0 = 0; a0 < p.additional_kv; a0 += kKv)
       emit(0, min_i(kKv, p.additional_kv - a0), 0, 0, 0, a0, p.batch_offset + hb / p.heads_q, 0,
-           tm_ak, tm_av);
+           tm_ak, tm_av, kAdditionalKeys);
     prefetch_next_q();
     ++j;
     k = next;
@@ -223,24 +261,34 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Sc
     s.tag[stage].mask.flags = kEndOfWork;
     mbar_arrive(&s.k_full[stage]);
   }
+  if constexpr (kFp8) {  // the transposers' end of work: a tag without a tile
+    const int stage = it % kStages;
+    mbar_wait(&s.v_raw_empty[stage], ((it / kStages) & 1) ^ 1);
+    s.vtag[stage].kind = kNoMoreKeys;
+    mbar_arrive(&s.vtag_full[stage]);
+  }
 }
 
 template <int D, typename Tag, typename Sched, bool kRules>
-__device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sched>& s,
+__device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Tag, Sched>& s,
                                          const Sched& sched, int consumer) {
   using Shape = ForwardShape<D, Sched>;
-  using L = TileLayout<D>;
-  using KL = KvLayout<D>;
+  using Storage = SharedStorage<D, Tag, Sched>;
+  using L = QLayout<D, Tag>;
+  using KL = KvLayout<D, Tag>;
+  constexpr bool kFp8 = OperandOf<Tag>::kFp8;
   constexpr int kKv = kv_tile_tokens(D);  // keys per KV tile
   constexpr int kS = kKv / 2;             // S accumulators per thread (64 x kKv per warpgroup)
   constexpr int kO = D / 2;               // O accumulators per thread (64 x D)
+  constexpr int kP = kPRegs<D, Tag>;      // P registers per thread
   constexpr int kQ = Shape::kQBuffers;
   constexpr int kStages = Shape::kStages;
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
   const int quad = lane % 4;
   const int row_in_wg = warp * 16 + lane / 4;  // and + 8
-  const float scale_log2 = p.scale_log2;
+  // Per row: scale * log2(e), times the row's q_scale with e4m3 operands (set per item).
+  float row_scale[2] = {p.scale_log2, p.scale_log2};
 
   // The CTA's first item is the scheduler's, the producer's too: its row windows are computed
   // while Q and the first K/V tiles load. A CTA without items only lets the producer finish.
@@ -258,6 +306,13 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
   auto begin_item = [&](int tile, int hb) {
     int qt[kAxes];
     tile_coords(p, tile, qt);
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        row_scale[i] = p.scale_log2 * token_row_value(p, p.fp8.q_scale, qt,
+                                                      consumer * 64 + row_in_wg + 8 * i,
+                                                      hb % p.heads_q, hb / p.heads_q, 1.f);
+    }
     row_key_windows(p, axes_of_item<kRules>(p, hb % p.heads_q), qt, consumer, row_in_wg,
                     [&](int i, int a, Range kw) {
                       if constexpr (Shape::kWindowsInSmem) {
@@ -291,15 +346,16 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
   // wgmma descriptors of the first Q buffer (this warpgroup's rows), K and V stages, built once;
   // a buffer, stage or k-step only moves the start address. Buffer and stage indices are warp
   // uniform, so the descriptors stay in uniform registers.
-  const uint64_t q_desc = q_rows_desc<D>(smem_addr(s.q[0]) + consumer * 64 * L::kRowBytes);
-  const uint64_t k_desc = k_tile_desc<D>(smem_addr(s.k[0]));
-  const uint64_t v_desc = v_tile_desc<D>(smem_addr(s.v[0]));
+  const uint64_t q_desc =
+      q_rows_desc<D, Tag>(smem_addr(s.q[0]) + consumer * 64 * L::kRowBytes);
+  const uint64_t k_desc = k_tile_desc<D, Tag>(smem_addr(s.k[0]));
+  const uint64_t v_desc = v_tile_desc<D, Tag>(smem_addr(s.v[0]));
   auto issue_s = [&](float (&sacc)[kS], int qb, int stage) {
-    issue_qk<D, Tag>(sacc, desc_advance(q_desc, qb * L::kTileBytes),
+    issue_qk<D, Tag>(sacc, desc_advance(q_desc, qb * Storage::kQBufferBytes),
                      desc_advance(k_desc, stage * KL::kTileBytes));
   };
-  auto issue_o = [&](const uint32_t (&pa)[kKv / 4], int stage) {
-    issue_pv<D, Tag>(o, pa, desc_advance(v_desc, stage * KL::kTileBytes));
+  auto issue_o = [&](const uint32_t (&pa)[kP], int stage) {
+    issue_pv<D, Tag>(o, pa, desc_advance(v_desc, stage * Storage::kVBytes));
   };
   // What the mask needs, from a stage's tag (its mask fields only), while the stage's GEMMs run
   // (no shared-memory load between the K wait and the GEMM issue, nor between S's completion and
@@ -328,7 +384,20 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
   // each thread's own release orders its reads of the tag (here, at an item's first tile and at
   // the loop's start) before the producer's next write of it, without relying on warp-level
   // ordering.
-  auto release_and_mask = [&](float (&sacc)[kS], int stage, const TileKeep& m) {
+  // e4m3: S first gets its keys' k_scale (the stage's, from the transposers), read before the
+  // release like the tag.
+  auto release_and_mask = [&](float (&sacc)[kS], int stage, uint32_t phase, const TileKeep& m) {
+    if constexpr (kFp8) {
+      mbar_wait(&s.k_scale_full[stage], phase);
+#pragma unroll
+      for (int j = 0; j < kKv / 8; ++j) {
+        const float2 ks = *reinterpret_cast<const float2*>(&s.k_scale[stage][j * 8 + quad * 2]);
+        sacc[j * 4 + 0] *= ks.x;
+        sacc[j * 4 + 1] *= ks.y;
+        sacc[j * 4 + 2] *= ks.x;
+        sacc[j * 4 + 3] *= ks.y;
+      }
+    }
     mbar_arrive(&s.k_empty[stage]);
     mask_tile<kKv>(sacc, (m.flags & kPartialTile) != 0, m.key_limit, m.keep, quad);
   };
@@ -338,8 +407,8 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
   auto epilogue = [&](int tile, int hb, int qb, const float (&m)[2], float (&l_part)[2]) {
     int qt[kAxes];
     tile_coords(p, tile, qt);
-    write_output_rows<D, Tag>(p, o, m, l_part, s.q[qb], consumer, row_in_wg, quad, qt,
-                              hb % p.heads_q, hb / p.heads_q);
+    write_output_rows<D, Tag>(p, o, m, l_part, s.q[qb] + (kFp8 ? Storage::kQTileBytes : 0),
+                              consumer, row_in_wg, quad, qt, hb % p.heads_q, hb / p.heads_q);
     if constexpr (kQ > 1) {
       // The producer's next TMA write to this buffer must follow these generic accesses.
       fence_proxy_async_smem();
@@ -358,14 +427,14 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
   // KV tiles of the current item still to come: the loop needs the tags only where an item ends,
   // so the wait for a K tile leads straight to the GEMM issue.
   int tiles_left = warp_uniform(s.tag[0].item_tiles) - 1;
-  uint32_t pa[kKv / 4];
+  uint32_t pa[kP];
   float sacc[kS];
   {
     TileKeep mask;
     consumer_first_tile<D, Tag>(
-        sacc, pa, row_max, row_sum, scale_log2, my_turn, other_turn,
+        sacc, pa, row_max, row_sum, row_scale, my_turn, other_turn,
         [&](float (&acc)[kS]) { issue_s(acc, 0, 0); }, [&] { read_mask(mask, 0); },
-        [&](float (&acc)[kS]) { release_and_mask(acc, 0, mask); });
+        [&](float (&acc)[kS]) { release_and_mask(acc, 0, 0, mask); });
   }
   int it = 1;
   for (;; ++it) {
@@ -401,11 +470,11 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
     mbar_wait(&s.v_full[prev_stage], prev_phase);
     TileKeep mask;
     consumer_next_tile<D, Tag>(
-        sacc, pa, o, row_max, row_sum, scale_log2, my_turn, other_turn, lane,
+        sacc, pa, o, row_max, row_sum, row_scale, my_turn, other_turn, lane,
         &s.v_empty[prev_stage], [&](float (&acc)[kS]) { issue_s(acc, j % kQ, stage); },
-        [&](const uint32_t (&a)[kKv / 4]) { issue_o(a, prev_stage); },
+        [&](const uint32_t (&a)[kP]) { issue_o(a, prev_stage); },
         [&] { read_mask(mask, stage); },
-        [&](float (&acc)[kS]) { release_and_mask(acc, stage, mask); },
+        [&](float (&acc)[kS]) { release_and_mask(acc, stage, phase, mask); },
         [&] {
           if constexpr (Sched::kManyItems) {
             if (!first) return false;
@@ -419,9 +488,9 @@ __device__ __forceinline__ void consumer(const FwdParams& p, SharedStorage<D, Sc
         });
   }
   const int last = (it - 1) % kStages;
-  consumer_last_pv<D>(o, pa, my_turn, other_turn, lane, &s.v_full[last],
-                      ((it - 1) / kStages) & 1, &s.v_empty[last],
-                      [&](const uint32_t (&a)[kKv / 4]) { issue_o(a, last); });
+  consumer_last_pv<D, Tag>(o, pa, my_turn, other_turn, lane, &s.v_full[last],
+                           ((it - 1) / kStages) & 1, &s.v_empty[last],
+                           [&](const uint32_t (&a)[kP]) { issue_o(a, last); });
   epilogue(item_tile, item_hb, j % kQ, row_max, row_sum);
   if (consumer == 0) named_barrier_sync(my_turn, 256);  // the second consumer's last turn
 }
@@ -435,9 +504,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                    const __grid_constant__ CUtensorMap tm_v,
                    const __grid_constant__ CUtensorMap tm_ak,
                    const __grid_constant__ CUtensorMap tm_av, const __grid_constant__ FwdParams p) {
-  using Shape = ForwardShape<D, Sched>;
+  constexpr bool kFp8 = OperandOf<Tag>::kFp8;
+  using Shape = ForwardShape<D, Sched, kFp8>;
   extern __shared__ uint8_t smem_raw[];
-  auto& s = *reinterpret_cast<SharedStorage<D, Sched>*>(align_shared_1024(smem_raw));
+  auto& s = *reinterpret_cast<SharedStorage<D, Tag, Sched>*>(align_shared_1024(smem_raw));
   const Sched sched{};
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -453,19 +523,32 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     for (int i = 0; i < Shape::kStages; ++i) {
       mbar_init(&s.k_full[i], 1);
-      mbar_init(&s.v_full[i], 1);
+      mbar_init(&s.v_full[i], kFp8 ? kTransposeThreads : 1);
       // Every consumer thread releases a K stage: its tag is read by every thread, and each
       // thread's own arrival orders its reads before the producer's next write of the tag.
       mbar_init(&s.k_empty[i], 256);
       mbar_init(&s.v_empty[i], 8);  // one arrival per consumer warp (V is read by wgmma only)
+    }
+    if constexpr (kFp8) {
+      // V^T (v_full) is written by the transposers, each of whom arrives; so do they on the
+      // k_scale stages and when they give a raw V stage back.
+      for (int i = 0; i < Shape::kStages; ++i) {
+        mbar_init(&s.v_raw_full[i], 1);
+        mbar_init(&s.vtag_full[i], 1);
+        mbar_init(&s.v_raw_empty[i], kTransposeThreads);
+        mbar_init(&s.k_scale_full[i], kTransposeThreads);
+      }
     }
     fence_barrier_init();
   }
   __syncthreads();
   if (warpgroup == 0) {
     regs_decrease<Shape::kProducerRegs>();
-    if (threadIdx.x == 0)
-      producer<D, Sched, kRules>(p, s, sched, &tm_q, &tm_k, &tm_v, &tm_ak, &tm_av);
+    if (threadIdx.x == 0) {
+      producer<D, Tag, Sched, kRules>(p, s, sched, &tm_q, &tm_k, &tm_v, &tm_ak, &tm_av);
+    } else if constexpr (kFp8) {
+      if (threadIdx.x >= 32) v_transposer<D, Shape::kStages>(p, s, threadIdx.x - 32);
+    }
   } else {
     regs_increase<Shape::kConsumerRegs>();
     consumer<D, Tag, Sched, kRules>(p, s, sched, warp_uniform(warpgroup - 1));

@@ -44,7 +44,51 @@ ForwardLaunchCount forward_launch_count() {
   return ForwardLaunchCount{launches.load(), head_rule_launches.load()};
 }
 
+namespace {
+
+bool is_f32_vector(const TensorRef& t, int rank) {
+  return t.data != nullptr && t.dtype == DType::f32 && t.rank == rank && t.strides[rank - 1] == 1;
+}
+
+// FP8 calls (ForwardCall::fp8): the e4m3 kernels, head dims 64 and 128, O in bf16 or fp16.
+bool supports_fp8(const ForwardCall& call, std::string* why) {
+  const Fp8Operands& f = *call.fp8;
+  const Problem& p = call.problem;
+  std::string m;
+  if (!device_dtype_and_dims_supported(p, f.q8, {64, 128}, &m)) return refuse(why, "e4m3: " + m);
+  for (const TensorRef* t : {&f.q8, &f.k8, &f.v8})
+    if (t->dtype != DType::e4m3)
+      return refuse(why, std::string("e4m3: operand dtype ") + dtype_name(t->dtype) +
+                             " (expected float8_e4m3fn)");
+  const int token_rank = p.rank + 2;  // [B, spatial.., H]
+  if (!is_f32_vector(f.q_scale, token_rank) || !is_f32_vector(f.k_scale, token_rank) ||
+      (f.has_lse_bias() && !is_f32_vector(f.lse_bias, token_rank)))
+    return refuse(why, "e4m3: q_scale, k_scale and lse_bias must be float32 [B, spatial.., H]");
+  // O's epilogue reads v_scale two channels at a time.
+  if (!is_f32_vector(f.v_scale, 3) || reinterpret_cast<uintptr_t>(f.v_scale.data) % 8 != 0 ||
+      f.v_scale.strides[0] % 2 != 0 || f.v_scale.strides[1] % 2 != 0)
+    return refuse(why, "e4m3: v_scale must be float32 [B, Hk, Dv], channels contiguous, 8-byte "
+                       "aligned with even strides");
+  if (call.lse && call.lse->dtype != DType::f32) return refuse(why, "LSE must be float32");
+  if (!tma_readable(f.q8, "query", &m) || !tma_readable(f.k8, "key", &m) ||
+      !tma_readable(f.v8, "value", &m) || !tma_readable(call.out, "output", &m))
+    return refuse(why, "e4m3: " + m);
+  if (p.additional_kv > 0) {
+    if (!tma_readable(f.add_k8, "additional keys", &m) ||
+        !tma_readable(f.add_v8, "additional values", &m))
+      return refuse(why, "e4m3: " + m);
+    if (f.add_k_scale.data == nullptr || f.add_k_scale.dtype != DType::f32 ||
+        f.add_k_scale.rank != 3)
+      return refuse(why, "e4m3: add_k_scale must be float32 [B, Na, Hk]");
+  }
+  if (p.head_rules.groups > 0) return refuse(why, "e4m3: per-head rules not supported");
+  return true;
+}
+
+}  // namespace
+
 bool supports(const ForwardCall& call, std::string* why) {
+  if (call.fp8 != nullptr) return supports_fp8(call, why);
   std::string m;
   if (!device_dtype_and_dims_supported(call.problem, call.in.q, {32, 64, 128, 256}, &m))
     return refuse(why, m);
@@ -92,13 +136,25 @@ void run_with_tiles(const ForwardCall& call, const ScoredTiles& tiles) {
   if (p.batch == 0 || p.heads_q == 0 || p.tokens() == 0) return;  // nothing to compute
   const int r = p.rank;
   const int D = p.dim_qk;
-  const int es = dtype_size(p.dtype);
-  const TensorRef& q = call.in.q;
-  const TensorRef& k = call.in.k;
-  const TensorRef& v = call.in.v;
+  const int es = dtype_size(p.dtype);  // of O (FP8 calls too)
+  const Fp8Operands* f8 = call.fp8;
+  const TensorRef& q = f8 ? f8->q8 : call.in.q;
+  const TensorRef& k = f8 ? f8->k8 : call.in.k;
+  const TensorRef& v = f8 ? f8->v8 : call.in.v;
   const TensorRef& o = call.out;
-  const LaunchPlan plan = call.lse ? plan_launches(p, {&q, &k, &v, &o, call.lse})
-                                   : plan_launches(p, {&q, &k, &v, &o});
+  const LaunchPlan plan =
+      f8 ? plan_launches(p, {&q, &k, &v, &o, call.lse, &f8->q_scale, &f8->k_scale,
+                             f8->has_lse_bias() ? &f8->lse_bias : nullptr})
+         : plan_launches(p, {&q, &k, &v, &o, call.lse});
+  // A [B, spatial.., H] float tensor of the slice, as the kernel addresses LSE.
+  auto token_floats = [&](const TensorRef& t, const LaunchSlice& s) {
+    TokenFloats tf;
+    tf.data = static_cast<const float*>(t.data) + plan.origin(s, t);
+    tf.batch_stride = t.strides[0];
+    tf.head_stride = t.strides[r + 1];
+    for (int ka = 0; ka < kAxes; ++ka) tf.axis_stride[ka] = plan.axis_stride(p, t, ka);
+    return tf;
+  };
 
   CUtensorMap maps[5];
   for (const LaunchSlice& s : plan.slices) {
@@ -128,7 +184,10 @@ void run_with_tiles(const ForwardCall& call, const ScoredTiles& tiles) {
     encode_token_map(&maps[0], p, plan, s, q, fp.q_tile, D);
     encode_token_map(&maps[1], p, plan, s, k, fp.kv_tile, D);
     encode_token_map(&maps[2], p, plan, s, v, fp.kv_tile, D);
-    if (p.additional_kv > 0) {
+    if (p.additional_kv > 0 && f8) {
+      encode_additional_map(&maps[3], f8->add_k8, DType::e4m3, D, kv_tile_tokens(D));
+      encode_additional_map(&maps[4], f8->add_v8, DType::e4m3, D, kv_tile_tokens(D));
+    } else if (p.additional_kv > 0) {
       encode_additional_map(&maps[3], *call.in.additional_k, p.dtype, D, kv_tile_tokens(D));
       encode_additional_map(&maps[4], *call.in.additional_v, p.dtype, D, kv_tile_tokens(D));
     } else {
@@ -142,7 +201,25 @@ void run_with_tiles(const ForwardCall& call, const ScoredTiles& tiles) {
     const bool bf16 = p.dtype == DType::bf16;
     ++launches;
     if (fp.rules.groups > 0) ++head_rule_launches;
-    if (D == 32)
+    if (f8) {
+      Fp8Scales& sc = fp.fp8;
+      sc.q_scale = token_floats(f8->q_scale, s);
+      sc.k_scale = token_floats(f8->k_scale, s);
+      if (f8->has_lse_bias()) sc.lse_bias = token_floats(f8->lse_bias, s);
+      sc.v_scale = static_cast<const float*>(f8->v_scale.data);
+      sc.v_scale_batch_stride = f8->v_scale.strides[0];
+      sc.v_scale_head_stride = f8->v_scale.strides[1];
+      if (p.additional_kv > 0) {
+        sc.add_k_scale = static_cast<const float*>(f8->add_k_scale.data);
+        sc.add_k_scale_batch_stride = f8->add_k_scale.strides[0];
+        sc.add_k_scale_token_stride = f8->add_k_scale.strides[1];
+        sc.add_k_scale_head_stride = f8->add_k_scale.strides[2];
+      }
+      if (D == 64)
+        launch_e4m3_d64(bf16, maps, fp, grid, persistent, call.stream);
+      else
+        launch_e4m3_d128(bf16, maps, fp, grid, persistent, call.stream);
+    } else if (D == 32)
       launch_d32(bf16, maps, fp, grid, persistent, call.stream);
     else if (D == 64)
       launch_d64(bf16, maps, fp, grid, persistent, call.stream);
@@ -165,7 +242,8 @@ ScoredTiles autotuned_tiles(const ForwardCall& call) {
   static std::map<std::vector<int>, ScoredTiles> cache;
   std::vector<int> key = rule_signature(p);
   key.insert(key.end(), {p.heads_q, p.heads_kv, p.batch, p.dim_qk, static_cast<int>(p.dtype),
-                         p.additional_kv, static_cast<int>(call.options.kv_placements)});
+                         call.fp8 != nullptr, p.additional_kv,
+                         static_cast<int>(call.options.kv_placements)});
   for (int a = 0; a < p.rank; ++a)
     key.insert(key.end(), {call.options.q_tile.size[a], call.options.kv_tile.size[a]});
   {

@@ -42,5 +42,10 @@ void launch_d128(bool bf16, const void* maps, const FwdParams& p, int grid, bool
                  void* stream);
 void launch_d256(bool bf16, const void* maps, const FwdParams& p, int grid, bool persistent,
                  void* stream);
+// e4m3 operands (the FP8 scheme; forward_e4m3_d*.cu), O in bf16 (bf16_out) or fp16.
+void launch_e4m3_d64(bool bf16_out, const void* maps, const FwdParams& p, int grid,
+                     bool persistent, void* stream);
+void launch_e4m3_d128(bool bf16_out, const void* maps, const FwdParams& p, int grid,
+                      bool persistent, void* stream);
 
 }  // namespace gna::hopper

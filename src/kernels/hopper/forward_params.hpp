@@ -12,6 +12,28 @@
 
 namespace gna::hopper {
 
+// A float per token and head, [B, spatial.., H], laid out as LSE is: element strides, the base
+// offset to the launch's dilation group and first batch, axis strides times the dilation.
+struct TokenFloats {
+  const float* data = nullptr;
+  int64_t batch_stride = 0, axis_stride[kAxes] = {0, 0, 0}, head_stride = 0;
+};
+
+// The FP8 scheme's scales (launches with e4m3 operands only; O = acc * v_scale / (448 l),
+// LSE + lse_bias).
+struct Fp8Scales {
+  TokenFloats q_scale;   // per query token and head
+  TokenFloats lse_bias;  // per query token and head (data null: none)
+  TokenFloats k_scale;   // per key token and KV head
+  // Additional keys' scales [B, Na, Hk] (batch index: batch_offset + the launch's batch).
+  const float* add_k_scale = nullptr;
+  int64_t add_k_scale_batch_stride = 0, add_k_scale_token_stride = 0,
+          add_k_scale_head_stride = 0;
+  // Per channel [B, Hk, Dv] (contiguous channels).
+  const float* v_scale = nullptr;
+  int64_t v_scale_batch_stride = 0, v_scale_head_stride = 0;
+};
+
 struct FwdParams {
   AxisRule axes[kAxes];     // extent = group length, dilation 1
   int q_tile[kAxes];        // Q tile per axis (powers of two, product kTileTokens)
@@ -46,6 +68,7 @@ struct FwdParams {
   // come from its head's group (axes_of_item); the tiles, the placement and the extents are the
   // launch's. tile_order then holds one row of q_tiles_per_image entries per group.
   HeadGroupRules rules;
+  Fp8Scales fp8;  // read only by the e4m3 kernels
 };
 
 }  // namespace gna::hopper

@@ -33,6 +33,17 @@ __device__ __forceinline__ void row_key_windows(const FwdParams& p, const AxisRu
   }
 }
 
+// The value of `rows` (a float per token and head) at row r of Q tile qt, or `fallback` where
+// the row lies beyond the image or there is no tensor.
+__device__ __forceinline__ float token_row_value(const FwdParams& p, const TokenFloats& rows,
+                                                 const int (&qt)[kAxes], int r, int head,
+                                                 int batch, float fallback) {
+  if (rows.data == nullptr) return fallback;
+  int64_t off = batch * rows.batch_stride + head * rows.head_stride;
+  if (!tile_row_offset(p.axes, qt, p.q_tile, r, rows.axis_stride, off)) return fallback;
+  return rows.data[off];
+}
+
 // Partial pair, while the tile's GEMMs run: per row i, the thread's keys (bit 2j + e for column
 // j * 8 + quad * 2 + e) inside the row's window on every axis. begin(i, a) / end(i, a): row i's
 // key window on axis a (group coordinates), kv_origin: the tile's first key per axis.
@@ -88,11 +99,16 @@ __device__ __forceinline__ void mask_tile(float (&sacc)[Keys / 2], bool partial,
     mask_beyond<Keys>(sacc, key_limit, quad);
 }
 
-// Online softmax in the exp2 domain (scale folded in): S becomes P (fp32, unnormalised); the
-// running row max / partial sums are updated and `correction` is what O must be scaled by.
-template <int Keys>
+// log2(448): e4m3's largest value. The FP8 scheme quantizes P as e4m3(p * 448); P is computed
+// times 448 right away (the exponent shifted by this), and the row sums with it.
+constexpr float kLog2E4m3Max = 8.807354922057604f;
+
+// Online softmax in the exp2 domain (row_scale: the rows' scale * log2(e), the FP8 scheme's
+// q_scale folded in): S becomes P (fp32, unnormalised; kP448: times 448); the running row max /
+// partial sums are updated and `correction` is what O must be scaled by.
+template <int Keys, bool kP448 = false>
 __device__ __forceinline__ void online_softmax(float (&sacc)[Keys / 2], float (&row_max)[2],
-                                               float (&row_sum)[2], float scale_log2,
+                                               float (&row_sum)[2], const float (&row_scale)[2],
                                                float (&correction)[2]) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -102,8 +118,9 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[Keys / 2], float (&
       mx = fmaxf(mx, fmaxf(sacc[j * 4 + i * 2], sacc[j * 4 + i * 2 + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-    const float m_new = fmaxf(row_max[i], mx * scale_log2);
+    const float m_new = fmaxf(row_max[i], mx * row_scale[i]);
     const float m_use = m_new == -INFINITY ? 0.f : m_new;
+    const float shift = kP448 ? m_use - kLog2E4m3Max : m_use;
     correction[i] = fast_exp2(row_max[i] - m_use);
     row_max[i] = m_new;
     float sum = 0.f;
@@ -111,7 +128,7 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[Keys / 2], float (&
     for (int j = 0; j < Keys / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float pv = fast_exp2(fmaf(sacc[j * 4 + i * 2 + e], scale_log2, -m_use));
+        const float pv = fast_exp2(fmaf(sacc[j * 4 + i * 2 + e], row_scale[i], -shift));
         sacc[j * 4 + i * 2 + e] = pv;
         sum += pv;
       }
@@ -119,15 +136,30 @@ __device__ __forceinline__ void online_softmax(float (&sacc)[Keys / 2], float (&
   }
 }
 
-// P in the input dtype as the A operand registers of the P V wgmma.
+// P in the input dtype as the A operand registers of the P V wgmma. e4m3: per 32-key k-step,
+// register r = 2 h + i holds row i's keys 2q, 2q + 1, 2q + 8, 2q + 9 of the step's 16-key half h
+// (its S columns as they are; V^T's keys are ordered to match, vt_key_slot).
 template <int Keys, typename Tag>
-__device__ __forceinline__ void pack_p(const float (&sacc)[Keys / 2], uint32_t (&pa)[Keys / 4]) {
+__device__ __forceinline__ void pack_p(const float (&sacc)[Keys / 2],
+                                       uint32_t (&pa)[Keys * OperandOf<Tag>::kBytes / 8]) {
+  if constexpr (OperandOf<Tag>::kFp8) {
 #pragma unroll
-  for (int k = 0; k < Keys / 16; ++k) {
-    pa[k * 4 + 0] = pack2<Tag>(sacc[8 * k + 0], sacc[8 * k + 1]);
-    pa[k * 4 + 1] = pack2<Tag>(sacc[8 * k + 2], sacc[8 * k + 3]);
-    pa[k * 4 + 2] = pack2<Tag>(sacc[8 * k + 4], sacc[8 * k + 5]);
-    pa[k * 4 + 3] = pack2<Tag>(sacc[8 * k + 6], sacc[8 * k + 7]);
+    for (int k = 0; k < Keys / 32; ++k)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int j = 16 * k + 8 * h + 2 * i;  // S group 4k + 2h, row i
+          pa[k * 4 + 2 * h + i] = pack4_e4m3(sacc[j], sacc[j + 1], sacc[j + 4], sacc[j + 5]);
+        }
+  } else {
+#pragma unroll
+    for (int k = 0; k < Keys / 16; ++k) {
+      pa[k * 4 + 0] = pack2<Tag>(sacc[8 * k + 0], sacc[8 * k + 1]);
+      pa[k * 4 + 1] = pack2<Tag>(sacc[8 * k + 2], sacc[8 * k + 3]);
+      pa[k * 4 + 2] = pack2<Tag>(sacc[8 * k + 4], sacc[8 * k + 5]);
+      pa[k * 4 + 3] = pack2<Tag>(sacc[8 * k + 6], sacc[8 * k + 7]);
+    }
   }
 }
 

@@ -81,10 +81,12 @@ bool tma_readable(const TensorRef& t, const char* name, std::string* why) {
     *why = std::string(name) + ": data pointer must be 16-byte aligned";
     return false;
   }
+  const int per_16_bytes = 16 / dtype_size(t.dtype);
   for (int i = 0; i + 1 < t.rank; ++i)
-    if (t.strides[i] % 8 != 0 && t.shape[i] > 1) {
+    if (t.strides[i] % per_16_bytes != 0 && t.shape[i] > 1) {
       *why = std::string(name) + ": stride of dim " + std::to_string(i) +
-             " must be a multiple of 8 elements (16 bytes), got " + std::to_string(t.strides[i]);
+             " must be a multiple of " + std::to_string(per_16_bytes) +
+             " elements (16 bytes), got " + std::to_string(t.strides[i]);
       return false;
     }
   return true;
@@ -110,9 +112,10 @@ void encode_map(CUtensorMap* map, const MapDims& d, void* base, DType dtype) {
   const int row_bytes = static_cast<int>(d.box[0]) * dtype_size(dtype);
   const CUtensorMapSwizzle swizzle =
       row_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
-  const CUtensorMapDataType type = dtype == DType::bf16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                   : dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                         : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  const CUtensorMapDataType type = dtype == DType::bf16    ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : dtype == DType::f16   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                   : dtype == DType::e4m3  ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                                           : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
   const CUresult r = encode_tiled()(map, type, 5, base, d.dim, d.stride_bytes, d.box, elem_strides,
                                     CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -136,7 +139,8 @@ void encode_additional_map(CUtensorMap* map, const TensorRef& t, DType dtype, in
   d.stride_bytes[1] = t.strides[1] * es;
   d.stride_bytes[2] = t.strides[0] * es;
   d.stride_bytes[3] = t.strides[0] * es;
-  d.box[0] = head_dim < 64 ? head_dim : 64;
+  const int row_elements = 128 / es;  // 128-byte box rows
+  d.box[0] = head_dim < row_elements ? head_dim : row_elements;
   d.box[1] = 1;
   d.box[2] = box_tokens;
   d.box[3] = 1;
@@ -165,7 +169,7 @@ LaunchPlan plan_launches(const Problem& p, std::initializer_list<const TensorRef
   if (r == kAxes && p.batch > 1) {
     const bool exact = outer.extent % outer.dilation == 0;
     for (const TensorRef* t : token_tensors)
-      fold = fold && exact && t->strides[0] == outer.extent * t->strides[1];
+      fold = fold && exact && (t == nullptr || t->strides[0] == outer.extent * t->strides[1]);
   }
   plan.batch_runs = fold ? 1 : p.batch;
   plan.per_run = fold ? p.batch : 1;
@@ -216,7 +220,7 @@ void encode_token_map(CUtensorMap* map, const Problem& p, const LaunchPlan& plan
     cuuint64_t extent = s.axes[ka].extent;
     if (ka == 0) extent *= plan.per_run;  // folded batches
     d.dim[dim] = extent;
-    d.stride_bytes[dim - 1] = (stride > 0 ? stride : 8) * es;
+    d.stride_bytes[dim - 1] = stride > 0 ? stride * es : 16;  // TMA strides: multiples of 16 B
     d.box[dim] = tile[ka];
   }
   encode_map(map, d, static_cast<char*>(t.data) + plan.origin(s, t) * es, t.dtype);

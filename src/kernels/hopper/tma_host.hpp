@@ -29,8 +29,8 @@ bool device_and_dtype_supported(const Problem& p, const TensorRef& q, std::strin
 bool device_dtype_and_dims_supported(const Problem& p, const TensorRef& q,
                                      std::initializer_list<int> head_dims, std::string* why);
 
-// Whether TMA can read the 16-bit tensor `name` as the kernels map it: a 16-byte aligned base
-// and every stride but the last a multiple of 8 elements. Otherwise writes the reason to `why`.
+// Whether TMA can read the tensor `name` as the kernels map it: a 16-byte aligned base and every
+// stride but the last a multiple of 16 bytes. Otherwise writes the reason to `why`.
 bool tma_readable(const TensorRef& t, const char* name, std::string* why);
 // tma_readable for the query, key and value tensors; for the additional keys and values.
 bool qkv_readable(const AttentionTensors& in, std::string* why);
@@ -45,8 +45,8 @@ struct MapDims {
   cuuint64_t stride_bytes[4];  // of dims 1..4
   cuuint32_t box[5];
 };
-// bf16, fp16 or fp32 elements; 128-byte swizzle for 128-byte box rows, else 64-byte; throws on
-// failure.
+// bf16, fp16, e4m3 or fp32 elements; 128-byte swizzle for 128-byte box rows, else 64-byte;
+// throws on failure.
 void encode_map(CUtensorMap* map, const MapDims& d, void* base, DType dtype);
 
 // Tensor map over additional keys or values [B, N, H, head_dim], box (min(head_dim, 64), 1,
@@ -78,7 +78,8 @@ struct LaunchPlan {
 
 // Batches fold into the outermost axis of the maps when every tensor of `token_tensors` allows
 // it: for rank < 3 always (the placeholder axis carries the batch), for rank 3 when the batch
-// stride spans the axis (contiguous layouts) and the dilation divides the outer extent.
+// stride spans the axis (contiguous layouts) and the dilation divides the outer extent. Null
+// entries (absent tensors) are skipped.
 LaunchPlan plan_launches(const Problem& p, std::initializer_list<const TensorRef*> token_tensors);
 
 // Tensor map over a heads-last token tensor [B, spatial.., H, head_dim] of 16-bit or fp32
