@@ -7,7 +7,7 @@ _TILINGS = {"multi": 0, "1d": 1}
 _KV_TILINGS = {"static": 0, "dynamic": 1}
 _KV_TILING_NAMES = {v: k for k, v in _KV_TILINGS.items()}
 # The tiled kernels whose tile choice the simulator asks for (GNA_SIM_KERNEL_* in gna_sim.h).
-_KERNELS = {"hopper forward": 0, "hopper backward": 1}
+_KERNELS = {"hopper forward": 0, "hopper backward": 1, "portable forward": 2}
 
 
 def _per_axis(name, value, rank):

@@ -209,8 +209,8 @@ class Kernel(unittest.TestCase):
             self.assertIn(flag + " and --kernel exclude each other", r.stderr)
         r = run(*ok, "--kernel", "hopper-sideways")
         self.assertEqual(r.returncode, 2)
-        self.assertIn("--kernel: expected one of hopper-forward, hopper-backward, got "
-                      "'hopper-sideways'", r.stderr)
+        self.assertIn("--kernel: expected one of hopper-forward, hopper-backward, "
+                      "portable-forward, got 'hopper-sideways'", r.stderr)
         r = run(*ok, "--q-tile", "2x8x8", "--kv-tile", "2x8x8", "--head-dim", "64")
         self.assertEqual(r.returncode, 2)
         self.assertIn("--head-dim needs --kernel", r.stderr)
