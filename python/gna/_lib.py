@@ -77,6 +77,9 @@ class Options(ctypes.Structure):
         ("kv_tile", ctypes.c_int32 * MAX_RANK),
         ("autotune", ctypes.c_int32),
         ("deterministic", ctypes.c_int32),
+        # gna_precision (ABI version 5): zero (auto) here; without the field the library read
+        # past the structure and refused calls whose stray word was not 0.
+        ("precision", ctypes.c_int32),
     ]
 
 
