@@ -79,10 +79,12 @@ constexpr int kPortableForwardRowsQ = 64, kPortableForwardRowsQWide = 128,
 constexpr double kPortableWideForwardSpeedup = 1.5;
 // The portable forward's time per 128 x 64 pair of the wide kernel (a 64 x 64 pair of the narrow
 // one takes kPortableForwardRowsQ / kPortableForwardRowsQWide * kPortableWideForwardSpeedup of
-// it), fitted to the video cases' forward times on an H100 (docs/performance.md, "Portable
-// kernels": the block-sparse cases give the full pair, the neighborhood cases the partial one;
-// a work item was not resolved by the fit and counts nothing).
-constexpr KernelCostModel kPortableForwardCost{0.73, 0, 13.6};
+// it), fitted to six forward times on an H100 (docs/performance.md, "Portable kernels": the two
+// block-sparse cases give the full pair, 13.46 and 13.76 ns; the four neighborhood cases a
+// partial pair's extra, 0.14 to 0.20, pooled 0.17; a work item was not resolved by the fit and
+// counts nothing). The chooser keeps its own partial weight (TileCostWeights): any weight from
+// 0.25 to 0.45 picks the same tiles for those cases.
+constexpr KernelCostModel kPortableForwardCost{0.17, 0, 13.68};
 constexpr int kPortableBackwardRowsQ = 64, kPortableBackwardRowsKV = 128,
               kPortableBackwardRowsKVSmall = 64;
 
