@@ -222,10 +222,11 @@ def test_pass_flops_count_attended_pairs_once_per_case(monkeypatch):
     assert len(calls) == 1
 
 
-def test_predicted_columns_on_hopper_rows_only():
+def test_predicted_columns_on_hopper_and_portable_rows_only():
     """Rows on the Hopper backend carry gna-sim's predicted time of the pass (the forward's cost
-    model; plus the backward's for fwd+bwd) and cuDNN's measured time over it; other rows none,
-    nor head dims whose times were not measured."""
+    model; plus the backward's for fwd+bwd), forward rows on the portable backend the portable
+    forward's, and cuDNN's measured time over it; other rows none (the portable backward has no
+    cost model), nor head dims whose times were not measured."""
     from types import SimpleNamespace
     from gna.bench import __main__ as bench_main
     runner = bench_main.Runner(SimpleNamespace())
@@ -235,6 +236,8 @@ def test_predicted_columns_on_hopper_rows_only():
         runner.rows += [dict(case=case.label, impl="gna kernel-only", backend="hopper", ms=50.0,
                              **{"pass": pass_name}),
                         dict(case=case.label, impl="gna end-to-end", backend="halo", ms=60.0,
+                             **{"pass": pass_name}),
+                        dict(case=case.label, impl="gna end-to-end", backend="portable", ms=90.0,
                              **{"pass": pass_name})]
         runner._derived_columns(case, pass_name, 260.0, 1e9)
     by = {(r["pass"], r["backend"]): r for r in runner.rows}
@@ -246,6 +249,12 @@ def test_predicted_columns_on_hopper_rows_only():
     assert by[("fwd", "hopper")]["predicted"] == pytest.approx(260.0 / (24 * fwd))
     assert by[("fwd+bwd", "hopper")]["predicted_ms"] == pytest.approx(24 * (fwd + bwd))
     assert by[("fwd+bwd", "hopper")]["predicted"] == pytest.approx(260.0 / (24 * (fwd + bwd)))
+    portable = gna.predicted_speedup((30, 48, 80), (18, 24, 24), head_dim=128,
+                                     kernel="portable forward")["ms_per_head"]
+    assert portable > fwd
+    assert by[("fwd", "portable")]["predicted_ms"] == pytest.approx(24 * portable)
+    assert by[("fwd", "portable")]["predicted"] == pytest.approx(260.0 / (24 * portable))
+    assert by[("fwd+bwd", "portable")].get("predicted") is None
     for pass_name in ("fwd", "fwd+bwd"):
         assert by[(pass_name, "halo")].get("predicted") is None
     d64 = cases.Case("h", (30, 48, 80), 24, 64, (18, 24, 24))

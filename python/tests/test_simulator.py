@@ -106,7 +106,7 @@ def test_kernel_tiles_hopper_forward():
 
 def test_simulate_with_kernel_is_simulate_with_its_tiles():
     for kernel, head_dim in (("hopper forward", None), ("hopper_backward", 64),
-                             ("hopper forward", 256)):
+                             ("hopper forward", 256), ("portable forward", 64)):
         kwargs = {} if head_dim is None else {"head_dim": head_dim}
         r = gna.simulate((30, 48, 80), (18, 24, 24), attention_share=0.8, kernel=kernel, **kwargs)
         q, kv, kv_tiling = gna.kernel_tiles((30, 48, 80), (18, 24, 24), kernel=kernel,
@@ -157,6 +157,9 @@ def test_predicted_speedup_is_the_cost_model():
     assert hunyuan["speedup"] == pytest.approx(hunyuan["dense_cost"] / hunyuan["cost"])
     backward = gna.predicted_speedup((30, 48, 80), (18, 24, 24), kernel="hopper backward")
     assert backward["speedup"] > 1.0 and backward["cost"] != hunyuan["cost"]
+    # The portable forward (mma.sync) is slower per pair than the Hopper forward (wgmma).
+    portable = gna.predicted_speedup((30, 48, 80), (18, 24, 24), kernel="portable forward")
+    assert portable["speedup"] > 1.0 and portable["ms_per_head"] > hunyuan["ms_per_head"]
     # Times: the cost at the model's time per pair, at head dim 128 only.
     assert 0 < hunyuan["ms_per_head"] < dense["ms_per_head"]
     assert hunyuan["ms_per_head"] / dense["ms_per_head"] == pytest.approx(

@@ -111,9 +111,11 @@ gna_status gna_sim_kernel_tiles(const gna_sim_config* config, int32_t kernel, in
   return guarded([&] {
     if (config == nullptr) gna::fail_invalid("simulator config: required, got NULL");
     if (chosen == nullptr) gna::fail_invalid("kernel tiles: output required, got NULL");
-    if (kernel != GNA_SIM_KERNEL_HOPPER_FORWARD && kernel != GNA_SIM_KERNEL_HOPPER_BACKWARD)
-      gna::fail_invalid("kernel must be ", GNA_SIM_KERNEL_HOPPER_FORWARD, " (hopper forward) or ",
-                        GNA_SIM_KERNEL_HOPPER_BACKWARD, " (hopper backward), got ", kernel);
+    if (kernel != GNA_SIM_KERNEL_HOPPER_FORWARD && kernel != GNA_SIM_KERNEL_HOPPER_BACKWARD &&
+        kernel != GNA_SIM_KERNEL_PORTABLE_FORWARD)
+      gna::fail_invalid("kernel must be ", GNA_SIM_KERNEL_HOPPER_FORWARD, " (hopper forward), ",
+                        GNA_SIM_KERNEL_HOPPER_BACKWARD, " (hopper backward) or ",
+                        GNA_SIM_KERNEL_PORTABLE_FORWARD, " (portable forward), got ", kernel);
     gna_sim_config rule = *config;  // the tiles and tilings are the kernel's
     rule.tiling = GNA_SIM_TILING_MULTI;
     rule.kv_tiling = GNA_SIM_KV_STATIC;
@@ -138,9 +140,9 @@ gna_status gna_sim_predict(const gna_sim_config* config, int32_t kernel, int32_t
   if (status != GNA_STATUS_OK) return status;
   return guarded([&] {
     if (prediction == nullptr) gna::fail_invalid("prediction: output required, got NULL");
-    const gna::sim::KernelPrediction p =
-        gna::sim::predict(gna::sim::simulate(to_config(&chosen)),
-                          static_cast<gna::sim::TiledKernel>(kernel), head_dim);
+    const gna::sim::Config tiles = to_config(&chosen);
+    const gna::sim::KernelPrediction p = gna::sim::predict(
+        tiles, gna::sim::simulate(tiles), static_cast<gna::sim::TiledKernel>(kernel), head_dim);
     *prediction = gna_sim_prediction{p.cost, p.dense_cost, p.speedup, p.ns_per_head};
   });
 }

@@ -51,6 +51,19 @@ TileKernel portable_forward_tile_kernel(int rows_q, KvPlacements placements) {
   return k;
 }
 
+bool portable_forward_head_dim(int d) { return d == 32 || d == 64 || d == 128; }
+
+ScoredTiles portable_forward_tile_choice(const Problem& p, const TileShape& forced_q,
+                                         const TileShape& forced_kv, bool wide_fits,
+                                         KvPlacements placements) {
+  const ScoredTiles narrow = tile_choice(
+      p, portable_forward_tile_kernel(kPortableForwardRowsQ, placements), forced_q, forced_kv);
+  if (!wide_fits || tile_forced(forced_q, p.rank)) return narrow;
+  const ScoredTiles wide = tile_choice(
+      p, portable_forward_tile_kernel(kPortableForwardRowsQWide, placements), forced_q, forced_kv);
+  return wide.cost < narrow.cost ? wide : narrow;
+}
+
 TileKernel portable_backward_tile_kernel(int rows_kv) {
   TileKernel k = portable_tile_kernel("portable backward", kPortableBackwardRowsQ, rows_kv);
   k.forced_q = {kPortableBackwardRowsQ, false};

@@ -57,13 +57,14 @@ const char* kernel_name(TiledKernel k) {
   switch (k) {
     case TiledKernel::hopper_forward: return "hopper-forward";
     case TiledKernel::hopper_backward: return "hopper-backward";
+    case TiledKernel::portable_forward: return "portable-forward";
   }
   return "?";
 }
 
 const std::vector<TiledKernel>& tiled_kernels() {
-  static const std::vector<TiledKernel> all = {TiledKernel::hopper_forward,
-                                               TiledKernel::hopper_backward};
+  static const std::vector<TiledKernel> all = {
+      TiledKernel::hopper_forward, TiledKernel::hopper_backward, TiledKernel::portable_forward};
   return all;
 }
 
@@ -85,8 +86,9 @@ std::string kernel_names() {
 namespace {
 
 // The kernel's tile description at its default options (KernelOptions): grid or placed tiles,
-// whichever is cheaper, where the kernel has both.
-TileKernel tile_kernel(TiledKernel k, int head_dim) {
+// whichever is cheaper, where the kernel has both; `rows_q` picks the portable forward's variant
+// (its widest where the chooser scores it before a choice).
+TileKernel tile_kernel(TiledKernel k, int head_dim, int rows_q = kPortableForwardRowsQWide) {
   switch (k) {
     case TiledKernel::hopper_forward:
       if (!hopper_forward_head_dim(head_dim))
@@ -96,6 +98,10 @@ TileKernel tile_kernel(TiledKernel k, int head_dim) {
       if (!hopper_backward_head_dim(head_dim))
         fail_invalid("head_dim: the hopper backward runs 32, 64 or 128, got ", head_dim);
       return hopper_backward_tile_kernel(head_dim, KvPlacements::either);
+    case TiledKernel::portable_forward:
+      if (!portable_forward_head_dim(head_dim))
+        fail_invalid("head_dim: the portable forward runs 32, 64 or 128, got ", head_dim);
+      return portable_forward_tile_kernel(rows_q, KvPlacements::either);
   }
   fail_invalid("kernel must be one of ", kernel_names(), ", got id ", static_cast<int>(k));
 }
@@ -109,7 +115,9 @@ Config kernel_tiles(const Config& c, TiledKernel k, int head_dim) {
   for (int a = 0; a < kMaxRank; ++a) out.q_tile[a] = out.kv_tile[a] = 1;
   validate(out);  // the rule (the core's messages) and the token count
   const TileKernel kernel = tile_kernel(k, head_dim);
-  const double steps = choice_steps(out, kernel);
+  double steps = choice_steps(out, kernel);
+  if (k == TiledKernel::portable_forward)  // its narrow variant is scored too
+    steps += choice_steps(out, tile_kernel(k, head_dim, kPortableForwardRowsQ));
   if (steps > kMaxSimulationSteps)
     fail_invalid("the ", kernel.name, " tile choice would take about ",
                  steps < 1e15 ? std::to_string(std::llround(steps)) : std::to_string(steps),
@@ -117,7 +125,10 @@ Config kernel_tiles(const Config& c, TiledKernel k, int head_dim) {
                  " the simulator takes on");
   Problem p = to_problem(out);
   p.dim_qk = p.dim_v = head_dim;
-  const ScoredTiles s = tile_choice(p, kernel, kNoForcedTile, kNoForcedTile);
+  const ScoredTiles s =
+      k == TiledKernel::portable_forward
+          ? portable_forward_tile_choice(p, kNoForcedTile, kNoForcedTile, true, KvPlacements::either)
+          : tile_choice(p, kernel, kNoForcedTile, kNoForcedTile);
   for (int a = 0; a < out.rank; ++a) {
     out.q_tile[a] = s.q.size[a];
     out.kv_tile[a] = s.kv.size[a];
@@ -129,12 +140,19 @@ Config kernel_tiles(const Config& c, TiledKernel k, int head_dim) {
   return out;
 }
 
-KernelPrediction predict(const Result& r, TiledKernel k, int head_dim) {
-  const TileKernel kernel = tile_kernel(k, head_dim);
+KernelPrediction predict(const Config& tiles, const Result& r, TiledKernel k, int head_dim) {
+  const bool portable = k == TiledKernel::portable_forward;
+  int rows_q = 1;
+  for (int a = 0; a < tiles.rank; ++a) rows_q *= tiles.q_tile[a];
+  const TileKernel kernel = tile_kernel(k, head_dim, rows_q);
   const bool per_q_tile = kernel.walk == PairWalk::per_q_tile;
-  const HopperCostModel& model = per_q_tile ? kHopperForwardCost : kHopperBackwardCost;
-  TileCostWeights weights = kernel.weights;
-  weights.partial = model.partial;
+  const KernelCostModel& model = portable    ? kPortableForwardCost
+                                 : per_q_tile ? kHopperForwardCost
+                                              : kHopperBackwardCost;
+  // Costs in pairs of the chosen tiles: the portable forward's rows and speed-up weights go into
+  // the time per pair instead.
+  const TileCostWeights weights{model.partial, 1, 1};
+  const double pair_ns = model.pair_ns * (portable ? portable_forward_pair_scale(rows_q) : 1.0);
   // Dense attention over the same tokens in row-major runs of the kernel's tile rows, without
   // padding (what a dense kernel such as cuDNN's runs), every pair full.
   const double tokens = static_cast<double>(r.tokens);
@@ -146,7 +164,7 @@ KernelPrediction predict(const Result& r, TiledKernel k, int head_dim) {
   p.dense_cost = tile_cost(q_tiles * kv_tiles, q_tiles * kv_tiles, weights) +
                  model.item_pairs * (per_q_tile ? q_tiles : kv_tiles);
   p.speedup = p.dense_cost / p.cost;
-  if (head_dim == kHopperCostModelHeadDim) p.ns_per_head = p.cost * model.pair_ns;
+  if (head_dim == kCostModelHeadDim) p.ns_per_head = p.cost * pair_ns;
   return p;
 }
 

@@ -2,9 +2,11 @@
 // (GNA_TEST_CONFIGS overrides), each in fp16 and bf16, forward (O, LSE) and backward (dQ, dK,
 // dV and the additional keys' gradients); larger problems against the GPU reference. The
 // forward's paths are counted on the device (path_counts.hpp): each sweep asserts that it ran
-// placed KV tiles, partial pairs masked by their bitmasks and warps that ran a partial pair as
-// full. The sweeps also run with shared memory capped (GNA_MAX_SHARED_MEMORY_BYTES, CTest
-// entries test_portable_smem_*): every kernel they choose must fit the cap.
+// placed KV tiles, partial pairs masked by their bitmasks, warps that ran a partial pair as full,
+// partial pairs' K/V tiles loaded as full ones (all rows real keys) and with zero-filled rows, and
+// (ranks 2 and 3) partial pairs' axes left unmasked. The sweeps also run with shared memory capped
+// (GNA_MAX_SHARED_MEMORY_BYTES, CTest entries test_portable_smem_*): every kernel they choose must
+// fit the cap.
 #include <cstdio>
 
 #include "backend/backend.hpp"
@@ -110,14 +112,20 @@ void sweep(int rank, int configs) {
               rank, checked, backward ? " and backward" : "", wide, small_backward, wide_backward,
               limit, device_limit, changed, static_cast<unsigned long long>(seed));
   std::printf("rank %d forward paths: %llu tiles, %llu of them placed; partial pairs: %llu warp "
-              "tiles masked by bitmasks, %llu run as full (every row keeps every key)\n",
-              rank, paths.tiles, paths.placed_tiles, paths.masked_warps, paths.full_row_warps);
+              "tiles masked by bitmasks, %llu run as full (every row keeps every key); K/V "
+              "loads %llu as full (all rows real), %llu with zero-filled rows; %llu axes "
+              "unmasked\n",
+              rank, paths.tiles, paths.placed_tiles, paths.masked_warps, paths.full_row_warps,
+              paths.partial_full_loads, paths.partial_fill_loads, paths.skipped_mask_axes);
   EXPECT_EQ(over_limit, 0) << "kernels chosen that need more than " << limit << " bytes";
   EXPECT_GT(paths.tiles, 0u) << "the forward's path counts saw no tile";
   if (checked >= 100) {
     EXPECT_GT(paths.placed_tiles, 0u) << "no placed KV tile ran";
     EXPECT_GT(paths.masked_warps, 0u) << "no partial pair ran with bitmask masks";
     EXPECT_GT(paths.full_row_warps, 0u) << "no warp ran a partial pair as full";
+    EXPECT_GT(paths.partial_full_loads, 0u) << "no partial pair's K/V tile loaded as a full one";
+    EXPECT_GT(paths.partial_fill_loads, 0u) << "no partial pair's K/V tile had zero-filled rows";
+    if (rank > 1) EXPECT_GT(paths.skipped_mask_axes, 0u) << "no partial pair left an axis unmasked";
   }
   if (checked >= 100 && wide_fits >= 10) {
     EXPECT_GT(wide, 0) << "no configuration ran the 128-row forward";

@@ -218,7 +218,9 @@ TEST(KernelTiles, CppAndCAgree) {
   EXPECT_EQ(parsed, TiledKernel::hopper_forward);
   EXPECT_TRUE(parse_kernel("hopper_backward", &parsed));
   EXPECT_EQ(parsed, TiledKernel::hopper_backward);
-  EXPECT_FALSE(parse_kernel("portable forward", &parsed));
+  EXPECT_TRUE(parse_kernel("portable forward", &parsed));
+  EXPECT_EQ(parsed, TiledKernel::portable_forward);
+  EXPECT_FALSE(parse_kernel("portable backward", &parsed));
 }
 
 Config config_of(const BenchCase& c) {
@@ -248,26 +250,37 @@ TEST(KernelTiles, OneAxisForwardChoiceIsWithinTheStepLimit) {
 // dense attention over the same tokens (no padding) predicts exactly 1.
 TEST(KernelTiles, PredictionIsTheCostModel) {
   for (TiledKernel kernel : tiled_kernels()) {
-    const bool fwd = kernel == TiledKernel::hopper_forward;
-    const HopperCostModel& model = fwd ? kHopperForwardCost : kHopperBackwardCost;
+    const bool portable = kernel == TiledKernel::portable_forward;
+    const bool fwd = kernel != TiledKernel::hopper_backward;
+    const KernelCostModel& model = portable ? kPortableForwardCost
+                                   : fwd    ? kHopperForwardCost
+                                            : kHopperBackwardCost;
     const double item = model.item_pairs;
     for (const char* name : {"hunyuan 18x24x24 NA", "hunyuan 18x24x24 s16x8x8", "wan 15x27x48",
                              "hunyuan dense"}) {
       SCOPED_TRACE(std::string(kernel_name(kernel)) + " " + name);
       const BenchCase* c = find_bench_case(name);
       ASSERT_NE(c, nullptr);
-      const Result r = simulate(kernel_tiles(config_of(*c), kernel, 128));
-      const KernelPrediction p = predict(r, kernel, 128);
+      const Config tiles = kernel_tiles(config_of(*c), kernel, 128);
+      const Result r = simulate(tiles);
+      const KernelPrediction p = predict(tiles, r, kernel, 128);
+      int rows_q = 1;
+      for (int a = 0; a < tiles.rank; ++a) rows_q *= tiles.q_tile[a];
       const double walked = static_cast<double>(fwd ? r.q_tiles : r.kv_tiles);
       EXPECT_NEAR(p.cost,
                   static_cast<double>(r.visited_pairs) +
                       model.partial * static_cast<double>(r.pairs.partial) + item * walked,
                   1e-6 * p.cost);
-      const double q = r.tokens / double(fwd ? kHopperTileTokens : kHopperBwdQRows);
-      const double kv = r.tokens / double(fwd ? kHopperTileTokens : kHopperBwdKvRows);
+      const int q_rows = portable ? rows_q : fwd ? kHopperTileTokens : kHopperBwdQRows;
+      const int kv_rows = portable ? kPortableForwardRowsKV
+                          : fwd    ? kHopperTileTokens
+                                   : kHopperBwdKvRows;
+      const double q = r.tokens / double(q_rows), kv = r.tokens / double(kv_rows);
       EXPECT_NEAR(p.dense_cost, q * kv + item * (fwd ? q : kv), 1e-6 * p.dense_cost);
       EXPECT_DOUBLE_EQ(p.speedup, p.dense_cost / p.cost);
-      EXPECT_DOUBLE_EQ(p.ns_per_head, p.cost * model.pair_ns);
+      // The portable forward's 64-row tiles run at the narrow kernel's pair time.
+      const double pair_ns = model.pair_ns * (portable ? portable_forward_pair_scale(rows_q) : 1);
+      EXPECT_DOUBLE_EQ(p.ns_per_head, p.cost * pair_ns);
       if (std::string(name) == "hunyuan dense") EXPECT_NEAR(p.speedup, 1.0, 1e-12);
       if (r.block_sparse) EXPECT_EQ(r.pairs.partial, 0);
       else EXPECT_GT(r.pairs.partial, 0);
@@ -275,8 +288,8 @@ TEST(KernelTiles, PredictionIsTheCostModel) {
     // Times were measured at head dim 128 only.
     const BenchCase* c = find_bench_case("hunyuan 18x24x24 NA");
     ASSERT_NE(c, nullptr);
-    EXPECT_EQ(predict(simulate(kernel_tiles(config_of(*c), kernel, 64)), kernel, 64).ns_per_head,
-              0.0);
+    const Config tiles64 = kernel_tiles(config_of(*c), kernel, 64);
+    EXPECT_EQ(predict(tiles64, simulate(tiles64), kernel, 64).ns_per_head, 0.0);
   }
 }
 
@@ -289,8 +302,8 @@ TEST(KernelTiles, CAbiPredictionIsTheCppOne) {
     gna_sim_prediction got{};
     ASSERT_EQ(gna_sim_predict(&in, static_cast<int32_t>(kernel), 128, &got), GNA_STATUS_OK)
         << gna_sim_last_error();
-    const KernelPrediction want =
-        predict(simulate(kernel_tiles(config_of(*c), kernel, 128)), kernel, 128);
+    const Config tiles = kernel_tiles(config_of(*c), kernel, 128);
+    const KernelPrediction want = predict(tiles, simulate(tiles), kernel, 128);
     EXPECT_DOUBLE_EQ(got.cost, want.cost);
     EXPECT_DOUBLE_EQ(got.dense_cost, want.dense_cost);
     EXPECT_DOUBLE_EQ(got.speedup, want.speedup);
@@ -312,9 +325,10 @@ std::string error_of(const gna_sim_config* in, int kernel, int head_dim) {
 
 TEST(KernelTiles, CAbiErrorsNameTheParameter) {
   const gna_sim_config in = c_config(*find_bench_case("flux4k 80x80 NA"));
-  EXPECT_NE(error_of(&in, 7, 128).find("kernel must be 0 (hopper forward) or 1 (hopper backward), "
-                                       "got 7"),
+  EXPECT_NE(error_of(&in, 7, 128).find("kernel must be 0 (hopper forward), 1 (hopper backward) "
+                                       "or 2 (portable forward), got 7"),
             std::string::npos);
+  EXPECT_NE(error_of(&in, GNA_SIM_KERNEL_PORTABLE_FORWARD, 256).find("got 256"), std::string::npos);
   EXPECT_NE(error_of(&in, -1, 128).find("got -1"), std::string::npos);
   EXPECT_NE(error_of(&in, GNA_SIM_KERNEL_HOPPER_FORWARD, 96).find("head_dim"), std::string::npos);
   EXPECT_NE(error_of(&in, GNA_SIM_KERNEL_HOPPER_FORWARD, 96).find("got 96"), std::string::npos);

@@ -34,7 +34,7 @@ const char* kUsage =
     "  --kv-tiling static|dynamic  KV tiles on a fixed grid (default) or placed per Q tile\n"
   "  --kernel NAME          the tiles and KV tiling the kernel chooses for the rule, instead of\n"
   "                         --q-tile, --kv-tile, --tiling and --kv-tiling (hopper-forward,\n"
-  "                         hopper-backward; not with sweep)\n"
+  "                         hopper-backward, portable-forward; not with sweep)\n"
   "  --head-dim D           head dim of --kernel's choice (default 128)\n"
     "  (--window, --stride, --dilation and --causal also accept one value for every axis)\n"
     "END-TO-END (adds e2e_flop_speedup and e2e_tile_speedup):\n"

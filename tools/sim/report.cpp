@@ -79,7 +79,7 @@ void write_result_fields(JsonWriter& j, const Options& o, const Result& r) {
       .end_object();
   j.value("block_sparse", r.block_sparse).value("wasted_flop_fraction", r.wasted_flop_fraction);
   if (o.has_kernel) {
-    const KernelPrediction p = predict(r, o.kernel, o.head_dim);
+    const KernelPrediction p = predict(o.config, r, o.kernel, o.head_dim);
     j.value("predicted_cost", p.cost)
         .value("predicted_dense_cost", p.dense_cost)
         .value("predicted_speedup", p.speedup)
@@ -121,7 +121,7 @@ std::string result_table(const Options& o, const Result& r) {
   s += line("perfectly block-sparse", r.block_sparse ? "yes" : "no");
   s += line("wasted FLOP fraction", format("%.2f%%", 100 * r.wasted_flop_fraction));
   if (o.has_kernel) {
-    const KernelPrediction p = predict(r, o.kernel, o.head_dim);
+    const KernelPrediction p = predict(o.config, r, o.kernel, o.head_dim);
     s += line("predicted speedup", format("%.2fx", p.speedup) +
                                        " against dense attention (the kernel's cost model: " +
                                        format("%.0f", p.cost) + " against " +

@@ -28,22 +28,23 @@ constexpr int kHopperBwdKvRows = 128;
 // ranking keeps the weight it was measured with.
 constexpr double kHopperPartialPairWeight = 0.40;
 
-// A Hopper kernel's time, measured on an H100 (bf16, head dim kHopperCostModelHeadDim) by a
-// least-squares fit of kernel times against the simulator's pair and tile counts of the video
-// cases, long 1-D sequences and dense attention (docs/performance.md, "What a Hopper kernel's
-// time is made of"), in units of one full tile pair of one head: a partial pair costs
-// 1 + `partial`, a work item (Q tile of the forward, KV tile of the backward, with its loads
-// before the first pair and its epilogue) `item_pairs`; a full pair takes `pair_ns`. The
-// simulator's prediction reads it; the chooser does not (ranking by the item cost chose slower
-// tiles on small problems: a 64x6 layout's backward 22% slower, measured).
-struct HopperCostModel {
+// A tiled kernel's time, measured on an H100 (bf16, head dim kCostModelHeadDim) by a
+// least-squares fit of kernel times against the simulator's pair and tile counts, in units of
+// one full tile pair of one head: a partial pair costs 1 + `partial`, a work item (Q tile of a
+// forward, KV tile of the backward, with its loads before the first pair and its epilogue)
+// `item_pairs`; a full pair takes `pair_ns`. The simulator's prediction reads it.
+struct KernelCostModel {
   double partial;
   double item_pairs;
-  double pair_ns;  // one 128 x 128 pair (forward) or 64 x 128 pair (backward) of one head
+  double pair_ns;
 };
-constexpr HopperCostModel kHopperForwardCost{0.08, 3.6, 13.64};
-constexpr HopperCostModel kHopperBackwardCost{0.02, 5.5, 23.11};
-constexpr int kHopperCostModelHeadDim = 128;
+constexpr int kCostModelHeadDim = 128;
+// The Hopper kernels, fitted to the video cases, long 1-D sequences and dense attention
+// (docs/performance.md, "What a Hopper kernel's time is made of"); a pair is 128 x 128 (forward)
+// or 64 x 128 (backward). The chooser does not read them (ranking by the item cost chose slower
+// tiles on small problems: a 64x6 layout's backward 22% slower, measured).
+constexpr KernelCostModel kHopperForwardCost{0.08, 3.6, 13.64};
+constexpr KernelCostModel kHopperBackwardCost{0.02, 5.5, 23.11};
 
 // Head dims the Hopper kernels run (forward 32, 64, 128, 256; backward 32, 64, 128).
 bool hopper_forward_head_dim(int head_dim);
@@ -76,6 +77,14 @@ TileKernel hopper_backward_tile_kernel(int head_dim, KvPlacements q_placements);
 constexpr int kPortableForwardRowsQ = 64, kPortableForwardRowsQWide = 128,
               kPortableForwardRowsKV = 64;
 constexpr double kPortableWideForwardSpeedup = 1.5;
+// The portable forward's time per 128 x 64 pair of the wide kernel (a 64 x 64 pair of the narrow
+// one takes kPortableForwardRowsQ / kPortableForwardRowsQWide * kPortableWideForwardSpeedup of
+// it), fitted to six forward times on an H100 (docs/performance.md, "Portable kernels": the two
+// block-sparse cases give the full pair, 13.46 and 13.76 ns; the four neighborhood cases a
+// partial pair's extra, 0.14 to 0.20, pooled 0.17; a work item was not resolved by the fit and
+// counts nothing). The chooser keeps its own partial weight (TileCostWeights): any weight from
+// 0.25 to 0.45 picks the same tiles for those cases.
+constexpr KernelCostModel kPortableForwardCost{0.17, 0, 13.68};
 constexpr int kPortableBackwardRowsQ = 64, kPortableBackwardRowsKV = 128,
               kPortableBackwardRowsKVSmall = 64;
 
@@ -86,6 +95,22 @@ TileKernel portable_tile_kernel(const char* name, int rows_q, int rows_kv);
 // tiles of exactly kPortableForwardRowsKV; KV tiles grid or placed as `placements` allows
 // (KernelOptions::kv_placements).
 TileKernel portable_forward_tile_kernel(int rows_q, KvPlacements placements = KvPlacements::either);
+// Head dims the portable forward runs (query/key and value alike: 32, 64, 128).
+bool portable_forward_head_dim(int head_dim);
+// The portable forward's choice: the cheapest 64-row and, where its kernel fits (wide_fits), the
+// cheapest 128-row Q shape, the cheaper of the two by their costs (rows and the wide kernel's
+// speed-up weighed in); a forced Q tile (forced_q; kNoForcedTile: chosen) is the only candidate
+// and its volume picks the kernel.
+ScoredTiles portable_forward_tile_choice(const Problem& p, const TileShape& forced_q,
+                                         const TileShape& forced_kv, bool wide_fits,
+                                         KvPlacements placements);
+// A wide (128-row) or narrow Q tile's pair time relative to one of the wide kernel's pairs.
+constexpr double portable_forward_pair_scale(int rows_q) {
+  return rows_q > kPortableForwardRowsQ
+             ? 1.0
+             : static_cast<double>(kPortableForwardRowsQ) / kPortableForwardRowsQWide *
+                   kPortableWideForwardSpeedup;
+}
 // The portable backward with KV tiles of rows_kv keys: forced Q tiles of at most
 // kPortableBackwardRowsQ, forced KV tiles of at most kPortableBackwardRowsKV.
 TileKernel portable_backward_tile_kernel(int rows_kv);

@@ -16,15 +16,17 @@ namespace gna::sim {
 enum class TiledKernel : int {
   hopper_forward = 0,   // KV tiles grid or placed, whichever the chooser finds cheaper
   hopper_backward = 1,  // grid KV tiles (it walks per KV tile; the simulator walks per Q tile)
+  portable_forward = 2,  // 64- or 128-row Q tiles, KV tiles grid or placed (as the kernel picks
+                         // them on a device where the 128-row kernel fits)
 };
 
-// "hopper-forward", "hopper-backward".
+// "hopper-forward", "hopper-backward", "portable-forward".
 const char* kernel_name(TiledKernel k);
 const std::vector<TiledKernel>& tiled_kernels();
 // The kernel of a name; '-', '_' and ' ' between the words are the same ("hopper forward").
 // False when there is none.
 bool parse_kernel(const std::string& name, TiledKernel* k);
-// "hopper-forward, hopper-backward" (for messages).
+// "hopper-forward, hopper-backward, portable-forward" (for messages).
 std::string kernel_names();
 
 // `c` with q_tile, kv_tile, tiling (multi) and kv_tiling set to the kernel's choice for the rule
@@ -35,9 +37,10 @@ std::string kernel_names();
 Config kernel_tiles(const Config& c, TiledKernel k, int head_dim);
 
 // The kernel's predicted time on a simulated configuration, from its measured cost model (the
-// core's HopperCostModel, kernel_tiles.hpp): pairs, partial pairs and work items (Q tiles of the
-// forward, KV tiles of the backward), in units of one dense tile pair, and in nanoseconds per
-// (batch item, head) at the head dim the model's times were measured at.
+// core's KernelCostModel, kernel_tiles.hpp): pairs, partial pairs and work items (Q tiles of the
+// forward, KV tiles of the backward), in units of one dense tile pair of the chosen tiles, and in
+// nanoseconds per (batch item, head) at the head dim the model's times were measured at (the
+// portable forward's 64-row Q tiles priced at portable_forward_pair_scale).
 // `speedup` is the prediction the benchmarks compare with (× cuDNN dense): dense attention over
 // the same tokens at the kernel's cost per pair, in row-major runs of its tile rows without
 // padding (as a dense kernel runs them), against this configuration.
@@ -45,13 +48,13 @@ struct KernelPrediction {
   double cost = 0;
   double dense_cost = 0;
   double speedup = 0;  // dense_cost / cost
-  // cost x the model's time per pair at kHopperCostModelHeadDim (an H100, bf16); 0 at other
+  // cost x the model's time per pair at kCostModelHeadDim (an H100, bf16); 0 at other
   // head dims, whose times were not measured.
   double ns_per_head = 0;
 };
-// `r` is simulate() of a configuration with the kernel's tiles (kernel_tiles). The simulator
+// `r` is simulate(tiles), `tiles` a configuration with the kernel's tiles (kernel_tiles). The simulator
 // walks per Q tile on grid Q tiles, so the backward's prediction counts its pairs there even
 // where it places its Q tiles (head dim 128); its weights were fitted on the same counts.
-KernelPrediction predict(const Result& r, TiledKernel k, int head_dim);
+KernelPrediction predict(const Config& tiles, const Result& r, TiledKernel k, int head_dim);
 
 }  // namespace gna::sim

@@ -9,9 +9,9 @@ written; forward+backward adds O, dO, the logsumexp read and dQ, dK, dV written)
 compares it with a device-to-device copy timed in the same run. "× cuDNN" and "× Flex" divide
 cuDNN SDPA dense's and FlexAttention's time for the same pass by the row's time. On rows that
 run on the Hopper backend at head dim 128, "gna-sim ms" is the kernels' time that their measured
-cost models predict (gna.predicted_speedup: the forward's, plus the backward's for fwd+bwd) and
-"gna-sim ×" is cuDNN's measured time over it: the speedup the simulator predicts against the
-peer measured in the same run.
+cost models predict (gna.predicted_speedup: the forward's, plus the backward's for fwd+bwd), and
+on forward rows of the portable backend the portable forward's; "gna-sim ×" is cuDNN's measured
+time over it: the speedup the simulator predicts against the peer measured in the same run.
 
 Every case's dense and gna rows are timed before any FlexAttention row: torch.compile leaves
 host work behind that slows later eager calls.
@@ -39,11 +39,22 @@ def _attended_keys(case):
     return sim["mean_keys_per_query"]
 
 
-def _predicted_ms(case, pass_name):
-    """The Hopper kernels' predicted time of the pass (gna-sim's cost models: the forward's, plus
-    the backward's for fwd+bwd) for the case in ms, or None where the simulator cannot tell (a
-    head dim whose times were not measured, a choice past its step limit)."""
-    kernels = ("hopper forward",) if pass_name == "fwd" else ("hopper forward", "hopper backward")
+# The kernels whose cost models price a pass, by backend and pass (gna-sim --kernel).
+_PREDICTED_KERNELS = {
+    ("hopper", "fwd"): ("hopper forward",),
+    ("hopper", "fwd+bwd"): ("hopper forward", "hopper backward"),
+    ("portable", "fwd"): ("portable forward",),
+}
+
+
+def _predicted_ms(case, pass_name, backend):
+    """The backend's kernels' predicted time of the pass (gna-sim's cost models: the Hopper
+    forward's, plus the backward's for fwd+bwd; the portable forward's) for the case in ms, or None
+    where the simulator cannot tell (a pass without a cost model, a head dim whose times were not
+    measured, a choice past its step limit)."""
+    kernels = _PREDICTED_KERNELS.get((backend, pass_name))
+    if kernels is None:
+        return None
     total = 0.0
     for kernel in kernels:
         try:
@@ -213,17 +224,19 @@ class Runner:
         rows = [r for r in self.rows
                 if r["case"] == case.label and r["pass"] == pass_name and r.get("ms")]
         flex = next((r["ms"] for r in rows if r["impl"] == "FlexAttention"), None)
-        on_hopper = any(r["impl"].startswith("gna") and r.get("backend") == "hopper" for r in rows)
-        predicted = _predicted_ms(case, pass_name) if on_hopper else None  # once per case and pass
+        predicted = {}  # by backend, once per case and pass
+        for backend in {r.get("backend") for r in rows if r["impl"].startswith("gna")}:
+            predicted[backend] = _predicted_ms(case, pass_name, backend)
         for row in rows:
             row["x_cudnn"] = cudnn / row["ms"] if cudnn else None
             row["x_flex"] = flex / row["ms"] if flex else None
             if row["impl"].startswith("gna"):
                 row["gbps"] = min_bytes / row["ms"] / 1e6
                 row["copy_pct"] = 100.0 * row["gbps"] / self.copy_gbps
-                if predicted and row.get("backend") == "hopper":
-                    row["predicted_ms"] = predicted
-                    row["predicted"] = cudnn / predicted if cudnn else None
+                ms = predicted.get(row.get("backend"))
+                if ms:
+                    row["predicted_ms"] = ms
+                    row["predicted"] = cudnn / ms if cudnn else None
 
     @staticmethod
     def _dense(call, q, k, v, d_out, grad):

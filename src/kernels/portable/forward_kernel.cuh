@@ -4,8 +4,9 @@
 // each) that its queries need, on the grid of the KV tile or placed at the first key of the Q
 // tile's union window (ForwardParams::kv_placement, rule.md section 7.2), skips empty pairs, runs
 // fully dense pairs without mask code and masks partial ones by per-row bitmasks of each thread's
-// keys (gna/core/column_mask.hpp; a warp whose rows keep every key of the tile runs it as full),
-// then the additional KV tokens in the same online softmax.
+// keys (gna/core/column_mask.hpp; a warp whose rows keep every key of the tile runs it as full;
+// only the axes on which the pair is partial are masked; a partial pair whose keys are all real
+// loads as a full one), then the additional KV tokens in the same online softmax.
 // K/V tiles are double-buffered with cp.async; each warp owns MB m-blocks of 16 query rows, so
 // every K/V fragment it loads feeds MB MMAs (MB = 2 halves the shared-memory traffic per FLOP;
 // MB = 1 keeps Q tiles small where neighborhoods are small). Q stays in shared memory.
@@ -72,9 +73,11 @@ struct ForwardSmem {
   static constexpr int kTable = kWindows + kRowsQ * kMaxRank * int(sizeof(Range));
   // The KV tile's axes seen from each quad's keys (column_mask.hpp), read by partial pairs.
   static constexpr int kColumns = kTable + 4 * kForwardTableTiles;
-  // The first key per axis of the spatial KV tile in each stage (written with its load).
+  // The first key per axis of the spatial KV tile in each stage and the axes on which its pair
+  // is partial (bit a), written with its load.
   static constexpr int kStageKeys = kColumns + 4 * kMaxRank * int(sizeof(AxisColumns));
-  static constexpr int kBytes = kStageKeys + 2 * kMaxRank * int(sizeof(int));
+  static constexpr int kStageStride = kMaxRank + 1;
+  static constexpr int kBytes = kStageKeys + 2 * kStageStride * int(sizeof(int));
 };
 
 // The KV tiles one Q tile visits: the per-axis box (runs of KV tiles, grid or placed), then the
@@ -122,6 +125,9 @@ struct ForwardCtaState {
   // each axis (K and V): a tile's offset is origin + sum of its box offsets times the steps.
   int64_t k_origin, v_origin;
   int64_t k_step[kMaxRank], v_step[kMaxRank];
+  // Per axis, the tiles m of the box whose pair is full on that axis (full_tiles_of_run): the
+  // axes of a partial pair outside these need masks.
+  Range full_tiles[kMaxRank];
 };
 
 // Walk step i < spatial of a CTA, packed in a Word: its KV tile's offsets in the box (`bits` per
@@ -311,7 +317,11 @@ struct ForwardCta {
   }
 
   // The first key per axis of the spatial tile in stage s (load_kv writes it).
-  __device__ int* stage_keys(int s) const { return reinterpret_cast<int*>(smem + Smem::kStageKeys) + s * kMaxRank; }
+  __device__ int* stage_keys(int s) const {
+    return reinterpret_cast<int*>(smem + Smem::kStageKeys) + s * Smem::kStageStride;
+  }
+  // The axes (bit a) on which the spatial pair in stage s is partial (load_kv writes it).
+  __device__ int& stage_partial_axes(int s) const { return stage_keys(s)[kMaxRank]; }
 
   // The keys of tile i (of a partial pair, in stage s) each of this thread's rows attends, as the
   // bits of its keys (column_mask.hpp): keep[mb][r] for row row0 + 16 mb + 8 r. Returns whether
@@ -332,10 +342,12 @@ struct ForwardCta {
       return bits == kForwardAllKeys;
     }
     const int* origin = stage_keys(s);  // the tile's first key per axis
+    const int partial_axes = stage_partial_axes(s);
     const AxisColumns* cols = columns() + quad * kMaxRank;
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb) keep[mb][0] = keep[mb][1] = kForwardAllKeys;
     GNA_FOR_AXES(a, P.p.rank) {
+      if (!(partial_axes & (1 << a))) continue;  // every row keeps every key there
       const AxisColumns c = cols[a];
       const int o = origin[a] + c.base;
 #pragma unroll
@@ -397,24 +409,40 @@ struct ForwardCta {
     // shared table.
     int e[kMaxRank];
     box_offsets(i, e);
-    if (threadIdx.x == 0) GNA_FOR_AXES(a, p.rank) stage_keys(s)[a] = walk.run[a].first + e[a] * P.tile_kv[a];
+    int kt_base[kMaxRank];
+    GNA_FOR_AXES(a, p.rank) kt_base[a] = walk.run[a].first + e[a] * P.tile_kv[a];
     int64_t k_first = state.k_origin, v_first = state.v_origin;
     GNA_FOR_AXES(a, p.rank) {
       k_first += e[a] * state.k_step[a];
       v_first += e[a] * state.v_step[a];
     }
-    if (full) {
+    // A KV tile has no padding rows (exactly kForwardRowsKV tokens), so its rows are all real
+    // keys unless it runs past the group's end on an axis.
+    bool all_real = true;
+    GNA_FOR_AXES(a, p.rank) all_real = all_real && kt_base[a] + P.tile_kv[a] <= geo.n[a];
+    if (threadIdx.x == 0) {
+      int partial_axes = 0;
+      GNA_FOR_AXES(a, p.rank) {
+        stage_keys(s)[a] = kt_base[a];
+        if (!state.full_tiles[a].contains(e[a])) partial_axes |= 1 << a;
+      }
+      stage_partial_axes(s) = partial_axes;
+      if (P.path_counts != nullptr && !full) {
+        atomicAdd(all_real ? &P.path_counts->partial_full_loads : &P.path_counts->partial_fill_loads, 1ull);
+        atomicAdd(&P.path_counts->skipped_mask_axes,
+                  static_cast<unsigned long long>(p.rank - __popc(partial_axes)));
+      }
+    }
+    if (full || all_real) {
       load_rows_full<KTile, kChunksK>(P.k.data + k_first, k_delta(), k_base);
       load_rows_full<VTile, kChunksV>(P.v.data + v_first, v_delta(), v_base);
     } else {
-      int kt_base[kMaxRank];
-      GNA_FOR_AXES(a, p.rank) kt_base[a] = walk.run[a].first + e[a] * P.tile_kv[a];
       load_rows<KTile, kChunksK>(P.k.data + k_first, k_delta(), k_base, kt_base);
       load_rows<VTile, kChunksV>(P.v.data + v_first, v_delta(), v_base, kt_base);
     }
   }
 
-  // One K or V tile of a full pair (every row a real key): each thread copies one 16-byte column
+  // One K or V tile whose rows are all real keys: each thread copies one 16-byte column
   // chunk of rows row_first + it * kStep, with no checks. kStep is a multiple of the swizzle
   // period, so every destination is one add away from the first; the thread index is read
   // afresh (volatile) so that the compiler rebuilds these few values per call instead of holding
@@ -636,6 +664,8 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 2)
     setup.walk.run[a] = kv_tile_run(p.axes[a], setup.geo.n[a], setup.qt[a], P.tile_q[a],
                                     P.tile_kv[a], P.kv_placement);
     setup.walk.spatial *= setup.walk.run[a].count;
+    setup.full_tiles[a] = full_tiles_of_run(p.axes[a], setup.geo.n[a], setup.qt[a], P.tile_q[a],
+                                            P.tile_kv[a], setup.walk.run[a]);
   }
   setup.k_origin = setup.b * P.k.stride_batch + setup.hk * P.k.stride_head;
   setup.v_origin = setup.b * P.v.stride_batch + setup.hk * P.v.stride_head;

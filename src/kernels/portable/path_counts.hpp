@@ -1,6 +1,7 @@
 // Which paths the portable forward's tiles took, counted in device memory while a test asks for
 // it, so that the random sweeps can assert that they reach each path (placed KV tiles, partial
-// pairs' bitmask masks, warps that run a partial pair as full). Off by default: the kernels then
+// pairs' bitmask masks, warps that run a partial pair as full, partial pairs whose K/V rows are all
+// real keys loaded as full ones, mask axes a partial pair skips). Off by default: the kernels then
 // count nothing (one test of a null launch parameter per tile).
 #pragma once
 
@@ -12,6 +13,11 @@ struct ForwardPathCounts {
   unsigned long long masked_warps = 0;    // warp tiles of partial pairs masked by their bitmasks
   unsigned long long full_row_warps = 0;  // warp tiles of partial pairs run as full (every row
                                           // of the warp keeps every key)
+  unsigned long long partial_full_loads = 0;  // partial pairs' K/V tiles of real keys only,
+                                              // loaded without the zero-fill checks
+  unsigned long long partial_fill_loads = 0;  // partial pairs' K/V tiles with rows zero filled
+  unsigned long long skipped_mask_axes = 0;   // axes of partial pairs on which every row keeps
+                                              // every key (no mask work there)
 };
 
 // Starts (zeroing the counts) or stops counting; not thread-safe (tests).

@@ -3,10 +3,6 @@
 namespace gna::portable {
 namespace {
 
-// The kernels as the core's tile chooser sees them: gna/core/kernel_tiles.hpp.
-constexpr int kForwardRowsQ = kPortableForwardRowsQ;
-constexpr int kForwardRowsQWide = kPortableForwardRowsQWide;
-
 TilePlan plan_of(const ScoredTiles& s) {
   TilePlan plan;
   plan.q = s.q;
@@ -32,13 +28,7 @@ TilePlan choose_tiles(const Problem& p, int rows_q, int rows_kv) {
 
 TilePlan choose_forward_tiles(const Problem& p, const TileShape& q_tile, const TileShape& kv_tile,
                               bool wide_fits, KvPlacements placements) {
-  const TilePlan narrow = plan_of(
-      tile_choice(p, portable_forward_tile_kernel(kForwardRowsQ, placements), q_tile, kv_tile));
-  // A forced Q tile is the only Q candidate of either kernel; its volume picks the kernel.
-  if (!wide_fits || tile_forced(q_tile, p.rank)) return narrow;
-  const TilePlan wide = plan_of(
-      tile_choice(p, portable_forward_tile_kernel(kForwardRowsQWide, placements), q_tile, kv_tile));
-  return wide.cost < narrow.cost ? wide : narrow;
+  return plan_of(portable_forward_tile_choice(p, q_tile, kv_tile, wide_fits, placements));
 }
 
 TilePlan choose_backward_tiles(const Problem& p, int kv_rows, const TileShape& q_tile,
