@@ -9,8 +9,8 @@
 #include <string>
 
 #include "gna/core/problem.hpp"
-#include "kernels/common/device_limits.hpp"
 #include "gna/tensor.hpp"
+#include "kernels/common/device_limits.hpp"
 
 namespace gna::cuda {
 
