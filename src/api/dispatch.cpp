@@ -1,5 +1,6 @@
 // Dispatch: validates a call once, then runs it on the highest-priority registered backend that
 // supports it (or on the one the caller names), explaining every refusal when none can.
+#include <cstdint>
 #include <sstream>
 #include <string>
 
@@ -103,9 +104,12 @@ void refuse_fp8_backward(const AttentionTensors& in, const CallOptions& options)
     fail_invalid("q_scale: scales belong to float8_e4m3fn inputs, which have no backward");
 }
 
+// Where the quantized operands' views point before the quantization places them.
+void* const kQuantizedPlaceholder = reinterpret_cast<void*>(uintptr_t{1} << 20);
+
 // The FP8 forward of a call (float8_e4m3fn inputs, or precision fp8): the call made an FP8 one
-// with `layout` (the given operands, or where the quantized ones will be: null data), its
-// problem's dtype the output's.
+// with `layout` (the given operands, or the quantized ones' views at a placeholder address until
+// the quantization places them), its problem's dtype the output's.
 bool fp8_forward(const CallOptions& options, ForwardCall& call, Fp8Operands& layout) {
   Problem& p = call.problem;
   check_scales_presence(p, call.in);
@@ -118,7 +122,9 @@ bool fp8_forward(const CallOptions& options, ForwardCall& call, Fp8Operands& lay
     p.dtype = call.out.dtype;
   } else if (options.precision == Precision::fp8) {
     check_quantizable(p, device);
-    layout = fp8_operand_views(p, nullptr, call.in.q.device);
+    // Backends judge these views as they will be (non-null, aligned as the scratch pool's);
+    // none reads them before the quantized operands replace them.
+    layout = fp8_operand_views(p, kQuantizedPlaceholder, call.in.q.device);
   } else {
     return false;
   }
