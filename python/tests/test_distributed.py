@@ -21,7 +21,11 @@ CASES = [
     ((8, 6), 4, 4, (3, 5), (1, 2), (2, 1), (False, False), 0),
     ((4, 4, 6), 4, 2, (3, 2, 3), (1, 1, 3), (1, 2, 1), (True, False, False), 3),
     ((24,), 8, 4, (5,), (2,), (1,), (False,), 0),
+    ((4, 6), 16, 8, (3, 3), (1, 2), (1, 1), (False, True), 2),
 ]
+# Head groups of the pipelined exchanges: None (the default), and every count that splits the
+# key/value heads per rank; each case meets at least one count above 1 on 2 ranks.
+
 
 
 # Fresh inputs and halo rules on every run; GNA_TEST_SEED repeats a run (failures name it).
@@ -61,26 +65,32 @@ def _single_process(case, seed):
     return out.detach(), grads
 
 
+def _head_group_counts(case, world):
+    per_rank = case[2] // world
+    return [None] + [g for g in range(1, per_rank + 1) if per_rank % g == 0]
+
+
 def _rank_main(rank, world, port, case, seed, result_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         layout, _, _, window, stride, dilation, causal, _ = case
-        q, k, v, ek, ev, w = _inputs(case, seed)
-        shards = [gd.shard_sequence(t).detach().requires_grad_() for t in (q, k, v)]
-        extras = [t.requires_grad_() for t in (ek, ev) if t is not None]
-        extra = dict(additional_keys=ek, additional_values=ev) if extras else {}
-        out = gd.ulysses_attention(*shards, layout, window, stride=stride, dilation=dilation,
-                                   is_causal=causal, **extra)
-        loss = (out * gd.shard_sequence(w)).sum()
-        grads = torch.autograd.grad(loss, shards + extras)
-        # Each rank's additional-token gradient covers its own heads' share: sum over ranks.
-        extra_grads = [g.contiguous() for g in grads[3:]]
-        for g in extra_grads:
-            dist.all_reduce(g)
-        full = [gd.gather_sequence(out.detach())] + [gd.gather_sequence(g) for g in grads[:3]]
-        if rank == 0:
-            torch.save(full + extra_grads, os.path.join(result_dir, "result.pt"))
+        for groups in _head_group_counts(case, world):
+            q, k, v, ek, ev, w = _inputs(case, seed)
+            shards = [gd.shard_sequence(t).detach().requires_grad_() for t in (q, k, v)]
+            extras = [t.requires_grad_() for t in (ek, ev) if t is not None]
+            extra = dict(additional_keys=ek, additional_values=ev) if extras else {}
+            out = gd.ulysses_attention(*shards, layout, window, stride=stride, dilation=dilation,
+                                       is_causal=causal, head_groups=groups, **extra)
+            loss = (out * gd.shard_sequence(w)).sum()
+            grads = torch.autograd.grad(loss, shards + extras)
+            # Each rank's additional-token gradient covers its own heads' share: sum over ranks.
+            extra_grads = [g.contiguous() for g in grads[3:]]
+            for g in extra_grads:
+                dist.all_reduce(g)
+            full = [gd.gather_sequence(out.detach())] + [gd.gather_sequence(g) for g in grads[:3]]
+            if rank == 0:
+                torch.save(full + extra_grads, os.path.join(result_dir, f"result{groups}.pt"))
     finally:
         dist.destroy_process_group()
 
@@ -94,10 +104,86 @@ def test_ulysses_equals_single_process(tmp_path, world, index):
     seed = SEED + index
     torch.multiprocessing.spawn(_rank_main, args=(world, _free_port(), case, seed, str(tmp_path)),
                                 nprocs=world)
-    got = torch.load(tmp_path / "result.pt")
     out, grads = _single_process(case, seed)
     expected = [out, *grads]
-    assert len(got) == len(expected)
+    counts = _head_group_counts(case, world)
+    for groups in counts:
+        got = torch.load(tmp_path / f"result{groups}.pt")
+        assert len(got) == len(expected)
+        for a, b in zip(got, expected):
+            assert a.shape == b.shape
+            assert torch.allclose(a, b, atol=1e-10, rtol=1e-9), (seed, groups,
+                                                                 (a - b).abs().max())
+
+
+def test_ulysses_cases_pipeline_head_groups():
+    # The pipeline runs more than one head group, with GQA and with additional tokens.
+    for world in (2, 4):
+        piped = [c for c in CASES if c[2] % world == 0 and
+                 max(g or 0 for g in _head_group_counts(c, world)) > 1]
+        assert any(c[1] != c[2] for c in piped) and any(c[-1] for c in piped), world
+
+
+# Joint text + visual attention: visual and text tokens both sharded; (layout, heads, heads_kv,
+# window, stride, dilation, causal, text tokens).
+JOINT_CASES = [
+    ((4, 6), 4, 4, (3, 3), (1, 2), (1, 1), (False, False), 4),
+    ((8,), 8, 4, (3,), (1,), (2,), (True,), 8),
+]
+
+
+def _joint_inputs(case, seed):
+    layout, heads, heads_kv, *_, text = case
+    g = torch.Generator().manual_seed(seed)
+    tokens = 1
+    for e in layout:
+        tokens *= e
+    make = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64)  # noqa: E731
+    n = tokens + text
+    return make(2, n, heads, 4), make(2, n, heads_kv, 4), make(2, n, heads_kv, 3), \
+        make(2, n, heads, 3)
+
+
+def _joint_rank_main(rank, world, port, case, seed, result_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        layout, _, _, window, stride, dilation, causal, text = case
+        tokens = len(_joint_inputs(case, seed)[0][0]) - text
+        q, k, v, w = _joint_inputs(case, seed)
+        shards = [gd.shard_sequence(t[:, :tokens]).detach().requires_grad_() for t in (q, k, v)]
+        shards += [gd.shard_sequence(t[:, tokens:]).detach().requires_grad_() for t in (q, k, v)]
+        out, out_text = gd.ulysses_joint_attention(*shards, layout, window, stride=stride,
+                                                   dilation=dilation, is_causal=causal,
+                                                   head_groups=2)
+        loss = (out * gd.shard_sequence(w[:, :tokens])).sum() + \
+            (out_text * gd.shard_sequence(w[:, tokens:])).sum()
+        grads = torch.autograd.grad(loss, shards)
+        whole = lambda a, b: torch.cat([gd.gather_sequence(a), gd.gather_sequence(b)], 1)  # noqa
+        full = [whole(out.detach(), out_text.detach())] + \
+            [whole(grads[i], grads[3 + i]) for i in range(3)]
+        if rank == 0:
+            torch.save(full, os.path.join(result_dir, "joint.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("index", range(len(JOINT_CASES)))
+def test_ulysses_joint_equals_single_process(tmp_path, world, index):
+    case = JOINT_CASES[index]
+    if case[2] % (2 * world):
+        pytest.skip(f"{case[2]} key/value heads do not make 2 head groups on {world} ranks")
+    seed = SEED + 100 + index
+    torch.multiprocessing.spawn(_joint_rank_main,
+                                args=(world, _free_port(), case, seed, str(tmp_path)),
+                                nprocs=world)
+    got = torch.load(tmp_path / "joint.pt")
+    layout, _, _, window, stride, dilation, causal, text = case
+    q, k, v, w = (t.requires_grad_() for t in _joint_inputs(case, seed))
+    out = gna.joint_attention(q, k, v, layout, window, stride=stride, dilation=dilation,
+                              is_causal=causal, text_len=text)
+    expected = [out.detach()] + list(torch.autograd.grad((out * w).sum(), (q, k, v)))
     for a, b in zip(got, expected):
         assert a.shape == b.shape
         assert torch.allclose(a, b, atol=1e-10, rtol=1e-9), (seed, (a - b).abs().max())
