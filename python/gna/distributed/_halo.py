@@ -7,6 +7,7 @@ import torch
 import torch.distributed as dist
 
 from .. import functional, ops
+from ..slab import key_range, slab_attention, slab_backend
 from ._ulysses import _NA
 
 
@@ -45,14 +46,26 @@ def _overlap(a0, a1, b0, b1):
     return max(a0, b0), min(a1, b1)
 
 
-def _halo_plan(extent, ranks, rank, window, stride, dilation, causal):
-    """What this rank exchanges: (rows it sends, as (begin, end) of its slab per destination;
-    rows it receives per source; its left halo's length; rows all ranks receive, the same on
-    every rank). A destination's halo rows lie on one
-    side of it, so each source sends it one run of rows; sources arrive in rank order, which is
-    row order (left halo, then right halo)."""
+def _exact_ranges(layout, window, stride, dilation, causal, axis, ranks):
+    """[start, end) of the key rows every rank's own queries attend along the sharded axis
+    (global coordinates, from the library's rule: gna.slab.key_range), widened to the rank's
+    own rows (which it holds anyway)."""
+    slab = layout[axis] // ranks
+    ranges = []
+    for r in range(ranks):
+        begin, end = key_range(layout, window, stride, dilation, causal, axis=axis,
+                               query_begin=r * slab, query_end=(r + 1) * slab)
+        ranges.append((min(begin, r * slab), max(end, (r + 1) * slab)))
+    return ranges
+
+
+def _halo_plan(extent, ranks, rank, ranges):
+    """What this rank exchanges, for every rank's key range `ranges` (global [start, end) along
+    the axis): (rows it sends, as (begin, end) of its slab per destination; rows it receives
+    per source; its left halo's length; rows all ranks receive, the same on every rank). A
+    destination's halo rows lie on one side of it, so each source sends it one run of rows;
+    sources arrive in rank order, which is row order (left halo, then right halo)."""
     slab = extent // ranks
-    ranges = _extended_ranges(extent, ranks, window, stride, dilation, causal)
 
     def halo_rows(dest, src):
         (start, end), lo, hi = ranges[dest], dest * slab, (dest + 1) * slab
@@ -129,7 +142,7 @@ def _layout(fn, layout):
 
 
 def halo_attention(query, key, value, layout, kernel_size, stride=1, dilation=1, is_causal=False,
-                   axis=0, scale=None, group=None, backend="auto"):
+                   axis=0, scale=None, group=None, backend="auto", exact=None):
     """Neighborhood attention over a layout split into slabs along one axis across `group`
     (default: the world).
 
@@ -140,10 +153,14 @@ def halo_attention(query, key, value, layout, kernel_size, stride=1, dilation=1,
     slab of the output, [B, *local, Hq, Dv], equal to the same slab of the single-process call;
     gradients flow to query, key and value.
 
-    Each rank receives from its neighbours (several, when slabs are thinner than the halo) the
-    key/value rows within dilation * (window - 1 + stride) of its slab on that axis, rounded out
-    to multiples of dilation * stride (none on the right of a causal axis), runs the rule on
-    the extended slab with zero queries in the halo, and keeps its own rows.
+    exact (None: where a backend takes slabs, gna.slab.slab_backend; True: required; False:
+    never): each rank receives from its neighbours (several, when slabs are thinner than the
+    halo) exactly the key/value rows its queries attend (gna.slab.key_range) and computes only
+    its own queries (gna.slab.slab_attention: the rule at global coordinates). Otherwise it
+    receives the rows within dilation * (window - 1 + stride) of its slab on that axis, rounded
+    out to multiples of dilation * stride (none on the right of a causal axis), runs the rule on
+    the extended slab with zero queries in the halo, and keeps its own rows. Every rank must
+    take the same path (the same device type and `exact`).
     """
     fn = "halo_attention"
     ranks, rank = _world(group)
@@ -173,11 +190,17 @@ def halo_attention(query, key, value, layout, kernel_size, stride=1, dilation=1,
     ops._validate_metadata(params, whole(query), whole(key), whole(value), None, None)
 
     dim = 1 + axis
-    if ranks > 1:
-        sends, receives, left, total = _halo_plan(extent, ranks, rank, window[axis],
-                                                  strides[axis], dilations[axis], causal[axis])
-    else:
-        sends, receives, left, total = [(0, 0)], [0], 0, 0
+    offsets = [0] * dims
+    query_offset = tuple(rank * slab if a == axis else 0 for a in range(dims))
+    # Slabs where the backend takes them: the exact key range, only the own queries computed.
+    # The choice follows the device type, the same on every rank, so all ranks plan alike.
+    if exact is None:
+        exact = slab_backend(query, key, value, layout, window, strides, dilations, causal,
+                             query_offset=query_offset, backend=backend) is not None
+    ranges = _exact_ranges(layout, window, strides, dilations, causal, axis, ranks) if exact \
+        else _extended_ranges(extent, ranks, window[axis], strides[axis], dilations[axis],
+                              causal[axis])
+    sends, receives, left, total = _halo_plan(extent, ranks, rank, ranges)
     k, v, q = key, value, query
     if total:  # every rank computes the same plan, so all of them skip together
         rows = lambda t: t.movedim(dim, 0).reshape(slab, -1)  # noqa: E731
@@ -194,9 +217,15 @@ def halo_attention(query, key, value, layout, kernel_size, stride=1, dilation=1,
         hk, hv = unrows(halo[:, :split], key), unrows(halo[:, split:], value)
         k = torch.cat([hk.narrow(dim, 0, left), key, hk.narrow(dim, left, count - left)], dim)
         v = torch.cat([hv.narrow(dim, 0, left), value, hv.narrow(dim, left, count - left)], dim)
-        zeros = lambda n: query.new_zeros(  # noqa: E731
-            query.shape[:dim] + (n,) + query.shape[dim + 1:])
-        q = torch.cat([zeros(left), query, zeros(count - left)], dim)
+        if not exact:
+            zeros = lambda n: query.new_zeros(  # noqa: E731
+                query.shape[:dim] + (n,) + query.shape[dim + 1:])
+            q = torch.cat([zeros(left), query, zeros(count - left)], dim)
+    if exact:
+        offsets[axis] = rank * slab - left
+        return slab_attention(q, k, v, layout, window, strides, dilations, causal,
+                              query_offset=query_offset, key_offset=tuple(offsets), scale=scale,
+                              backend=backend)
     na = _NA[dims]
     out = na(q, k, v, window, stride=strides, dilation=dilations, is_causal=causal, scale=scale,
              backend=backend)
