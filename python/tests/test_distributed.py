@@ -359,22 +359,128 @@ def test_halo_configurations_cover_the_cases():
         assert any(d * (k - 1 + s) > n for k, s, d, c, n in axis)  # halo from several ranks
 
 
-def test_choose_parallelism():
-    # Frames of a video over 4 ranks, a 5-frame window: 2 halos of K and V are less than 4 * 3/4.
-    assert gd.choose_parallelism((32, 48, 80), (5, 9, 9), 1, 1, False, 24, 4) == "halo"
-    # Thin slabs (2 frames) under the same window: the halo outweighs the all-to-alls.
-    assert gd.choose_parallelism((8, 48, 80), (5, 9, 9), 1, 1, False, 24, 4) == "ulysses"
-    # Heads that do not split: halo whatever it costs; frames that do not split: Ulysses.
-    assert gd.choose_parallelism((8, 48, 80), (5, 9, 9), 1, 1, False, 6, 4) == "halo"
-    assert gd.choose_parallelism((30, 48, 80), (5, 9, 9), 1, 1, False, 24, 4) == "ulysses"
-    # Causal along frames needs no right halo: halo mode where the non-causal window is not.
-    assert gd.choose_parallelism((16, 48, 80), (5, 9, 9), 1, 1, (True, False, False), 8,
-                                 4) == "halo"
-    assert gd.choose_parallelism((16, 48, 80), (5, 9, 9), 1, 1, False, 8, 4) == "ulysses"
-    with pytest.raises(ValueError, match=r"heads \(6\)"):
-        gd.choose_parallelism((30, 48, 80), 5, 1, 1, False, 6, 4)
+# Hybrid: Ulysses within groups of U ranks x halo along axis 0 across them; the same input as
+# Ulysses. (layout, heads, heads_kv, window, stride, dilation, causal, ulysses sizes per world)
+HYBRID_CASES = [
+    ((8, 6), 4, 2, (3, 3), (2, 1), (1, 2), (False, True), {2: [1], 4: [2]}),
+    ((4, 3, 4), 4, 4, (3, 2, 3), (1, 2, 1), (1, 1, 1), (True, False, False), {2: [1], 4: [2]}),
+]
+
+
+def _hybrid_rank_main(rank, world, port, seed, result_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        lines = []
+        for index, case in enumerate(HYBRID_CASES):
+            layout, heads, heads_kv, window, stride, dilation, causal, sizes = case
+            for size in sizes[world]:
+                for exact in (None, False):
+                    g = torch.Generator().manual_seed(seed + index)
+                    tokens = 1
+                    for e in layout:
+                        tokens *= e
+                    make = lambda h, d: torch.randn(2, tokens, h, d, generator=g,  # noqa
+                                                    dtype=torch.float64)
+                    q, k, v, w = make(heads, 4), make(heads_kv, 4), make(heads_kv, 3), \
+                        make(heads, 3)
+                    na = (gna.na1d, gna.na2d, gna.na3d)[len(layout) - 1]
+                    spatial = lambda t: t.reshape(2, *layout, *t.shape[2:])  # noqa: E731
+                    inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+                    out = na(*(spatial(t) for t in inputs), window, stride=stride,
+                             dilation=dilation, is_causal=causal).reshape(w.shape)
+                    expected = [out.detach()] + list(torch.autograd.grad((out * w).sum(),
+                                                                         inputs))
+                    shards = [gd.shard_sequence(t).detach().requires_grad_() for t in (q, k, v)]
+                    got = gd.hybrid_attention(*shards, layout, window, stride=stride,
+                                              dilation=dilation, is_causal=causal,
+                                              ulysses_size=size, exact=exact)
+                    grads = torch.autograd.grad((got * gd.shard_sequence(w)).sum(), shards)
+                    worst = max((a - gd.shard_sequence(b)).abs().max().item() for a, b in
+                                zip([got.detach(), *grads], expected))
+                    lines.append(f"{index} {size} {exact} {worst:.3g}")
+        Path(result_dir, f"hybrid{rank}.txt").write_text("\n".join(lines))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_hybrid_equals_single_process(tmp_path, world):
+    seed = SEED + 2000 + world
+    torch.multiprocessing.spawn(_hybrid_rank_main, args=(world, _free_port(), seed,
+                                                         str(tmp_path)), nprocs=world)
+    runs = sum(2 * len(c[-1][world]) for c in HYBRID_CASES)
+    for rank in range(world):
+        lines = (tmp_path / f"hybrid{rank}.txt").read_text().splitlines()
+        assert len(lines) == runs
+        for line in lines:
+            assert float(line.split()[-1]) < 1e-10, (seed, rank, line)
+
+
+def _link_rank_main(rank, world, port, result_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        link = gd.measure_link()
+        again = gd.measure_link()  # cached: no second timing
+        choice = gd.choose_parallelism((8, 6, 4), 3, 1, 1, False, 4, world)
+        Path(result_dir, f"link{rank}.txt").write_text(
+            f"{link.latency!r} {link.bandwidth!r} {again is link} {choice.mode} "
+            f"{choice.ulysses_size}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_measure_link_is_the_same_on_every_rank(tmp_path):
+    torch.multiprocessing.spawn(_link_rank_main, args=(2, _free_port(), str(tmp_path)), nprocs=2)
+    lines = [(tmp_path / f"link{r}.txt").read_text().split() for r in range(2)]
+    assert lines[0] == lines[1]  # every rank chooses the same mode
+    latency, bandwidth, cached = float(lines[0][0]), float(lines[0][1]), lines[0][2]
+    assert latency > 0 and bandwidth > 0 and cached == "True"
+
+
+FAST = gd.Link(latency=0.0, bandwidth=1e18)  # communication free: kernel time decides
+SLOW = gd.Link(latency=1e-5, bandwidth=1e8)  # communication dominates: bytes decide
+NVLINK = gd.Link(latency=20e-6, bandwidth=100e9)
+
+
+def test_choose_parallelism_on_constructed_links():
+    hunyuan = ((30, 48, 80), (18, 24, 24), 1, 1, False, 24)
+    long1d = ((32768,), (2048,), 1, 1, False, 8)
+    # Free communication: Ulysses splits the whole layout's kernel time P ways, a halo slab
+    # (the fast kernels run the extended slab) costs more than 1/P of it.
+    assert gd.choose_parallelism(*hunyuan, 4, link=FAST).mode == "ulysses"
+    assert gd.choose_parallelism(*long1d, 4, link=FAST).mode == "ulysses"
+    # Exact slabs compute only their own queries: 1/P of the kernel, as Ulysses.
+    costs = gd.choose_parallelism(*long1d, 4, link=FAST, exact=True).costs
+    assert costs[("halo", 1)] == pytest.approx(costs[("ulysses", 4)])
+    assert costs[("halo", 1)] < gd.choose_parallelism(*long1d, 4, link=FAST).costs[("halo", 1)]
+    # A slow link: the long 1-D window's halo (2 x 2048 rows of K and V) moves far less than
+    # Ulysses' four all-to-alls of 8192 rows.
+    assert gd.choose_parallelism(*long1d, 4, link=SLOW).mode == "halo"
+    assert gd.choose_parallelism(*long1d, 4, link=NVLINK).mode == "halo"
+    # Hunyuan's frames (30) do not split over 4: halo needs 2 slabs, so the hybrid (2 x 2)
+    # competes with Ulysses; on a slow link the hybrid's smaller all-to-alls win.
+    costs = gd.choose_parallelism(*hunyuan, 4, link=SLOW).costs
+    assert set(costs) == {("ulysses", 4), ("hybrid", 2)}
+    assert gd.choose_parallelism(*hunyuan, 4, link=SLOW).mode == "hybrid"
+    assert gd.choose_parallelism(*hunyuan, 4, link=NVLINK).mode == "ulysses"
+    # Heads that do not split over 4 ranks (6): the hybrid (U = 2) or halo, never Ulysses.
+    choice = gd.choose_parallelism((8, 48, 80), (5, 9, 9), 1, 1, False, 6, 4, link=NVLINK)
+    assert choice.mode == "hybrid" and choice.ulysses_size == 2
+    assert ("ulysses", 4) not in choice.costs and ("halo", 1) in choice.costs
+    # The backward doubles the exchanges and adds the backward kernel's time.
+    fwd = gd.choose_parallelism(*long1d, 4, link=NVLINK)
+    both = gd.choose_parallelism(*long1d, 4, link=NVLINK, backward=True)
+    assert both.seconds > 2 * fwd.seconds
+    # The cheapest applicable mode is the one chosen.
+    assert fwd.seconds == min(fwd.costs.values())
+    with pytest.raises(ValueError, match=r"no mode applies on 4 ranks: heads \(5\)"):
+        gd.choose_parallelism((30, 48, 80), 5, 1, 1, False, 5, 4, link=FAST)
     with pytest.raises(ValueError, match="axis must be"):
-        gd.choose_parallelism((30, 48), 5, 1, 1, False, 8, 4, axis=2)
+        gd.choose_parallelism((30, 48), 5, 1, 1, False, 8, 4, axis=2, link=FAST)
+    with pytest.raises(ValueError, match="heads_kv must be a positive int"):
+        gd.choose_parallelism((30, 48), 5, 1, 1, False, 8, 4, heads_kv=0, link=FAST)
 
 
 if __name__ == "__main__":

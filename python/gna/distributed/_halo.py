@@ -232,56 +232,6 @@ def halo_attention(query, key, value, layout, kernel_size, stride=1, dilation=1,
     return out.narrow(dim, left, slab)
 
 
-def choose_parallelism(layout, kernel_size, stride, dilation, is_causal, heads, world_size,
-                       axis=0):
-    """The context parallelism, "ulysses" or "halo", that moves less data per rank for this rule
-    on `world_size` ranks (halo mode sharding `axis`).
-
-    Volumes are per rank and per pass, in units of one local slab of one tensor of all heads
-    (S / P tokens; Q, K, V and O taken of one size):
-
-        ulysses = 4 * (P - 1) / P        two all-to-alls: Q, K, V in, O out; each keeps 1/P
-        halo    = 2 * max_r(h_r) / l     the K and V halo rows h_r of rank r, slab l = L / P
-
-    with h_r the rows rank r receives (halo_attention's halo, clipped at the layout's edges).
-    The backward moves the same again in either mode. Ulysses needs `heads` and the token count
-    divisible by P, halo mode layout[axis] divisible by P (slabs thinner than the halo are
-    allowed: the halo then comes from several ranks, at its cost above). Halo mode is chosen
-    when it applies and moves strictly less, or Ulysses does not apply; it also computes its
-    halo rows' (zero) queries, (l + h_r) / l of the slab's attention. ValueError when neither
-    applies.
-    """
-    fn = "choose_parallelism"
-    layout = _layout(fn, layout)
-    window, strides, dilations, causal = _axis_rule(fn, layout, kernel_size, stride, dilation,
-                                                    is_causal, axis)
-    for name, n in (("heads", heads), ("world_size", world_size)):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"{fn}: {name} must be a positive int, got {n!r}")
-    probe = torch.empty((1,) + layout + (heads, 1), device="meta")
-    ops._validate_metadata(ops._params(window, strides, dilations, causal, 0.0), probe, probe,
-                           probe, None, None)
-    ranks = world_size
-    tokens = math.prod(layout)
-    ulysses_ok = heads % ranks == 0 and tokens % ranks == 0
-    extent = layout[axis]
-    halo_ok = extent % ranks == 0
-    if not ulysses_ok and not halo_ok:
-        raise ValueError(f"{fn}: neither mode applies on {ranks} ranks: heads ({heads}) or tokens "
-                         f"({tokens}) not divisible for Ulysses, layout[{axis}] ({extent}) not "
-                         f"divisible for halo")
-    if not halo_ok:
-        return "ulysses"
-    if not ulysses_ok:
-        return "halo"
-    slab = extent // ranks
-    ranges = _extended_ranges(extent, ranks, window[axis], strides[axis], dilations[axis],
-                              causal[axis])
-    halo_rows = max(end - start - slab for start, end in ranges)
-    # Compared in integers: halo < ulysses  <=>  2 h P < 4 (P - 1) l.
-    return "halo" if 2 * halo_rows * ranks < 4 * (ranks - 1) * slab else "ulysses"
-
-
 def shard_sequence(x, group=None):
     """This rank's contiguous shard [B, S/P, ...] of a [B, S, ...] tensor (S divisible by P)."""
     ranks, rank = _world(group)
