@@ -1,8 +1,6 @@
 """Halo (sequence-parallel along one axis) context parallelism: each rank holds a slab of
 consecutive coordinates of one axis of the layout, all heads, and receives from its neighbours
 the key/value rows its queries' windows reach (the halo)."""
-import math
-
 import torch
 import torch.distributed as dist
 

@@ -55,8 +55,9 @@ def pipelined(groups, sends, compute, group):
     """Runs compute(g, received) for every head group g, group g + 1's all-to-all in flight while
     group g computes and group g's results in flight while group g + 1 computes.
 
-    sends(g): the [P, ...] blocks (by destination) group g exchanges, packed in one buffer; compute(g, blocks
-    received, by source): the blocks to send back. Returns, per group, the blocks received back.
+    sends(g): the [P, ...] blocks (by destination) group g exchanges, packed in one buffer;
+    compute(g, blocks received, by source): the blocks to send back. Returns, per group, the
+    blocks received back.
     """
     def issue(blocks):
         buffer, widths = _pack(blocks)
