@@ -180,6 +180,15 @@ def main():
             print(f"{mode:>10} {size:>2} {total * 1e3:9.2f} {one / total:7.2f}x "
                   f"{attention * 1e3:13.2f} {exchanges * 1e3:14.2f} {predicted * 1e3:13.2f}")
         print(f"chosen: {choice.mode} (U = {choice.ulysses_size})")
+    # The Ulysses pipeline's timeline on this rank: each head group's exchange sent, arrived,
+    # computed and back (the attention hides an exchange when it arrives before it is needed).
+    if any(mode == "ulysses" for mode, *_ in rows):
+        attend = sharded("ulysses", ranks)
+        with torch.no_grad(), gd.timeline() as events:
+            attend(q, k, v)
+        if rank == 0:
+            print("Ulysses timeline (forward, rank 0): " +
+                  ", ".join(f"{label} {ms:.2f} ms" for label, ms in events))
     dist.destroy_process_group()
 
 

@@ -424,19 +424,32 @@ def _link_rank_main(rank, world, port, result_dir):
         link = gd.measure_link()
         again = gd.measure_link()  # cached: no second timing
         choice = gd.choose_parallelism((8, 6, 4), 3, 1, 1, False, 4, world)
+        # The pipeline's timeline: each of 2 head groups sent, arrived, computed and back.
+        q = torch.randn(1, 96 // world, 4, 2, dtype=torch.float64)
+        with gd.timeline() as events:
+            gd.ulysses_attention(q, q, q, (8, 12), 3, head_groups=2)
+        labels = [label for label, _ in events]
+        times = [ms for _, ms in events]
+        ordered = times == sorted(times[:6]) + times[6:] and times[0] == 0
         Path(result_dir, f"link{rank}.txt").write_text(
             f"{link.latency!r} {link.bandwidth!r} {again is link} {choice.mode} "
-            f"{choice.ulysses_size}")
+            f"{choice.ulysses_size}\n{'|'.join(labels)}\n{ordered}")
     finally:
         dist.destroy_process_group()
 
 
-def test_measure_link_is_the_same_on_every_rank(tmp_path):
+def test_measure_link_and_timeline(tmp_path):
     torch.multiprocessing.spawn(_link_rank_main, args=(2, _free_port(), str(tmp_path)), nprocs=2)
-    lines = [(tmp_path / f"link{r}.txt").read_text().split() for r in range(2)]
+    texts = [(tmp_path / f"link{r}.txt").read_text().splitlines() for r in range(2)]
+    lines = [t[0].split() for t in texts]
     assert lines[0] == lines[1]  # every rank chooses the same mode
     latency, bandwidth, cached = float(lines[0][0]), float(lines[0][1]), lines[0][2]
     assert latency > 0 and bandwidth > 0 and cached == "True"
+    for text in texts:
+        assert text[1].split("|") == [
+            "group 0 sent", "group 0 arrived", "group 1 sent", "group 0 computed, returned",
+            "group 1 arrived", "group 1 computed, returned", "group 0 back", "group 1 back"]
+        assert text[2] == "True"
 
 
 FAST = gd.Link(latency=0.0, bandwidth=1e18)  # communication free: kernel time decides

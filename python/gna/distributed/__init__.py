@@ -5,8 +5,8 @@ modes: Ulysses (head-parallel, exchanges pipelined with the attention by head gr
 from ._choice import Link, Parallelism, choose_parallelism, measure_link, parallelism_costs
 from ._halo import gather_sequence, halo_attention, shard_sequence
 from ._hybrid import hybrid_attention
-from ._ulysses import ulysses_attention, ulysses_joint_attention
+from ._ulysses import timeline, ulysses_attention, ulysses_joint_attention
 
 __all__ = ["ulysses_attention", "ulysses_joint_attention", "halo_attention", "hybrid_attention",
            "choose_parallelism", "parallelism_costs", "measure_link", "Link", "Parallelism",
-           "shard_sequence", "gather_sequence"]
+           "shard_sequence", "gather_sequence", "timeline"]

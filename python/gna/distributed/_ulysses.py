@@ -7,7 +7,9 @@ over the whole layout for them, and one all-to-all returns the group's output to
 The exchange of group g + 1 is in flight (async_op) while group g's attention runs, and group g's
 output travels while group g + 1's runs; the backward pipelines the gradients the same way.
 """
+import contextlib
 import math
+import time
 
 import torch
 import torch.distributed as dist
@@ -51,6 +53,41 @@ def _unpack(buffer, widths, shapes):
             zip(torch.split(buffer, widths, dim=1), shapes)]
 
 
+_events = None  # the timeline being recorded: [(label, device, CUDA event or host time)]
+
+
+@contextlib.contextmanager
+def timeline():
+    """Records when each head group's exchange is issued, has arrived (as the attention's stream
+    sees it) and its attention has run, in every pipelined call inside the block; yields a list
+    that holds (label, milliseconds since the first event) at the block's end (CUDA events on
+    CUDA tensors: the device's order, not the host's)."""
+    global _events
+    recorded, result = [], []
+    _events = recorded
+    try:
+        yield result
+    finally:
+        _events = None
+        if any(device.type == "cuda" for _, device, _ in recorded):
+            torch.cuda.synchronize()
+        start = recorded[0][2] if recorded else None
+        for label, device, mark in recorded:
+            ms = start.elapsed_time(mark) if device.type == "cuda" else (mark - start) * 1e3
+            result.append((label, ms))
+
+
+def _mark(label, device):
+    if _events is None:
+        return
+    if device.type == "cuda":
+        mark = torch.cuda.Event(enable_timing=True)
+        mark.record()
+    else:
+        mark = time.perf_counter()
+    _events.append((label, device, mark))
+
+
 def pipelined(groups, sends, compute, group):
     """Runs compute(g, received) for every head group g, group g + 1's all-to-all in flight while
     group g computes and group g's results in flight while group g + 1 computes.
@@ -59,18 +96,24 @@ def pipelined(groups, sends, compute, group):
     compute(g, blocks received, by source): the blocks to send back. Returns, per group, the
     blocks received back.
     """
-    def issue(blocks):
+    def issue(blocks, label):
         buffer, widths = _pack(blocks)
+        _mark(label, buffer.device)
         return _start(buffer, group), widths, [tuple(b.shape[1:]) for b in blocks]
 
-    inflight, back = issue(sends(0)), []
-    for g in range(groups):
+    def arrived(inflight, label):
         pending, widths, shapes = inflight
-        received = _unpack(_finish(pending), widths, shapes)
+        received = _finish(pending)
+        _mark(label, received.device)
+        return _unpack(received, widths, shapes)
+
+    inflight, back = issue(sends(0), "group 0 sent"), []
+    for g in range(groups):
+        received = arrived(inflight, f"group {g} arrived")
         if g + 1 < groups:
-            inflight = issue(sends(g + 1))
-        back.append(issue(compute(g, received)))
-    return [_unpack(_finish(pending), widths, shapes) for pending, widths, shapes in back]
+            inflight = issue(sends(g + 1), f"group {g + 1} sent")
+        back.append(issue(compute(g, received), f"group {g} computed, returned"))
+    return [arrived(b, f"group {g} back") for g, b in enumerate(back)]
 
 
 def _group_blocks(x, ranks, groups, g):
