@@ -195,9 +195,16 @@ def _bad_rank_main(rank, world, port, result_dir):
     try:
         messages = []
         q = torch.randn(1, 12, 3, 4, dtype=torch.float64)  # 3 heads over 2 ranks
+        q4 = torch.randn(1, 12, 4, 4, dtype=torch.float64)  # 4 heads over 2 ranks
+        t = torch.randn(1, 3, 4, 4, dtype=torch.float64)
         for call in (lambda: gd.ulysses_attention(q, q, q, (24,), 3),
                      lambda: gd.ulysses_attention(q[:, :5], q[:, :5], q[:, :5], (12,), 3),
-                     lambda: gd.ulysses_attention(q, q, q, (2, 3, 2, 2), 3)):
+                     lambda: gd.ulysses_attention(q, q, q, (2, 3, 2, 2), 3),
+                     lambda: gd.ulysses_attention(q4, q4, q4, (24,), 3, head_groups=3),
+                     lambda: gd.hybrid_attention(q4, q4, q4, (24,), 3, ulysses_size=3),
+                     lambda: gd.hybrid_attention(q4, q4, q4, (3, 8), 3, ulysses_size=1),
+                     lambda: gd.ulysses_joint_attention(q4, q4, q4, t, t, t[..., :2, :], (24,),
+                                                        3)):
             try:
                 call()
                 messages.append("no error")
@@ -215,6 +222,10 @@ def test_ulysses_bad_input_names_the_value(tmp_path):
     assert "query heads (3)" in messages[0]
     assert "5 tokens per rank" in messages[1]
     assert "1 to 3 axes" in messages[2]
+    assert "head_groups must be a positive int dividing" in messages[3] and "got 3" in messages[3]
+    assert "ulysses_size must be a positive int dividing" in messages[4] and "(2)" in messages[4]
+    assert "layout[0] (3) must be divisible" in messages[5]
+    assert "text_value has 2 heads, the visual tokens 4" in messages[6]
 
 
 # Halo mode: randomized rules over slabs of one axis; every rank checks its own slab of the
