@@ -34,6 +34,9 @@ struct AttentionParams {
   // kMaxHeadsWithRules query heads; group_of_head holds one entry per query head.
   std::vector<HeadGroupRule> head_groups;
   std::vector<int> group_of_head;
+  // A slab problem (gna/core/slab.hpp) when slab.active: its extent and offsets are read, its
+  // key_extent comes from the key tensor's shape.
+  Slab slab;
 };
 
 struct AttentionTensors {
@@ -82,5 +85,6 @@ inline void check_output(const NamedTensor& output, std::initializer_list<NamedT
 int output_shape(const Problem& p, int64_t* shape);  // O: returns rank
 int lse_shape(const Problem& p, int64_t* shape);     // LSE
 int token_tensor_shape(const Problem& p, int heads, int dim, int64_t* shape);
+int key_tensor_shape(const Problem& p, int heads, int dim, int64_t* shape);  // K, V, dK, dV
 
 }  // namespace gna

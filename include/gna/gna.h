@@ -10,7 +10,7 @@
 extern "C" {
 #endif
 
-#define GNA_ABI_VERSION 5
+#define GNA_ABI_VERSION 6
 #define GNA_MAX_RANK 3
 #define GNA_MAX_TENSOR_RANK 8
 #define GNA_MAX_HEAD_GROUPS 8         /* per-head rules: groups (since ABI version 4) */
@@ -152,6 +152,47 @@ gna_status gna_forward_e4m3(const gna_params* params, const gna_head_rules* head
                             const gna_tensor* q_scale, const gna_tensor* k_scale,
                             const gna_tensor* v_scale, const gna_tensor* additional_k_scale,
                             gna_tensor* out, gna_tensor* lse, const gna_options* options);
+
+/* Slabs (since ABI version 6; context parallelism, include/gna/core/slab.hpp): the rule of the
+ * whole layout, extent[a] per axis, evaluated at global coordinates for a local slab of queries
+ * and a local slab of keys. The query tensor (and out, lse, d_out, dq) holds global coordinates
+ * [query_offset[a], query_offset[a] + its extent) of axis a, the key and value tensors (and dk,
+ * dv) [key_offset[a], key_offset[a] + their extent); every query's window must lie inside the
+ * key slab (gna_key_range says which keys it needs). Keys that queries outside the query slab
+ * attend get only the slab's queries' gradient. Per-head rules are not taken with slabs. A
+ * backend that does not run slabs refuses the call (GNA_STATUS_UNSUPPORTED, the message names
+ * it): the CPU reference runs them; gna_select_backend_slab tells a caller which backend would. */
+typedef struct gna_slab {
+  int32_t extent[GNA_MAX_RANK];
+  int32_t query_offset[GNA_MAX_RANK];
+  int32_t key_offset[GNA_MAX_RANK];
+} gna_slab;
+
+/* The keys [*key_begin, *key_end) of axis `axis` (global coordinates) that the queries
+ * [query_begin, query_end) attend under params' rule of that axis on a layout of `extent` rows
+ * (since ABI version 6). */
+gna_status gna_key_range(const gna_params* params, int32_t axis, int32_t extent,
+                         int32_t query_begin, int32_t query_end, int32_t* key_begin,
+                         int32_t* key_end);
+
+/* gna_forward, gna_backward and gna_select_backend on a slab (since ABI version 6); slab NULL:
+ * exactly the calls without _slab. */
+gna_status gna_forward_slab(const gna_params* params, const gna_slab* slab, const gna_tensor* q,
+                            const gna_tensor* k, const gna_tensor* v,
+                            const gna_tensor* additional_k, const gna_tensor* additional_v,
+                            gna_tensor* out, gna_tensor* lse, const gna_options* options);
+gna_status gna_backward_slab(const gna_params* params, const gna_slab* slab, const gna_tensor* q,
+                             const gna_tensor* k, const gna_tensor* v,
+                             const gna_tensor* additional_k, const gna_tensor* additional_v,
+                             const gna_tensor* out, const gna_tensor* lse,
+                             const gna_tensor* d_out, gna_tensor* dq, gna_tensor* dk,
+                             gna_tensor* dv, gna_tensor* d_additional_k,
+                             gna_tensor* d_additional_v, const gna_options* options);
+gna_status gna_select_backend_slab(const gna_params* params, const gna_slab* slab,
+                                   const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
+                                   const gna_tensor* additional_k,
+                                   const gna_tensor* additional_v, int32_t backward,
+                                   const gna_options* options, char* name, int32_t capacity);
 
 /* Exact merge of count partial outputs by their logsumexp (host float32/float64). */
 gna_status gna_merge_attentions(int32_t count, const gna_tensor* outputs, const gna_tensor* lses,

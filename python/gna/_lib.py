@@ -75,6 +75,14 @@ class HeadRules(ctypes.Structure):
     ]
 
 
+class Slab(ctypes.Structure):
+    _fields_ = [
+        ("extent", ctypes.c_int32 * MAX_RANK),
+        ("query_offset", ctypes.c_int32 * MAX_RANK),
+        ("key_offset", ctypes.c_int32 * MAX_RANK),
+    ]
+
+
 class Options(ctypes.Structure):
     _fields_ = [
         ("backend", ctypes.c_char_p),
@@ -243,6 +251,20 @@ has_fp8 = int(lib.gna_abi_version()) >= 5 and hasattr(lib, "gna_forward_e4m3")
 if has_fp8:
     lib.gna_forward_e4m3.restype = _status
     lib.gna_forward_e4m3.argtypes = [_P(Params), _P(HeadRules)] + [_T] * 11 + [_P(Options)]
+
+# Slabs (ABI version 6): the rule at global coordinates for local query and key slabs.
+has_slabs = int(lib.gna_abi_version()) >= 6 and hasattr(lib, "gna_forward_slab")
+if has_slabs:
+    _S = _P(Slab)
+    lib.gna_key_range.restype = _status
+    lib.gna_key_range.argtypes = [_P(Params)] + [ctypes.c_int32] * 4 + [_P(ctypes.c_int32)] * 2
+    lib.gna_forward_slab.restype = _status
+    lib.gna_forward_slab.argtypes = [_P(Params), _S] + [_T] * 7 + [_P(Options)]
+    lib.gna_backward_slab.restype = _status
+    lib.gna_backward_slab.argtypes = [_P(Params), _S] + [_T] * 13 + [_P(Options)]
+    lib.gna_select_backend_slab.restype = _status
+    lib.gna_select_backend_slab.argtypes = [_P(Params), _S, _T, _T, _T, _T, _T, ctypes.c_int32,
+                                            _P(Options), ctypes.c_char_p, ctypes.c_int32]
 
 has_simulator = hasattr(lib, "gna_simulate")
 if has_simulator:

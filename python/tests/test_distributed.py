@@ -21,7 +21,11 @@ CASES = [
     ((8, 6), 4, 4, (3, 5), (1, 2), (2, 1), (False, False), 0),
     ((4, 4, 6), 4, 2, (3, 2, 3), (1, 1, 3), (1, 2, 1), (True, False, False), 3),
     ((24,), 8, 4, (5,), (2,), (1,), (False,), 0),
+    ((4, 6), 16, 8, (3, 3), (1, 2), (1, 1), (False, True), 2),
 ]
+# Head groups of the pipelined exchanges: None (the default), and every count that splits the
+# key/value heads per rank; each case meets at least one count above 1 on 2 ranks.
+
 
 
 # Fresh inputs and halo rules on every run; GNA_TEST_SEED repeats a run (failures name it).
@@ -61,26 +65,32 @@ def _single_process(case, seed):
     return out.detach(), grads
 
 
+def _head_group_counts(case, world):
+    per_rank = case[2] // world
+    return [None] + [g for g in range(1, per_rank + 1) if per_rank % g == 0]
+
+
 def _rank_main(rank, world, port, case, seed, result_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         layout, _, _, window, stride, dilation, causal, _ = case
-        q, k, v, ek, ev, w = _inputs(case, seed)
-        shards = [gd.shard_sequence(t).detach().requires_grad_() for t in (q, k, v)]
-        extras = [t.requires_grad_() for t in (ek, ev) if t is not None]
-        extra = dict(additional_keys=ek, additional_values=ev) if extras else {}
-        out = gd.ulysses_attention(*shards, layout, window, stride=stride, dilation=dilation,
-                                   is_causal=causal, **extra)
-        loss = (out * gd.shard_sequence(w)).sum()
-        grads = torch.autograd.grad(loss, shards + extras)
-        # Each rank's additional-token gradient covers its own heads' share: sum over ranks.
-        extra_grads = [g.contiguous() for g in grads[3:]]
-        for g in extra_grads:
-            dist.all_reduce(g)
-        full = [gd.gather_sequence(out.detach())] + [gd.gather_sequence(g) for g in grads[:3]]
-        if rank == 0:
-            torch.save(full + extra_grads, os.path.join(result_dir, "result.pt"))
+        for groups in _head_group_counts(case, world):
+            q, k, v, ek, ev, w = _inputs(case, seed)
+            shards = [gd.shard_sequence(t).detach().requires_grad_() for t in (q, k, v)]
+            extras = [t.requires_grad_() for t in (ek, ev) if t is not None]
+            extra = dict(additional_keys=ek, additional_values=ev) if extras else {}
+            out = gd.ulysses_attention(*shards, layout, window, stride=stride, dilation=dilation,
+                                       is_causal=causal, head_groups=groups, **extra)
+            loss = (out * gd.shard_sequence(w)).sum()
+            grads = torch.autograd.grad(loss, shards + extras)
+            # Each rank's additional-token gradient covers its own heads' share: sum over ranks.
+            extra_grads = [g.contiguous() for g in grads[3:]]
+            for g in extra_grads:
+                dist.all_reduce(g)
+            full = [gd.gather_sequence(out.detach())] + [gd.gather_sequence(g) for g in grads[:3]]
+            if rank == 0:
+                torch.save(full + extra_grads, os.path.join(result_dir, f"result{groups}.pt"))
     finally:
         dist.destroy_process_group()
 
@@ -94,10 +104,86 @@ def test_ulysses_equals_single_process(tmp_path, world, index):
     seed = SEED + index
     torch.multiprocessing.spawn(_rank_main, args=(world, _free_port(), case, seed, str(tmp_path)),
                                 nprocs=world)
-    got = torch.load(tmp_path / "result.pt")
     out, grads = _single_process(case, seed)
     expected = [out, *grads]
-    assert len(got) == len(expected)
+    counts = _head_group_counts(case, world)
+    for groups in counts:
+        got = torch.load(tmp_path / f"result{groups}.pt")
+        assert len(got) == len(expected)
+        for a, b in zip(got, expected):
+            assert a.shape == b.shape
+            assert torch.allclose(a, b, atol=1e-10, rtol=1e-9), (seed, groups,
+                                                                 (a - b).abs().max())
+
+
+def test_ulysses_cases_pipeline_head_groups():
+    # The pipeline runs more than one head group, with GQA and with additional tokens.
+    for world in (2, 4):
+        piped = [c for c in CASES if c[2] % world == 0 and
+                 max(g or 0 for g in _head_group_counts(c, world)) > 1]
+        assert any(c[1] != c[2] for c in piped) and any(c[-1] for c in piped), world
+
+
+# Joint text + visual attention: visual and text tokens both sharded; (layout, heads, heads_kv,
+# window, stride, dilation, causal, text tokens).
+JOINT_CASES = [
+    ((4, 6), 4, 4, (3, 3), (1, 2), (1, 1), (False, False), 4),
+    ((8,), 8, 4, (3,), (1,), (2,), (True,), 8),
+]
+
+
+def _joint_inputs(case, seed):
+    layout, heads, heads_kv, *_, text = case
+    g = torch.Generator().manual_seed(seed)
+    tokens = 1
+    for e in layout:
+        tokens *= e
+    make = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64)  # noqa: E731
+    n = tokens + text
+    return make(2, n, heads, 4), make(2, n, heads_kv, 4), make(2, n, heads_kv, 3), \
+        make(2, n, heads, 3)
+
+
+def _joint_rank_main(rank, world, port, case, seed, result_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        layout, _, _, window, stride, dilation, causal, text = case
+        tokens = len(_joint_inputs(case, seed)[0][0]) - text
+        q, k, v, w = _joint_inputs(case, seed)
+        shards = [gd.shard_sequence(t[:, :tokens]).detach().requires_grad_() for t in (q, k, v)]
+        shards += [gd.shard_sequence(t[:, tokens:]).detach().requires_grad_() for t in (q, k, v)]
+        out, out_text = gd.ulysses_joint_attention(*shards, layout, window, stride=stride,
+                                                   dilation=dilation, is_causal=causal,
+                                                   head_groups=2)
+        loss = (out * gd.shard_sequence(w[:, :tokens])).sum() + \
+            (out_text * gd.shard_sequence(w[:, tokens:])).sum()
+        grads = torch.autograd.grad(loss, shards)
+        whole = lambda a, b: torch.cat([gd.gather_sequence(a), gd.gather_sequence(b)], 1)  # noqa
+        full = [whole(out.detach(), out_text.detach())] + \
+            [whole(grads[i], grads[3 + i]) for i in range(3)]
+        if rank == 0:
+            torch.save(full, os.path.join(result_dir, "joint.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("index", range(len(JOINT_CASES)))
+def test_ulysses_joint_equals_single_process(tmp_path, world, index):
+    case = JOINT_CASES[index]
+    if case[2] % (2 * world):
+        pytest.skip(f"{case[2]} key/value heads do not make 2 head groups on {world} ranks")
+    seed = SEED + 100 + index
+    torch.multiprocessing.spawn(_joint_rank_main,
+                                args=(world, _free_port(), case, seed, str(tmp_path)),
+                                nprocs=world)
+    got = torch.load(tmp_path / "joint.pt")
+    layout, _, _, window, stride, dilation, causal, text = case
+    q, k, v, w = (t.requires_grad_() for t in _joint_inputs(case, seed))
+    out = gna.joint_attention(q, k, v, layout, window, stride=stride, dilation=dilation,
+                              is_causal=causal, text_len=text)
+    expected = [out.detach()] + list(torch.autograd.grad((out * w).sum(), (q, k, v)))
     for a, b in zip(got, expected):
         assert a.shape == b.shape
         assert torch.allclose(a, b, atol=1e-10, rtol=1e-9), (seed, (a - b).abs().max())
@@ -109,9 +195,16 @@ def _bad_rank_main(rank, world, port, result_dir):
     try:
         messages = []
         q = torch.randn(1, 12, 3, 4, dtype=torch.float64)  # 3 heads over 2 ranks
+        q4 = torch.randn(1, 12, 4, 4, dtype=torch.float64)  # 4 heads over 2 ranks
+        t = torch.randn(1, 3, 4, 4, dtype=torch.float64)
         for call in (lambda: gd.ulysses_attention(q, q, q, (24,), 3),
                      lambda: gd.ulysses_attention(q[:, :5], q[:, :5], q[:, :5], (12,), 3),
-                     lambda: gd.ulysses_attention(q, q, q, (2, 3, 2, 2), 3)):
+                     lambda: gd.ulysses_attention(q, q, q, (2, 3, 2, 2), 3),
+                     lambda: gd.ulysses_attention(q4, q4, q4, (24,), 3, head_groups=3),
+                     lambda: gd.hybrid_attention(q4, q4, q4, (24,), 3, ulysses_size=3),
+                     lambda: gd.hybrid_attention(q4, q4, q4, (3, 8), 3, ulysses_size=1),
+                     lambda: gd.ulysses_joint_attention(q4, q4, q4, t, t, t[..., :2, :], (24,),
+                                                        3)):
             try:
                 call()
                 messages.append("no error")
@@ -129,6 +222,10 @@ def test_ulysses_bad_input_names_the_value(tmp_path):
     assert "query heads (3)" in messages[0]
     assert "5 tokens per rank" in messages[1]
     assert "1 to 3 axes" in messages[2]
+    assert "head_groups must be a positive int dividing" in messages[3] and "got 3" in messages[3]
+    assert "ulysses_size must be a positive int dividing" in messages[4] and "(2)" in messages[4]
+    assert "layout[0] (3) must be divisible" in messages[5]
+    assert "text_value has 2 heads, the visual tokens 4" in messages[6]
 
 
 # Halo mode: randomized rules over slabs of one axis; every rank checks its own slab of the
@@ -169,7 +266,7 @@ def _halo_configs(world, count, seed):
     return configs
 
 
-def _halo_check(config, seed, rank, world):
+def _halo_check(config, seed, rank, world, exact):
     """Largest difference between this rank's halo slab (output, dq, dk, dv) and the same slab
     of the single-process call."""
     layout, axis, heads, heads_kv, window, stride, dilation, causal, batch = config
@@ -185,7 +282,7 @@ def _halo_check(config, seed, rank, world):
     slab = layout[axis] // world
     mine = lambda t: t.narrow(1 + axis, rank * slab, slab)  # noqa: E731
     shards = [mine(t).detach().clone().requires_grad_() for t in (q, k, v)]
-    out = gd.halo_attention(*shards, layout, window, axis=axis, **rule)
+    out = gd.halo_attention(*shards, layout, window, axis=axis, exact=exact, **rule)
     got = [out.detach()] + list(torch.autograd.grad((out * mine(w)).sum(), shards))
     worst = 0.0
     for a, b in zip(got, expected):
@@ -220,10 +317,11 @@ def _halo_rank_main(rank, world, port, count, seed, result_dir):
     try:
         lines = []
         for i, config in enumerate(_halo_configs(world, count, seed)):
+            exact = i % 2 == 0  # exact slabs and the extended-slab path on alternate configs
             try:
-                lines.append(f"ok {_halo_check(config, seed + i, rank, world):.3g}")
+                lines.append(f"ok {_halo_check(config, seed + i, rank, world, exact):.3g}")
             except AssertionError as e:
-                lines.append(f"FAIL {config}: {e}")
+                lines.append(f"FAIL exact={exact} {config}: {e}")
         if world == 2:
             lines += _halo_errors()
         Path(result_dir, f"halo{rank}.txt").write_text("\n".join(lines))
@@ -272,22 +370,141 @@ def test_halo_configurations_cover_the_cases():
         assert any(d * (k - 1 + s) > n for k, s, d, c, n in axis)  # halo from several ranks
 
 
-def test_choose_parallelism():
-    # Frames of a video over 4 ranks, a 5-frame window: 2 halos of K and V are less than 4 * 3/4.
-    assert gd.choose_parallelism((32, 48, 80), (5, 9, 9), 1, 1, False, 24, 4) == "halo"
-    # Thin slabs (2 frames) under the same window: the halo outweighs the all-to-alls.
-    assert gd.choose_parallelism((8, 48, 80), (5, 9, 9), 1, 1, False, 24, 4) == "ulysses"
-    # Heads that do not split: halo whatever it costs; frames that do not split: Ulysses.
-    assert gd.choose_parallelism((8, 48, 80), (5, 9, 9), 1, 1, False, 6, 4) == "halo"
-    assert gd.choose_parallelism((30, 48, 80), (5, 9, 9), 1, 1, False, 24, 4) == "ulysses"
-    # Causal along frames needs no right halo: halo mode where the non-causal window is not.
-    assert gd.choose_parallelism((16, 48, 80), (5, 9, 9), 1, 1, (True, False, False), 8,
-                                 4) == "halo"
-    assert gd.choose_parallelism((16, 48, 80), (5, 9, 9), 1, 1, False, 8, 4) == "ulysses"
-    with pytest.raises(ValueError, match=r"heads \(6\)"):
-        gd.choose_parallelism((30, 48, 80), 5, 1, 1, False, 6, 4)
+# Hybrid: Ulysses within groups of U ranks x halo along axis 0 across them; the same input as
+# Ulysses. (layout, heads, heads_kv, window, stride, dilation, causal, ulysses sizes per world)
+HYBRID_CASES = [
+    ((8, 6), 4, 2, (3, 3), (2, 1), (1, 2), (False, True), {2: [1], 4: [2]}),
+    ((4, 3, 4), 4, 4, (3, 2, 3), (1, 2, 1), (1, 1, 1), (True, False, False), {2: [1], 4: [2]}),
+]
+
+
+def _hybrid_rank_main(rank, world, port, seed, result_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        lines = []
+        for index, case in enumerate(HYBRID_CASES):
+            layout, heads, heads_kv, window, stride, dilation, causal, sizes = case
+            for size in sizes[world]:
+                for exact in (None, False):
+                    g = torch.Generator().manual_seed(seed + index)
+                    tokens = 1
+                    for e in layout:
+                        tokens *= e
+                    make = lambda h, d: torch.randn(2, tokens, h, d, generator=g,  # noqa
+                                                    dtype=torch.float64)
+                    q, k, v, w = make(heads, 4), make(heads_kv, 4), make(heads_kv, 3), \
+                        make(heads, 3)
+                    na = (gna.na1d, gna.na2d, gna.na3d)[len(layout) - 1]
+                    spatial = lambda t: t.reshape(2, *layout, *t.shape[2:])  # noqa: E731
+                    inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+                    out = na(*(spatial(t) for t in inputs), window, stride=stride,
+                             dilation=dilation, is_causal=causal).reshape(w.shape)
+                    expected = [out.detach()] + list(torch.autograd.grad((out * w).sum(),
+                                                                         inputs))
+                    shards = [gd.shard_sequence(t).detach().requires_grad_() for t in (q, k, v)]
+                    got = gd.hybrid_attention(*shards, layout, window, stride=stride,
+                                              dilation=dilation, is_causal=causal,
+                                              ulysses_size=size, exact=exact)
+                    grads = torch.autograd.grad((got * gd.shard_sequence(w)).sum(), shards)
+                    worst = max((a - gd.shard_sequence(b)).abs().max().item() for a, b in
+                                zip([got.detach(), *grads], expected))
+                    lines.append(f"{index} {size} {exact} {worst:.3g}")
+        Path(result_dir, f"hybrid{rank}.txt").write_text("\n".join(lines))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_hybrid_equals_single_process(tmp_path, world):
+    seed = SEED + 2000 + world
+    torch.multiprocessing.spawn(_hybrid_rank_main, args=(world, _free_port(), seed,
+                                                         str(tmp_path)), nprocs=world)
+    runs = sum(2 * len(c[-1][world]) for c in HYBRID_CASES)
+    for rank in range(world):
+        lines = (tmp_path / f"hybrid{rank}.txt").read_text().splitlines()
+        assert len(lines) == runs
+        for line in lines:
+            assert float(line.split()[-1]) < 1e-10, (seed, rank, line)
+
+
+def _link_rank_main(rank, world, port, result_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        link = gd.measure_link()
+        again = gd.measure_link()  # cached: no second timing
+        choice = gd.choose_parallelism((8, 6, 4), 3, 1, 1, False, 4, world)
+        # The pipeline's timeline: each of 2 head groups sent, arrived, computed and back.
+        q = torch.randn(1, 96 // world, 4, 2, dtype=torch.float64)
+        with gd.timeline() as events:
+            gd.ulysses_attention(q, q, q, (8, 12), 3, head_groups=2)
+        labels = [label for label, _ in events]
+        times = [ms for _, ms in events]
+        ordered = times == sorted(times[:6]) + times[6:] and times[0] == 0
+        Path(result_dir, f"link{rank}.txt").write_text(
+            f"{link.latency!r} {link.bandwidth!r} {again is link} {choice.mode} "
+            f"{choice.ulysses_size}\n{'|'.join(labels)}\n{ordered}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_measure_link_and_timeline(tmp_path):
+    torch.multiprocessing.spawn(_link_rank_main, args=(2, _free_port(), str(tmp_path)), nprocs=2)
+    texts = [(tmp_path / f"link{r}.txt").read_text().splitlines() for r in range(2)]
+    lines = [t[0].split() for t in texts]
+    assert lines[0] == lines[1]  # every rank chooses the same mode
+    latency, bandwidth, cached = float(lines[0][0]), float(lines[0][1]), lines[0][2]
+    assert latency > 0 and bandwidth > 0 and cached == "True"
+    for text in texts:
+        assert text[1].split("|") == [
+            "group 0 sent", "group 0 arrived", "group 1 sent", "group 0 computed, returned",
+            "group 1 arrived", "group 1 computed, returned", "group 0 back", "group 1 back"]
+        assert text[2] == "True"
+
+
+FAST = gd.Link(latency=0.0, bandwidth=1e18)  # communication free: kernel time decides
+SLOW = gd.Link(latency=1e-5, bandwidth=1e8)  # communication dominates: bytes decide
+NVLINK = gd.Link(latency=20e-6, bandwidth=100e9)
+
+
+def test_choose_parallelism_on_constructed_links():
+    hunyuan = ((30, 48, 80), (18, 24, 24), 1, 1, False, 24)
+    long1d = ((32768,), (2048,), 1, 1, False, 8)
+    # Free communication: Ulysses splits the whole layout's kernel time P ways, a halo slab
+    # (the fast kernels run the extended slab) costs more than 1/P of it.
+    assert gd.choose_parallelism(*hunyuan, 4, link=FAST).mode == "ulysses"
+    assert gd.choose_parallelism(*long1d, 4, link=FAST).mode == "ulysses"
+    # Exact slabs compute only their own queries: 1/P of the kernel, as Ulysses.
+    costs = gd.choose_parallelism(*long1d, 4, link=FAST, exact=True).costs
+    assert costs[("halo", 1)] == pytest.approx(costs[("ulysses", 4)])
+    assert costs[("halo", 1)] < gd.choose_parallelism(*long1d, 4, link=FAST).costs[("halo", 1)]
+    # A slow link: the long 1-D window's halo (2 x 2048 rows of K and V) moves far less than
+    # Ulysses' four all-to-alls of 8192 rows.
+    assert gd.choose_parallelism(*long1d, 4, link=SLOW).mode == "halo"
+    assert gd.choose_parallelism(*long1d, 4, link=NVLINK).mode == "halo"
+    # Hunyuan's frames (30) do not split over 4: halo needs 2 slabs, so the hybrid (2 x 2)
+    # competes with Ulysses; on a slow link the hybrid's smaller all-to-alls win.
+    costs = gd.choose_parallelism(*hunyuan, 4, link=SLOW).costs
+    assert set(costs) == {("ulysses", 4), ("hybrid", 2)}
+    assert gd.choose_parallelism(*hunyuan, 4, link=SLOW).mode == "hybrid"
+    assert gd.choose_parallelism(*hunyuan, 4, link=NVLINK).mode == "ulysses"
+    # Heads that do not split over 4 ranks (6): the hybrid (U = 2) or halo, never Ulysses.
+    choice = gd.choose_parallelism((8, 48, 80), (5, 9, 9), 1, 1, False, 6, 4, link=NVLINK)
+    assert choice.mode == "hybrid" and choice.ulysses_size == 2
+    assert ("ulysses", 4) not in choice.costs and ("halo", 1) in choice.costs
+    # The backward doubles the exchanges and adds the backward kernel's time.
+    fwd = gd.choose_parallelism(*long1d, 4, link=NVLINK)
+    both = gd.choose_parallelism(*long1d, 4, link=NVLINK, backward=True)
+    assert both.seconds > 2 * fwd.seconds
+    # The cheapest applicable mode is the one chosen.
+    assert fwd.seconds == min(fwd.costs.values())
+    with pytest.raises(ValueError, match=r"no mode applies on 4 ranks: heads \(5\)"):
+        gd.choose_parallelism((30, 48, 80), 5, 1, 1, False, 5, 4, link=FAST)
     with pytest.raises(ValueError, match="axis must be"):
-        gd.choose_parallelism((30, 48), 5, 1, 1, False, 8, 4, axis=2)
+        gd.choose_parallelism((30, 48), 5, 1, 1, False, 8, 4, axis=2, link=FAST)
+    with pytest.raises(ValueError, match="heads_kv must be a positive int"):
+        gd.choose_parallelism((30, 48), 5, 1, 1, False, 8, 4, heads_kv=0, link=FAST)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from conftest import torch
 
 
 def test_abi_version():
-    assert gna.abi_version() == 5  # 5: the FP8 forward
+    assert gna.abi_version() == 6  # 6: slabs (query and key offsets)
 
 
 def test_release_cached_memory_without_gpu_work_is_a_no_op():

@@ -74,6 +74,17 @@ gna::AttentionParams to_params(const gna_params* p, const gna_head_rules* head_r
   return a;
 }
 
+gna::AttentionParams with_slab(gna::AttentionParams a, const gna_slab* slab) {
+  if (slab == nullptr) return a;
+  a.slab.active = true;
+  for (int i = 0; i < a.rank; ++i) {
+    a.slab.extent[i] = slab->extent[i];
+    a.slab.query_offset[i] = slab->query_offset[i];
+    a.slab.key_offset[i] = slab->key_offset[i];
+  }
+  return a;
+}
+
 gna::CallOptions to_options(const gna_options* o) {
   gna::CallOptions c;
   if (o == nullptr) return c;
@@ -337,6 +348,88 @@ gna_status gna_na_av_backward(const gna_params* params, const gna_tensor* attn,
     const OptionalRef g_attn(d_attn, "d_attn"), g_v(dv, "dv");
     gna::na_av_backward(to_params(params), to_ref(attn, "attn"), to_ref(v, "value"),
                         to_ref(d_out, "d_out"), g_attn.ptr, g_v.ptr, to_options(options));
+  });
+}
+
+gna_status gna_key_range(const gna_params* params, int32_t axis, int32_t extent,
+                         int32_t query_begin, int32_t query_end, int32_t* key_begin,
+                         int32_t* key_end) {
+  return guarded([&] {
+    const gna::AttentionParams a = to_params(params);
+    if (axis < 0 || axis >= a.rank)
+      gna::fail_invalid("axis must be in [0, ", a.rank, "), got ", axis);
+    if (key_begin == nullptr || key_end == nullptr)
+      gna::fail_invalid("key_begin, key_end: required, got NULL");
+    gna::AxisRule rule;
+    rule.extent = extent;
+    rule.window = a.window[axis];
+    rule.stride = a.stride[axis];
+    rule.dilation = a.dilation[axis];
+    rule.causal = a.causal[axis];
+    gna::Problem p;
+    p.axes[0] = rule;
+    gna::validate(p);  // the axis's rule on its extent, with the core's messages
+    if (query_begin < 0 || query_end > extent || query_begin >= query_end)
+      gna::fail_invalid("queries [", query_begin, ", ", query_end,
+                        ") must be a non-empty range inside [0, ", extent, ")");
+    const gna::Range keys = gna::key_range(rule, gna::Range{query_begin, query_end});
+    *key_begin = keys.begin;
+    *key_end = keys.end;
+  });
+}
+
+gna_status gna_forward_slab(const gna_params* params, const gna_slab* slab, const gna_tensor* q,
+                            const gna_tensor* k, const gna_tensor* v,
+                            const gna_tensor* additional_k, const gna_tensor* additional_v,
+                            gna_tensor* out, gna_tensor* lse, const gna_options* options) {
+  return guarded([&] {
+    Inputs in(q, k, v, additional_k, additional_v);
+    gna::TensorRef o = to_ref(out, "out");
+    gna::TensorRef l;
+    if (lse) l = to_ref(lse, "lse");
+    gna::attention_forward(with_slab(to_params(params), slab), in.t, o, lse ? &l : nullptr,
+                           to_options(options));
+  });
+}
+
+gna_status gna_backward_slab(const gna_params* params, const gna_slab* slab, const gna_tensor* q,
+                             const gna_tensor* k, const gna_tensor* v,
+                             const gna_tensor* additional_k, const gna_tensor* additional_v,
+                             const gna_tensor* out, const gna_tensor* lse,
+                             const gna_tensor* d_out, gna_tensor* dq, gna_tensor* dk,
+                             gna_tensor* dv, gna_tensor* d_additional_k,
+                             gna_tensor* d_additional_v, const gna_options* options) {
+  return guarded([&] {
+    Inputs in(q, k, v, additional_k, additional_v);
+    gna::AttentionGradients g{to_ref(dq, "dq"), to_ref(dk, "dk"), to_ref(dv, "dv")};
+    gna::TensorRef dak, dav;
+    if (d_additional_k) {
+      dak = to_ref(d_additional_k, "d_additional_k");
+      g.d_additional_k = &dak;
+    }
+    if (d_additional_v) {
+      dav = to_ref(d_additional_v, "d_additional_v");
+      g.d_additional_v = &dav;
+    }
+    gna::attention_backward(with_slab(to_params(params), slab), in.t, to_ref(out, "out"),
+                            to_ref(lse, "lse"), to_ref(d_out, "d_out"), g, to_options(options));
+  });
+}
+
+gna_status gna_select_backend_slab(const gna_params* params, const gna_slab* slab,
+                                   const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
+                                   const gna_tensor* additional_k,
+                                   const gna_tensor* additional_v, int32_t backward,
+                                   const gna_options* options, char* name, int32_t capacity) {
+  return guarded([&] {
+    if (name == nullptr || capacity < 1) gna::fail_invalid("name buffer: capacity must be >= 1");
+    Inputs in(q, k, v, additional_k, additional_v);
+    const gna::AttentionParams a = with_slab(to_params(params), slab);
+    const std::string chosen =
+        backward ? gna::select_backward_backend(a, in.t, to_options(options))
+                 : gna::select_forward_backend(a, in.t, to_options(options));
+    std::strncpy(name, chosen.c_str(), capacity - 1);
+    name[capacity - 1] = '\0';
   });
 }
 

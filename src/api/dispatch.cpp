@@ -29,6 +29,9 @@ const Backend& choose(const Call& call, bool device, const std::string& wanted, 
     } else if (call.problem.head_rules.groups > 0 && !b.head_rules) {
       why = b.name + ": does not run per-head rules (head_rules.groups=" +
             std::to_string(call.problem.head_rules.groups) + ")";
+    } else if (call.problem.slab.active && (!b.slabs || fp8_call(call))) {
+      why = b.name + (b.slabs ? ": does not run slabs in the FP8 forward"
+                              : ": does not run slabs (query and key offsets)");
     } else if (fp8_call(call) && !b.fp8) {
       why = b.name + ": does not run the FP8 forward";
     } else if (supports(b) && supports(b)(call, &why)) {
@@ -194,9 +197,9 @@ void attention_backward(const AttentionParams& params, const AttentionTensors& i
   check_tensor("lse", lse, shape, n, lse_dtype(p), dev);
   n = token_tensor_shape(p, p.heads_q, p.dim_qk, shape);
   check_tensor("dq", grads.dq, shape, n, p.dtype, dev);
-  n = token_tensor_shape(p, p.heads_kv, p.dim_qk, shape);
+  n = key_tensor_shape(p, p.heads_kv, p.dim_qk, shape);
   check_tensor("dk", grads.dk, shape, n, p.dtype, dev);
-  n = token_tensor_shape(p, p.heads_kv, p.dim_v, shape);
+  n = key_tensor_shape(p, p.heads_kv, p.dim_v, shape);
   check_tensor("dv", grads.dv, shape, n, p.dtype, dev);
   if (p.additional_kv > 0) {
     if (!grads.d_additional_k || !grads.d_additional_v)

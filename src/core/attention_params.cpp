@@ -30,6 +30,12 @@ int token_tensor_shape(const Problem& p, int heads, int dim, int64_t* shape) {
   return p.rank + 3;
 }
 
+int key_tensor_shape(const Problem& p, int heads, int dim, int64_t* shape) {
+  const int n = token_tensor_shape(p, heads, dim, shape);
+  for (int a = 0; a < p.rank; ++a) shape[1 + a] = key_extent(p, a);
+  return n;
+}
+
 int output_shape(const Problem& p, int64_t* shape) {
   return token_tensor_shape(p, p.heads_q, p.dim_v, shape);
 }
@@ -255,6 +261,10 @@ Problem make_problem(const AttentionParams& params, const AttentionTensors& t) {
   p.dim_v = narrow("value", t.v, r + 2, "head dim");
   p.dtype = t.q.dtype;
   p.scale = params.scale;
+  if (params.slab.active) {
+    p.slab = params.slab;
+    for (int a = 0; a < r; ++a) p.slab.key_extent[a] = narrow("key", t.k, 1 + a, "extent");
+  }
   if ((t.additional_k == nullptr) != (t.additional_v == nullptr))
     fail_invalid("additional keys and additional values must be given together");
   if (t.additional_k) {
@@ -270,9 +280,9 @@ Problem make_problem(const AttentionParams& params, const AttentionTensors& t) {
   const int dev = t.q.device;
   int n = token_tensor_shape(p, p.heads_q, p.dim_qk, shape);
   check_tensor("query", t.q, shape, n, p.dtype, dev);
-  n = token_tensor_shape(p, p.heads_kv, p.dim_qk, shape);
+  n = key_tensor_shape(p, p.heads_kv, p.dim_qk, shape);
   check_tensor("key", t.k, shape, n, p.dtype, dev);
-  n = token_tensor_shape(p, p.heads_kv, p.dim_v, shape);
+  n = key_tensor_shape(p, p.heads_kv, p.dim_v, shape);
   check_tensor("value", t.v, shape, n, p.dtype, dev);
   if (t.additional_k) {
     int64_t ks[4] = {p.batch, p.additional_kv, p.heads_kv, p.dim_qk};

@@ -86,9 +86,51 @@ Problem problem_of_group(const Problem& p, int g) {
   return q;
 }
 
+namespace {
+
+// A slab's rule on the whole layout, its query and key slabs inside it, and every query's
+// window inside the key slab (the caller sends exactly key_range of its queries, or more).
+void validate_slab(const Problem& p) {
+  AxisRule axes[kMaxRank];
+  for (int a = 0; a < p.rank; ++a) axes[a] = slab_axis(p, a);
+  validate_axes(axes, p.rank, "slab: ");
+  if (p.head_rules.groups > 0)
+    fail_invalid("slab: per-head rules are not taken with slabs (head_rules.groups=",
+                 p.head_rules.groups, ")");
+  const Slab& s = p.slab;
+  for (int a = 0; a < p.rank; ++a) {
+    const int queries = p.axes[a].extent;
+    if (s.query_offset[a] < 0 || s.query_offset[a] > s.extent[a] - queries)
+      fail_invalid("slab: axis ", a, ": query_offset must be in [0, ", s.extent[a] - queries,
+                   "] (", queries, " query rows of extent ", s.extent[a], "), got ",
+                   s.query_offset[a]);
+    if (s.key_extent[a] < 1)
+      fail_invalid("slab: axis ", a, ": the key slab must hold >= 1 row, got ", s.key_extent[a]);
+    if (s.key_offset[a] < 0 || s.key_offset[a] > s.extent[a] - s.key_extent[a])
+      fail_invalid("slab: axis ", a, ": key_offset must be in [0, ", s.extent[a] - s.key_extent[a],
+                   "] (", s.key_extent[a], " key rows of extent ", s.extent[a], "), got ",
+                   s.key_offset[a]);
+    const Range needed = key_range(axes[a], Range{s.query_offset[a], s.query_offset[a] + queries});
+    if (needed.begin < s.key_offset[a] || needed.end > s.key_offset[a] + s.key_extent[a])
+      fail_invalid("slab: axis ", a, ": queries [", s.query_offset[a], ", ",
+                   s.query_offset[a] + queries, ") attend keys [", needed.begin, ", ", needed.end,
+                   "), the key slab holds [", s.key_offset[a], ", ",
+                   s.key_offset[a] + s.key_extent[a], ")");
+  }
+}
+
+}  // namespace
+
 void validate(const Problem& p) {
   if (p.rank < 1 || p.rank > kMaxRank) fail_invalid("rank must be 1, 2 or 3, got ", p.rank);
-  validate_axes(p.axes, p.rank, "");
+  if (p.slab.active) {
+    for (int a = 0; a < p.rank; ++a)
+      if (p.axes[a].extent < 1)
+        fail_invalid("axis ", a, ": extent must be >= 1, got ", p.axes[a].extent);
+    validate_slab(p);
+  } else {
+    validate_axes(p.axes, p.rank, "");
+  }
   int64_t tokens = 1;
   for (int i = 0; i < p.rank; ++i)
     if (__builtin_mul_overflow(tokens, int64_t{p.axes[i].extent}, &tokens) || tokens > INT32_MAX) {

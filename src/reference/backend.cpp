@@ -31,6 +31,7 @@ Backend make_reference_backend() {
         reference::backward(c.problem, c.in, c.out, c.lse, c.d_out, g);
       });
   b.head_rules = true;  // every pass reads the rule of each query head (axes_of_head)
+  b.slabs = true;      // the rule at global coordinates (slab_axis), offsets per axis
   b.fp8 = true;        // the FP8 forward's emulation, output in float32/float64
   return b;
 }

@@ -117,16 +117,17 @@ struct BackwardPass {
   }
 
   void compute_dkv() {
-    const int64_t total = int64_t{p.batch} * tokens * p.heads_kv;
+    const int64_t keys = key_tokens(p);
+    const int64_t total = int64_t{p.batch} * keys * p.heads_kv;
     // About as many queries attend a key as keys a query (the inverse rule), per query head.
     const int64_t row_work = keys_per_query_bound(p) * group * 2 * (p.dim_qk + p.dim_v);
     parallel_for(total, threads_for(total, opt.threads, row_work), [&](int64_t begin, int64_t end) {
       std::vector<int> queries[kMaxRank];
       for (int64_t idx = begin; idx < end; ++idx) {
-        const Row row = split_row(p, idx, tokens, p.heads_kv);
-        const int64_t b = row.b;
-        const int hk = row.h;
-        const int* y = row.x;
+        const int64_t b = idx / (int64_t{p.heads_kv} * keys);
+        const int hk = static_cast<int>(idx % p.heads_kv);
+        int y[kMaxRank];
+        key_token_coordinates(p, (idx / p.heads_kv) % keys, y);
         // The attending queries per rule, recomputed only where the head's rule changes (once
         // per key row without head rules).
         const AxisRule* queries_of = nullptr;
@@ -185,9 +186,9 @@ void check_backward_tensors(const Problem& p, const AttentionTensors& in, const 
   check_tensor("lse", lse, shape, n, lse.dtype == DType::f64 ? DType::f64 : DType::f32, -1);
   n = token_tensor_shape(p, p.heads_q, p.dim_qk, shape);
   check_tensor("dq", g.dq, shape, n, dt, -1);
-  n = token_tensor_shape(p, p.heads_kv, p.dim_qk, shape);
+  n = key_tensor_shape(p, p.heads_kv, p.dim_qk, shape);
   check_tensor("dk", g.dk, shape, n, dt, -1);
-  n = token_tensor_shape(p, p.heads_kv, p.dim_v, shape);
+  n = key_tensor_shape(p, p.heads_kv, p.dim_v, shape);
   check_tensor("dv", g.dv, shape, n, dt, -1);
   if (p.additional_kv > 0) {
     if (!g.d_additional_k || !g.d_additional_v)

@@ -65,29 +65,60 @@ T* typed(const TensorRef& t) {
   return static_cast<T*>(t.data);
 }
 
-// Full coordinates of every key (per axis) that query x attends under the per-axis rules
-// `axes` (axes_of_head of the query's head), as per-axis lists whose product is the attended set.
-inline void attended_keys_per_axis(const Problem& p, const AxisRule* axes, const int* x,
-                                   std::vector<int>* keys) {
-  for (int a = 0; a < p.rank; ++a) {
-    const AxisRule& r = axes[a];
-    const int g = dilation_group(r, x[a]);
-    const Range w = key_window(r, group_length(r, g), index_in_group(r, x[a]));
-    keys[a].clear();
-    for (int jg = w.begin; jg < w.end; ++jg) keys[a].push_back(coordinate_of(r, g, jg));
+// Coordinates of a flat key token index (row-major over the key tensor's extents).
+inline void key_token_coordinates(const Problem& p, int64_t token, int* y) {
+  for (int a = p.rank - 1; a >= 0; --a) {
+    y[a] = static_cast<int>(token % key_extent(p, a));
+    token /= key_extent(p, a);
   }
 }
 
-// Full coordinates of every query (per axis) attending key y under the per-axis rules `axes`,
-// by the inverse rule.
+inline int64_t key_tokens(const Problem& p) {
+  int64_t t = 1;
+  for (int a = 0; a < p.rank; ++a) t *= key_extent(p, a);
+  return t;
+}
+
+// The rule of axis a for query head rules `axes` at global coordinates, and the global
+// coordinates of a query's and a key's tensor rows (offset on a slab problem; slabs take no
+// head rules, so axes is then p.axes).
+inline AxisRule rule_of_axis(const Problem& p, const AxisRule* axes, int a) {
+  return p.slab.active ? slab_axis(p, a) : axes[a];
+}
+inline int query_origin(const Problem& p, int a) {
+  return p.slab.active ? p.slab.query_offset[a] : 0;
+}
+inline int key_origin(const Problem& p, int a) { return p.slab.active ? p.slab.key_offset[a] : 0; }
+
+// Key tensor coordinates of every key (per axis) that query x (query tensor coordinates)
+// attends under the per-axis rules `axes` (axes_of_head of the query's head), as per-axis lists
+// whose product is the attended set.
+inline void attended_keys_per_axis(const Problem& p, const AxisRule* axes, const int* x,
+                                   std::vector<int>* keys) {
+  for (int a = 0; a < p.rank; ++a) {
+    const AxisRule r = rule_of_axis(p, axes, a);
+    const int i = x[a] + query_origin(p, a), origin = key_origin(p, a);
+    const int g = dilation_group(r, i);
+    const Range w = key_window(r, group_length(r, g), index_in_group(r, i));
+    keys[a].clear();
+    for (int jg = w.begin; jg < w.end; ++jg) keys[a].push_back(coordinate_of(r, g, jg) - origin);
+  }
+}
+
+// Query tensor coordinates of every query (per axis) attending key y (key tensor coordinates)
+// under the per-axis rules `axes`, by the inverse rule; on a slab, only the slab's queries.
 inline void attending_queries_per_axis(const Problem& p, const AxisRule* axes, const int* y,
                                        std::vector<int>* queries) {
   for (int a = 0; a < p.rank; ++a) {
-    const AxisRule& r = axes[a];
-    const int g = dilation_group(r, y[a]);
-    const Range w = query_window(r, group_length(r, g), index_in_group(r, y[a]));
+    const AxisRule r = rule_of_axis(p, axes, a);
+    const int j = y[a] + key_origin(p, a), origin = query_origin(p, a);
+    const int g = dilation_group(r, j);
+    const Range w = query_window(r, group_length(r, g), index_in_group(r, j));
     queries[a].clear();
-    for (int ig = w.begin; ig < w.end; ++ig) queries[a].push_back(coordinate_of(r, g, ig));
+    for (int ig = w.begin; ig < w.end; ++ig) {
+      const int i = coordinate_of(r, g, ig) - origin;
+      if (0 <= i && i < p.axes[a].extent) queries[a].push_back(i);
+    }
   }
 }
 

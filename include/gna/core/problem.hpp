@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gna/core/axis_rule.hpp"
+#include "gna/core/slab.hpp"
 
 namespace gna {
 
@@ -40,6 +41,10 @@ struct Problem {
   int additional_kv = 0;  // extra keys/values every query attends to (same softmax)
   float scale = 0.f;      // 0 means 1/sqrt(dim_qk); see effective_scale()
   DType dtype = DType::f32;
+  // A slab problem (gna/core/slab.hpp): axes' extents are then the query tensor's, the rule's
+  // are slab.extent (slab_axis). A backend runs slabs only where it says so (Backend::slabs);
+  // dispatch refuses them elsewhere.
+  Slab slab;
 
   GNA_HD int64_t tokens() const {
     int64_t t = 1;
@@ -51,6 +56,18 @@ struct Problem {
 // The per-axis rules query head h follows.
 GNA_HD const AxisRule* axes_of_head(const Problem& p, int h) {
   return p.head_rules.groups > 0 ? p.head_rules.axes[p.head_rules.group_of_head[h]] : p.axes;
+}
+
+// The rule of axis a at global coordinates: axes[a] with the whole layout's extent on a slab.
+GNA_HD AxisRule slab_axis(const Problem& p, int a) {
+  AxisRule r = p.axes[a];
+  if (p.slab.active) r.extent = p.slab.extent[a];
+  return r;
+}
+
+// Rows of the key and value tensors on axis a: the query tensor's, or the key slab's.
+GNA_HD int key_extent(const Problem& p, int a) {
+  return p.slab.active ? p.slab.key_extent[a] : p.axes[a].extent;
 }
 
 // The problem with every head following the rule of head-rule group g (groups 0).
