@@ -136,6 +136,25 @@ struct Inputs {
   }
 };
 
+
+// The gradients of a backward call (the additional tokens' where given), as Inputs for its inputs.
+struct Gradients {
+  gna::TensorRef dak, dav;
+  gna::AttentionGradients g;
+  Gradients(gna_tensor* dq, gna_tensor* dk, gna_tensor* dv, gna_tensor* dak_, gna_tensor* dav_)
+      : g{to_ref(dq, "dq"), to_ref(dk, "dk"), to_ref(dv, "dv")} {
+    if (dak_) {
+      dak = to_ref(dak_, "d_additional_k");
+      g.d_additional_k = &dak;
+    }
+    if (dav_) {
+      dav = to_ref(dav_, "d_additional_v");
+      g.d_additional_v = &dav;
+    }
+  }
+  Gradients(const Gradients&) = delete;  // g points into this object
+};
+
 }  // namespace
 
 extern "C" {
@@ -225,18 +244,9 @@ gna_status gna_backward_heads(const gna_params* params, const gna_head_rules* he
                               gna_tensor* d_additional_v, const gna_options* options) {
   return guarded([&] {
     Inputs in(q, k, v, additional_k, additional_v);
-    gna::AttentionGradients g{to_ref(dq, "dq"), to_ref(dk, "dk"), to_ref(dv, "dv")};
-    gna::TensorRef dak, dav;
-    if (d_additional_k) {
-      dak = to_ref(d_additional_k, "d_additional_k");
-      g.d_additional_k = &dak;
-    }
-    if (d_additional_v) {
-      dav = to_ref(d_additional_v, "d_additional_v");
-      g.d_additional_v = &dav;
-    }
+    Gradients g(dq, dk, dv, d_additional_k, d_additional_v);
     gna::attention_backward(to_params(params, head_rules), in.t, to_ref(out, "out"),
-                            to_ref(lse, "lse"), to_ref(d_out, "d_out"), g, to_options(options));
+                            to_ref(lse, "lse"), to_ref(d_out, "d_out"), g.g, to_options(options));
   });
 }
 
@@ -401,18 +411,9 @@ gna_status gna_backward_slab(const gna_params* params, const gna_slab* slab, con
                              gna_tensor* d_additional_v, const gna_options* options) {
   return guarded([&] {
     Inputs in(q, k, v, additional_k, additional_v);
-    gna::AttentionGradients g{to_ref(dq, "dq"), to_ref(dk, "dk"), to_ref(dv, "dv")};
-    gna::TensorRef dak, dav;
-    if (d_additional_k) {
-      dak = to_ref(d_additional_k, "d_additional_k");
-      g.d_additional_k = &dak;
-    }
-    if (d_additional_v) {
-      dav = to_ref(d_additional_v, "d_additional_v");
-      g.d_additional_v = &dav;
-    }
+    Gradients g(dq, dk, dv, d_additional_k, d_additional_v);
     gna::attention_backward(with_slab(to_params(params), slab), in.t, to_ref(out, "out"),
-                            to_ref(lse, "lse"), to_ref(d_out, "d_out"), g, to_options(options));
+                            to_ref(lse, "lse"), to_ref(d_out, "d_out"), g.g, to_options(options));
   });
 }
 
