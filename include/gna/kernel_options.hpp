@@ -27,10 +27,10 @@ struct KernelOptions {
   // tile, or placed at the first key of each Q tile's key windows. Other backends ignore it;
   // tests and benchmarks force the other two.
   KvPlacements kv_placements = KvPlacements::either;
-  // Where the Hopper backward's Q tiles start per KV tile on each axis: either (the tile chooser
-  // scores both), on the grid of the Q tile, or placed at the first query of each KV tile's query
-  // windows (docs/hopper_backward.md). Deterministic mode runs the grid whatever this says; other
-  // backends ignore it.
+  // Where the Hopper and portable backwards' Q tiles start per KV tile on each axis: either (the
+  // tile chooser scores both), on the grid of the Q tile, or placed at the first query of each KV
+  // tile's query windows (docs/hopper_backward.md). Deterministic mode runs the grid whatever this
+  // says; other backends ignore it.
   KvPlacements q_placements = KvPlacements::either;
 };
 

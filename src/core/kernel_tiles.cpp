@@ -64,8 +64,10 @@ ScoredTiles portable_forward_tile_choice(const Problem& p, const TileShape& forc
   return wide.cost < narrow.cost ? wide : narrow;
 }
 
-TileKernel portable_backward_tile_kernel(int rows_kv) {
+TileKernel portable_backward_tile_kernel(int rows_kv, KvPlacements q_placements) {
   TileKernel k = portable_tile_kernel("portable backward", kPortableBackwardRowsQ, rows_kv);
+  k.walk = PairWalk::per_kv_tile;
+  k.kv_placements = q_placements;
   k.forced_q = {kPortableBackwardRowsQ, false};
   k.forced_kv = {kPortableBackwardRowsKV, false};
   return k;

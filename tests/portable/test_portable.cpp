@@ -4,7 +4,10 @@
 // forward's paths are counted on the device (path_counts.hpp): each sweep asserts that it ran
 // placed KV tiles, partial pairs masked by their bitmasks, warps that ran a partial pair as full,
 // partial pairs' K/V tiles loaded as full ones (all rows real keys) and with zero-filled rows, and
-// (ranks 2 and 3) partial pairs' axes left unmasked. The sweeps also run with shared memory capped
+// (ranks 2 and 3) partial pairs' axes left unmasked; the backward's likewise (placed Q tiles,
+// bitmask-masked warp tiles, warps running a partial pair as full, partial pairs' Q / dO tiles
+// loaded as full ones and with zero-filled rows, unmasked axes, and partial pairs of Q tiles with
+// a side that is not a power of two masked query by query). The sweeps also run with shared memory capped
 // (GNA_MAX_SHARED_MEMORY_BYTES, CTest entries test_portable_smem_*): every kernel they choose must
 // fit the cap.
 #include <cstdio>
@@ -47,6 +50,7 @@ void sweep(int rank, int configs) {
   int changed = 0;     // configurations whose kernels a cap below the device's limit changed
   int over_limit = 0;  // chosen kernels needing more than the limit (must stay 0)
   portable::count_forward_paths(true);
+  portable::count_backward_paths(true);
   for (int i = 0; i < configs && failures < 5; ++i, ++checked) {
     const Config c = random_config(rng, rank, lim);
     Case f16;
@@ -68,11 +72,25 @@ void sweep(int rank, int configs) {
         const portable::TilePlan t = portable::choose_tiles(p, 64, 128);
         backward_options.q_tile = t.q;
         backward_options.kv_tile = t.kv;
+      } else if (i % 8 == 4) {
+        // A Q tile with a side that is not a power of two (the backward's query-by-query masks):
+        // the best 64-row one with its longest side shortened by one.
+        TileShape q = portable::choose_tiles(p, 64, 128).q;
+        int longest = 0;
+        for (int a = 1; a < rank; ++a)
+          if (q.size[a] > q.size[longest]) longest = a;
+        if (q.size[longest] >= 4) {
+          --q.size[longest];
+          backward_options.q_tile = q;
+        }
       }
       // KV tiles placed per Q tile in every third configuration, on the grid in every third
       // (others: the tile chooser's placement).
       if (i % 3 == 1) forward_options.kv_placements = KvPlacements::placed;
       if (i % 3 == 2) forward_options.kv_placements = KvPlacements::grid;
+      // Q tiles placed per KV tile in the backward likewise, offset by one configuration.
+      if (i % 3 == 2) backward_options.q_placements = KvPlacements::placed;
+      if (i % 3 == 0) backward_options.q_placements = KvPlacements::grid;
       const int forward_rows = portable::forward_tiles(p, forward_options, limit).q.volume(rank);
       const int forward_bytes = portable::forward_shared_bytes(c.dim_qk, c.dim_v, forward_rows);
       over_limit += forward_bytes > limit;
@@ -105,6 +123,8 @@ void sweep(int rank, int configs) {
   }
   const portable::ForwardPathCounts paths = portable::forward_path_counts();
   portable::count_forward_paths(false);
+  const portable::BackwardPathCounts bpaths = portable::backward_path_counts();
+  portable::count_backward_paths(false);
   std::printf("rank %d: %d random configurations x {f16, bf16}, forward%s (%d of the "
               "unforced half with 128-row Q tiles; backward: %d runs of the 64-key variant, %d of "
               "the 128-key kernel); %d bytes of shared memory per block (device: %d), kernels of "
@@ -117,6 +137,14 @@ void sweep(int rank, int configs) {
               "unmasked\n",
               rank, paths.tiles, paths.placed_tiles, paths.masked_warps, paths.full_row_warps,
               paths.partial_full_loads, paths.partial_fill_loads, paths.skipped_mask_axes);
+  if (backward)
+    std::printf("rank %d backward paths: %llu items, %llu of them placed; partial pairs: %llu "
+                "warp tiles masked, %llu run as full (every key row keeps every query); Q/dO "
+                "loads %llu as full (all rows real), %llu with zero-filled rows; %llu axes "
+                "unmasked; %llu pairs masked query by query\n",
+                rank, bpaths.items, bpaths.placed_items, bpaths.masked_warps,
+                bpaths.full_row_warps, bpaths.partial_full_loads, bpaths.partial_fill_loads,
+                bpaths.skipped_mask_axes, bpaths.query_masked_items);
   EXPECT_EQ(over_limit, 0) << "kernels chosen that need more than " << limit << " bytes";
   EXPECT_GT(paths.tiles, 0u) << "the forward's path counts saw no tile";
   if (checked >= 100) {
@@ -133,6 +161,13 @@ void sweep(int rank, int configs) {
   if (checked >= 100 && backward) {
     EXPECT_GT(small_backward, 0) << "no configuration ran the 64-key backward";
     EXPECT_GT(wide_backward, 0) << "no configuration ran the 128-key backward";
+    EXPECT_GT(bpaths.placed_items, 0u) << "no placed Q tile ran in the backward";
+    EXPECT_GT(bpaths.masked_warps, 0u) << "no backward partial pair ran with masks";
+    EXPECT_GT(bpaths.full_row_warps, 0u) << "no backward warp ran a partial pair as full";
+    EXPECT_GT(bpaths.partial_full_loads, 0u) << "no backward partial pair's Q tile loaded as full";
+    EXPECT_GT(bpaths.partial_fill_loads, 0u) << "no backward partial pair's Q tile had zero fill";
+    EXPECT_GT(bpaths.query_masked_items, 0u) << "no backward pair masked query by query";
+    if (rank > 1) EXPECT_GT(bpaths.skipped_mask_axes, 0u) << "no backward partial pair left an axis unmasked";
   }
 }
 

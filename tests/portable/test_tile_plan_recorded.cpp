@@ -2,8 +2,9 @@
 // onto the core's tile chooser, per head dims and shared memory limit (bytes per block, 0: no
 // limit): the benchmark cases (simulator presets, kernel and Python benchmarks), then problems
 // of ranks 1-3 with windows, strides, dilations and causal axes. The chooser must keep choosing
-// exactly these where the forward's KV tiles are on the grid (as they all were then; with
-// placed tiles allowed the forward may choose other shapes, TilePlan.ForwardPlacement).
+// exactly these where the forward's KV tiles and the backward's Q tiles are on the grid (as they
+// all were then; with placed tiles allowed the kernels may choose other shapes,
+// TilePlan.ForwardPlacement and TilePlan.BackwardPlacement).
 #include <gtest/gtest.h>
 
 #include "kernels/portable/portable.hpp"
@@ -109,10 +110,12 @@ TEST(TilePlan, ChoicesRecordedBeforeTheCoreChooser) {
     p.dim_v = r.dim_v;
     KernelOptions grid;
     grid.kv_placements = KvPlacements::grid;
+    grid.q_placements = KvPlacements::grid;
     const TilePlan f = forward_tiles(p, grid, r.shared_limit);
     EXPECT_EQ(f.placement, KvPlacement::grid);
     EXPECT_EQ(test::tiles_text(f.q, f.kv, p.rank), r.forward) << r.rule << " d" << r.dim_qk;
-    const TilePlan b = backward_tiles(p, KernelOptions{}, r.shared_limit);
+    const TilePlan b = backward_tiles(p, grid, r.shared_limit);
+    EXPECT_EQ(b.placement, KvPlacement::grid);
     EXPECT_EQ(test::tiles_text(b.q, b.kv, p.rank), r.backward) << r.rule << " d" << r.dim_qk;
   }
 }

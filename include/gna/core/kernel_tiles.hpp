@@ -67,8 +67,8 @@ constexpr bool hopper_backward_placed_q_head_dim(int head_dim) { return head_dim
 // Forced tiles hold exactly the rows.
 TileKernel hopper_backward_tile_kernel(int head_dim, KvPlacements q_placements);
 
-// The portable kernels (the backward walks per KV tile over grid Q tiles, the forward per Q tile
-// over grid or placed KV tiles, a launch parameter). The forward runs Q tiles of
+// The portable kernels (the backward walks per KV tile over grid or placed Q tiles, the forward
+// per Q tile over grid or placed KV tiles, each a launch parameter). The forward runs Q tiles of
 // kPortableForwardRowsQ rows (one m-block per warp) or kPortableForwardRowsQWide (two) against
 // kPortableForwardRowsKV-key KV tiles; the wide kernel's throughput on dense pairs is
 // kPortableWideForwardSpeedup times the narrow one's. The backward keeps a KV tile of
@@ -111,8 +111,10 @@ constexpr double portable_forward_pair_scale(int rows_q) {
              : static_cast<double>(kPortableForwardRowsQ) / kPortableForwardRowsQWide *
                    kPortableWideForwardSpeedup;
 }
-// The portable backward with KV tiles of rows_kv keys: forced Q tiles of at most
-// kPortableBackwardRowsQ, forced KV tiles of at most kPortableBackwardRowsKV.
-TileKernel portable_backward_tile_kernel(int rows_kv);
+// The portable backward with KV tiles of rows_kv keys, each KV tile walking the box of Q tiles
+// that attend to it, grid or placed as `q_placements` allows (KernelOptions::q_placements):
+// forced Q tiles of at most kPortableBackwardRowsQ, forced KV tiles of at most
+// kPortableBackwardRowsKV.
+TileKernel portable_backward_tile_kernel(int rows_kv, KvPlacements q_placements = KvPlacements::either);
 
 }  // namespace gna

@@ -1,8 +1,13 @@
 // Portable fused backward (mma.sync, sm_80+), KV-stationary: one CTA of 8 warps per (KV tile of
 // up to 128 tokens, batch, KV head, dilation group) keeps K and V in shared memory and walks the
-// Q tiles (64 tokens) of every query head of its GQA group whose queries attend it (the inverse
-// rule's box; empty pairs skipped, full pairs unmasked). Per pair, in three phases split by
-// barriers:
+// Q tiles (64 tokens) of every query head of its GQA group whose queries attend it: per axis a
+// run of the core's q_tile_run, on the grid of the Q tile or placed at the first query of the KV
+// tile's union query window (BackwardParams::q_placement, a launch parameter; rule.md section
+// 7.2). Empty pairs are skipped, full pairs run unmasked, partial pairs are masked by per-key-row
+// bitmasks of each thread's queries (gna/core/column_mask.hpp with the Q tile's shape; a warp
+// whose key rows keep every query of its columns runs the pair as full; only the axes on which
+// the pair is partial are masked), and a partial pair whose Q rows are all real queries loads
+// them as a full pair does. Per pair, in three phases split by barriers:
 //   1. warp (32 keys x 32 queries): S^T = K Q^T, dP^T = V dO^T, P^T = exp(S^T - LSE),
 //      dS^T = P^T (dP^T - delta); P^T and dS^T to shared memory;
 //   2. warp (32 keys x half the columns): dV += P^T dO, dK += dS^T Q (registers);
@@ -14,19 +19,22 @@
 // head dim 128).
 // The variant with 64-key tiles (RK = 64: 4 warps) and one Q / dO stage fits 99 KB of shared
 // memory; dispatch also runs it where the 128-key tiles leave partial pairs (portable.hpp).
-// CTAs of additional KV tiles walk every Q tile of every dilation group.
-// Zero-filled padding rows contribute nothing (their Q, dO, K or V are zero) and are never
-// stored, so only pairs that are partial by the rule need the per-element mask.
+// CTAs of additional KV tiles walk every grid Q tile of every dilation group.
+// Zero-filled rows (padding, or outside the group: Q, dO, K or V zero, LSE and delta zero)
+// contribute nothing and are never stored, so only pairs that are partial by the rule need
+// masks.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cmath>
 
+#include "gna/core/column_mask.hpp"
 #include "gna/core/tiling.hpp"
 #include "kernels/common/element.cuh"
 #include "kernels/common/token_tensor.cuh"
 #include "kernels/portable/mma.cuh"
+#include "kernels/portable/path_counts.hpp"
 #include "kernels/portable/tile_plan.hpp"
 #include "kernels/portable/tile_rows.cuh"
 
@@ -55,6 +63,10 @@ struct BackwardParams {
   int q_tiles[kMaxRank];   // Q tiles along each axis in the longest dilation group
   int q_volume, kv_volume;
   int groups;
+  KvPlacement q_placement;  // where a KV tile's Q tiles start (tiling.hpp, q_tile_run)
+  // Whether every Q tile side is a power of two (chosen tiles always; forced ones may not be):
+  // partial pairs are then masked by bitmasks (column_mask.hpp), else query by query.
+  bool q_bitmask;
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e)
   cuda::TokenTensor<const T> q, k, v, d_o, add_k, add_v;
@@ -62,6 +74,7 @@ struct BackwardParams {
   cuda::TokenTensor<T> dk, dv, d_add_k, d_add_v;
   const float* delta;  // [B, tokens, Hq] rowsum(dO * O)
   float* dq_accum;     // [B, tokens, Hq, Dqk] fp32, unscaled
+  BackwardPathCounts* path_counts;  // nullptr unless a test counts the paths (path_counts.hpp)
 };
 
 // STAGES Q / dO stages: 2 (the next item loads during the current one) or 1 (it loads during
@@ -91,7 +104,10 @@ struct BackwardSmem {
   static constexpr int kQWin = kLinDelta + 8 * RQ;               // query window per key row, axis
   static constexpr int kOffsets = kQWin + 8 * kMaxRank * RK;     // per-axis Q tile offsets
   static constexpr int kTable = kOffsets + 32 * backward_offset_entries(RK);  // pair classes
-  static constexpr int kBytes = kTable + kMaxRank * kBackwardAxisTable;
+  // The Q tile's axes seen from each quad's queries (column_mask.hpp), read by partial pairs.
+  static constexpr int kQColumns = kTable + kMaxRank * kBackwardAxisTable;
+  static constexpr int kBytes = kQColumns + 4 * kMaxRank * int(sizeof(AxisColumns));
+  static_assert(kQColumns % alignof(AxisColumns) == 0, "column constants alignment");
 };
 
 // One pair of the walk: a query head and Q tile (of dilation group geo) against the CTA's KV tile.
@@ -104,14 +120,16 @@ struct BackwardItem {
   int q_base[kMaxRank];
   PairClass cls;
   bool rows_valid;  // every row of the Q tile is a real query (no zero fill, no row checks)
+  uint8_t partial_axes;  // the axes (bit a) on which the pair is partial: only they are masked
 };
 
-// Walk position i of a CTA by the rule: (dilation group, query head, Q tile in the box) with the
-// Q tile fastest. Not inlined: the main loop takes it only for additional KV tiles and boxes
-// too large for the table, and a call keeps its divisions out of the loop's code and registers.
+// Walk position i of a CTA by the rule: (dilation group, query head, Q tile of the runs) with the
+// Q tile fastest; tile m of the run of axis a starts at query box[a].first + m * tile_q[a]. Not
+// inlined: the main loop takes it only for additional KV tiles and boxes too large for the
+// table, and a call keeps its divisions out of the loop's code and registers.
 template <typename T>
 __device__ __noinline__ BackwardItem backward_item_from_rule(const BackwardParams<T>& P,
-                                                             const Range* box, int box_count,
+                                                             const QTileRun* box, int box_count,
                                                              const int* kt, bool additional,
                                                              int b, int hk, int i) {
   const Problem& p = P.p;
@@ -125,20 +143,23 @@ __device__ __noinline__ BackwardItem backward_item_from_rule(const BackwardParam
   int rest = idx;
   it.cls = PairClass::full;
   it.rows_valid = P.q_volume == kBackwardRowsQ;
+  it.partial_axes = 0;
   GNA_FOR_AXES_REVERSE(a, p.rank) {
     it.geo.group[a] = group % p.axes[a].dilation;
     group /= p.axes[a].dilation;
     it.geo.n[a] = group_length(p.axes[a], it.geo.group[a]);
-    const int size = box[a].size();
-    const int qt = box[a].begin + rest % size;
+    const int size = box[a].count;
+    const int m = rest % size;
     rest /= size;
-    it.q_base[a] = qt * P.tile_q[a];
+    it.q_base[a] = box[a].first + m * P.tile_q[a];
     it.rows_valid = it.rows_valid && it.q_base[a] + P.tile_q[a] <= it.geo.n[a];
-    if (qt >= tiles_along(it.geo.n[a], P.tile_q[a])) {
+    if (it.q_base[a] >= it.geo.n[a]) {
       it.cls = PairClass::empty;
     } else if (!additional) {
-      it.cls = combine(it.cls, classify_axis_tiles(p.axes[a], it.geo.n[a], qt, kt[a], P.tile_q[a],
-                                                   P.tile_kv[a]));
+      const PairClass c = classify_run_q_tile(p.axes[a], it.geo.n[a], box[a], m, P.tile_q[a],
+                                              kt[a], P.tile_kv[a]);
+      if (c == PairClass::partial) it.partial_axes |= 1 << a;
+      it.cls = combine(it.cls, c);
     }
   }
   it.q_first = b * P.q.stride_batch + it.h * P.q.stride_head;
@@ -154,6 +175,61 @@ __device__ __noinline__ BackwardItem backward_item_from_rule(const BackwardParam
   }
   it.lin_first = b * p.tokens() + lin;
   return it;
+}
+
+// The queries of a warp's 32 columns (queries wq * 32 ..) of the Q tile of item `it` that each
+// of this thread's four key rows key0 + 16 mb + 8 r attends, as bits 2 nb + e of query
+// wq * 32 + nb * 8 + quad * 2 + e (column_mask.hpp: the Q tile's column masks shifted to the
+// warp's columns): keep[mb][r]. cols: the quad's AxisColumns of the Q tile; qwin: the query
+// window per key row and axis. Only the pair's partial axes are masked. Returns whether every
+// row keeps every query. Reads only shared memory.
+__device__ __forceinline__ bool key_row_query_masks(const Range* qwin, const AxisColumns* cols,
+                                                    const BackwardItem& it, int rank, int key0,
+                                                    int wq, uint32_t (&keep)[2][2]) {
+  constexpr uint32_t kWarpQueries = 0xffu;  // 4 n-blocks x 2 columns
+  const int partial_axes = it.partial_axes;
+  keep[0][0] = keep[0][1] = keep[1][0] = keep[1][1] = kWarpQueries;
+  GNA_FOR_AXES(a, rank) {
+    if (!(partial_axes & (1 << a))) continue;  // every row keeps every query there
+    const AxisColumns c = cols[a];
+    const int o = it.q_base[a] + c.base;
+#pragma unroll
+    for (int mb = 0; mb < 2; ++mb)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const Range w = qwin[(key0 + mb * 16 + 8 * r) * kMaxRank + a];
+        keep[mb][r] &= c.within(w.begin - o, w.end - o) >> (8 * wq);
+      }
+  }
+  return (keep[0][0] & keep[0][1] & keep[1][0] & keep[1][1]) == kWarpQueries;
+}
+
+// key_row_query_masks for Q tiles with a side that is not a power of two (no column masks):
+// the same bits, query by query (col0: this thread's first query, wq * 32 + 2 * quad); queries
+// outside the group are dropped.
+__device__ __forceinline__ bool key_row_query_checks(const Range* qwin, const uint32_t* q_rows,
+                                                     const BackwardItem& it, int rank, int key0,
+                                                     int col0, uint32_t (&keep)[2][2]) {
+  keep[0][0] = keep[0][1] = keep[1][0] = keep[1][1] = 0;
+#pragma unroll
+  for (int nb = 0; nb < 4; ++nb) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      int ig[kMaxRank];
+      const bool qvalid = it.geo.coordinates(q_rows[col0 + nb * 8 + e], it.q_base, ig);
+#pragma unroll
+      for (int mb = 0; mb < 2; ++mb) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          bool ok = qvalid;
+          const Range* w = qwin + (key0 + mb * 16 + 8 * r) * kMaxRank;
+          GNA_FOR_AXES(a, rank) ok = ok && (!(it.partial_axes & (1 << a)) || w[a].contains(ig[a]));
+          if (ok) keep[mb][r] |= 1u << (2 * nb + e);
+        }
+      }
+    }
+  }
+  return (keep[0][0] & keep[0][1] & keep[1][0] & keep[1][1]) == 0xffu;
 }
 
 // One Q or dO tile into shared memory: each thread copies one 16-byte column chunk of rows
@@ -265,7 +341,7 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
   // the main loop reloads what it needs instead of holding these registers next to dK and dV.
   __shared__ GroupGeometry kv_geo;
   __shared__ int kt[kMaxRank], kt_base[kMaxRank];
-  __shared__ Range box[kMaxRank];
+  __shared__ QTileRun box[kMaxRank];
   if (tid == 0) {
     kv_geo = kv_geo_init;
     for (int a = 0; a < kMaxRank; ++a) {
@@ -338,14 +414,25 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
     }
   }
 
-  // The walk: (dilation group, query head, Q tile in the box) flattened.
+  // The Q tile's axes as seen from each quad's queries (partial pairs' bitmasks).
+  AxisColumns* q_columns = reinterpret_cast<AxisColumns*>(smem + Smem::kQColumns);
+  if (P.q_bitmask && tid < 4) {
+    AxisColumns axes[kMaxRank];
+    tile_columns(P.tile_q, tid, axes);
+#pragma unroll
+    for (int a = 0; a < kMaxRank; ++a) q_columns[tid * kMaxRank + a] = axes[a];
+  }
+
+  // The walk: (dilation group, query head, Q tile of the box) flattened; the box is a Q tile run
+  // per axis (grid or placed; additional tiles: every grid Q tile).
   int box_count = 1;
   GNA_FOR_AXES(a, p.rank) {
-    const Range r = additional ? Range{0, P.q_tiles[a]}
-                               : q_tiles_for_kv_tile(p.axes[a], kv_geo.n[a], kt[a], P.tile_q[a],
-                                                     P.tile_kv[a]);
+    QTileRun r = additional ? QTileRun{0, P.q_tiles[a]}
+                            : q_tile_run(p.axes[a], kv_geo.n[a], kt[a], P.tile_q[a], P.tile_kv[a],
+                                         P.q_placement);
+    r.count = max_i(r.count, 0);
     if (tid == 0) box[a] = r;
-    box_count *= r.size();
+    box_count *= r.count;
   }
   __syncthreads();
   const int walk_groups = additional ? P.groups : 1;
@@ -364,9 +451,9 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
   {
     int entries = 0;
     GNA_FOR_AXES(a, p.rank) {
-      tabulated = tabulated && box[a].size() <= kBackwardAxisTable;
+      tabulated = tabulated && box[a].count <= kBackwardAxisTable;
       if (tid == 0) offsets_first[a] = entries;
-      entries += box[a].size();
+      entries += box[a].count;
     }
     tabulated = tabulated && entries <= backward_offset_entries(RK);
   }
@@ -380,16 +467,16 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
     int64_t lin_stride = 1;
     GNA_FOR_AXES_REVERSE(a, p.rank) {
       int first = 0;  // offsets_first[a], not yet visible
-      GNA_FOR_AXES(a2, a) first += box[a2].size();
-      for (int e = tid; e < box[a].size(); e += blockDim.x) {
-        const int qt = box[a].begin + e;
+      GNA_FOR_AXES(a2, a) first += box[a2].count;
+      for (int e = tid; e < box[a].count; e += blockDim.x) {
+        const int q_first = box[a].first + e * P.tile_q[a];
         uint8_t entry = static_cast<uint8_t>(PairClass::empty);
-        if (qt < tiles_along(kv_geo.n[a], P.tile_q[a]))
-          entry = static_cast<uint8_t>(classify_axis_tiles(p.axes[a], kv_geo.n[a], qt, kt[a],
-                                                           P.tile_q[a], P.tile_kv[a]));
-        if ((qt + 1) * P.tile_q[a] <= kv_geo.n[a]) entry |= kAxisRowsValid;
+        if (q_first < kv_geo.n[a])
+          entry = static_cast<uint8_t>(classify_run_q_tile(p.axes[a], kv_geo.n[a], box[a], e,
+                                                           P.tile_q[a], kt[a], P.tile_kv[a]));
+        if (q_first + P.tile_q[a] <= kv_geo.n[a]) entry |= kAxisRowsValid;
         axis_table[a * kBackwardAxisTable + e] = entry;
-        const int64_t x = coordinate_of(p.axes[a], kv_geo.group[a], qt * P.tile_q[a]);
+        const int64_t x = coordinate_of(p.axes[a], kv_geo.group[a], q_first);
         int64_t* o = axis_offsets + 4 * (first + e);
         o[0] = x * P.q.stride_axis[a];
         o[1] = x * P.d_o.stride_axis[a];
@@ -412,7 +499,7 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
     GNA_FOR_AXES_REVERSE(a, p.rank) {
       if (carry) {
         const int e = offset(pos, a) + 1;
-        carry = e == box[a].size();
+        carry = e == box[a].count;
         pos.e = (pos.e & ~(1023u << (10 * a))) | (carry ? 0u : static_cast<uint32_t>(e) << (10 * a));
       }
     }
@@ -427,6 +514,7 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
     it.geo = kv_geo;
     PairClass cls = PairClass::full;
     bool valid = P.q_volume == RQ;
+    uint8_t partial_axes = 0;
     it.q_first = head_base[0] + it.h * P.q.stride_head;
     it.o_first = head_base[1] + it.h * P.d_o.stride_head;
     it.l_first = head_base[2] + it.h * P.lse.stride_head;
@@ -434,9 +522,11 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
     GNA_FOR_AXES(a, p.rank) {
       const int e = offset(pos, a);
       const uint8_t entry = axis_table[a * kBackwardAxisTable + e];
-      cls = combine(cls, static_cast<PairClass>(entry & 3));
+      const PairClass c = static_cast<PairClass>(entry & 3);
+      cls = combine(cls, c);
+      if (c == PairClass::partial) partial_axes |= 1 << a;
       valid = valid && (entry & kAxisRowsValid);
-      it.q_base[a] = (box[a].begin + e) * P.tile_q[a];
+      it.q_base[a] = box[a].first + e * P.tile_q[a];
       const int64_t* o = axis_offsets + 4 * (offsets_first[a] + e);
       it.q_first += o[0];
       it.o_first += o[1];
@@ -445,6 +535,7 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
     }
     it.cls = cls;
     it.rows_valid = valid;
+    it.partial_axes = partial_axes;
   };
   // First item >= i (at position pos) that is not empty; pos follows.
   auto next_item = [&](int i, Pos& pos, Item& it) {
@@ -542,6 +633,16 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
     // S^T = K Q^T, P^T = exp(S^T - LSE) to shared memory; then in two halves of 16 queries
     // (fewer live registers), dP^T = V dO^T and dS^T = P^T (dP^T - delta) to shared memory.
     const bool masked = cur.cls == PairClass::partial;
+    if (P.path_counts != nullptr && tid == 0) {
+      BackwardPathCounts& c = *P.path_counts;
+      atomicAdd(&c.items, 1ull);
+      if (P.q_placement == KvPlacement::placed && !additional) atomicAdd(&c.placed_items, 1ull);
+      if (masked) {
+        atomicAdd(cur.rows_valid ? &c.partial_full_loads : &c.partial_fill_loads, 1ull);
+        atomicAdd(&c.skipped_mask_axes, static_cast<unsigned long long>(p.rank - __popc(cur.partial_axes)));
+        if (!P.q_bitmask) atomicAdd(&c.query_masked_items, 1ull);
+      }
+    }
     {
       const int wk = warp % kWarpsK, wq = warp / kWarpsK;
       float s[2][4][4];  // [16-key block][8-query block][fragment]
@@ -567,26 +668,29 @@ __global__ void __launch_bounds__(backward_warps(RK) * 32, 1)
         }
       }
       // Partial pairs: scores of pairs that do not attend become -inf (P = 0), in one branch
-      // so that full pairs run the element loop below without it.
+      // so that full pairs run the element loop below without it. By the key rows' bitmasks of
+      // this thread's queries, built after S so that they hold no registers through its MMAs
+      // (Q tiles with a side that is not a power of two: query by query); a warp whose key rows
+      // keep every query of its columns skips the mask.
       if (masked) {
+        uint32_t keep[2][2];
+        const int key0 = wk * 32 + g4;
+        const bool rows_keep_all =
+            P.q_bitmask ? key_row_query_masks(qwin, q_columns + t4 * kMaxRank, cur, p.rank, key0, wq, keep)
+                        : key_row_query_checks(qwin, q_rows, cur, p.rank, key0, wq * 32 + 2 * t4, keep);
+        const bool full_rows = __all_sync(0xffffffffu, rows_keep_all);
+        if (P.path_counts != nullptr && lane == 0)
+          atomicAdd(full_rows ? &P.path_counts->full_row_warps : &P.path_counts->masked_warps, 1ull);
+        if (!full_rows) {
 #pragma unroll
-        for (int nb = 0; nb < 4; ++nb) {
+          for (int mb = 0; mb < 2; ++mb)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int col = wq * 32 + nb * 8 + 2 * t4 + e;
-            int ig[kMaxRank];
-            const bool qvalid = cur.geo.coordinates(q_rows[col], cur.q_base, ig);
+            for (int r = 0; r < 2; ++r)
 #pragma unroll
-            for (int mb = 0; mb < 2; ++mb) {
+              for (int nb = 0; nb < 4; ++nb)
 #pragma unroll
-              for (int r = 0; r < 2; ++r) {
-                bool ok = qvalid;
-                const Range* w = qwin + (wk * 32 + mb * 16 + g4 + 8 * r) * kMaxRank;
-                GNA_FOR_AXES(a, p.rank) ok = ok && w[a].contains(ig[a]);
-                if (!ok) s[mb][nb][2 * r + e] = -INFINITY;
-              }
-            }
-          }
+                for (int e = 0; e < 2; ++e)
+                  if (!(keep[mb][r] & (1u << (2 * nb + e)))) s[mb][nb][2 * r + e] = -INFINITY;
         }
       }
       // P^T (fp32 kept for dS^T) and its 16-bit copy in shared memory: rows keys, columns

@@ -7,6 +7,7 @@
 #include "kernels/common/cuda_check.hpp"
 #include "kernels/common/scratch.hpp"
 #include "kernels/portable/backward_kernel.cuh"
+#include "kernels/portable/path_counts.hpp"
 #include "kernels/portable/portable.hpp"
 
 namespace gna::portable {
@@ -36,6 +37,10 @@ void launch_backward(const BackwardCall& call, const TilePlan& plan) {
     P.kv_volume *= P.tile_kv[a];
     P.groups *= p.axes[a].dilation;
   }
+  P.q_placement = plan.placement;
+  P.q_bitmask = true;
+  for (int a = 0; a < p.rank; ++a) P.q_bitmask = P.q_bitmask && (P.tile_q[a] & (P.tile_q[a] - 1)) == 0;
+  P.path_counts = backward_path_counts_device();
   P.scale = effective_scale(p);
   P.scale_log2 = P.scale * 1.4426950408889634f;
   P.q = cuda::token_tensor<const T>(call.in.q, p.rank);

@@ -32,8 +32,9 @@ TilePlan choose_forward_tiles(const Problem& p, const TileShape& q_tile, const T
 }
 
 TilePlan choose_backward_tiles(const Problem& p, int kv_rows, const TileShape& q_tile,
-                               const TileShape& kv_tile) {
-  return plan_of(tile_choice(p, portable_backward_tile_kernel(kv_rows), q_tile, kv_tile));
+                               const TileShape& kv_tile, KvPlacements placements) {
+  return plan_of(
+      tile_choice(p, portable_backward_tile_kernel(kv_rows, placements), q_tile, kv_tile));
 }
 
 }  // namespace gna::portable

@@ -20,7 +20,8 @@ constexpr int kBackwardRowsQ = kPortableBackwardRowsQ, kBackwardRowsKV = kPortab
 struct TilePlan {
   TileShape q;
   TileShape kv;
-  // Where a Q tile's KV tiles start (the forward; tiling.hpp, kv_tile_run).
+  // Where a Q tile's KV tiles start (the forward; tiling.hpp, kv_tile_run), or a KV tile's Q
+  // tiles (the backward; q_tile_run).
   KvPlacement placement = KvPlacement::grid;
   double visited_pairs = 0;  // (Q tile, KV tile) pairs visited in one dilation group
   double partial_pairs = 0;
@@ -42,10 +43,11 @@ TilePlan choose_forward_tiles(const Problem& p, const TileShape& q_tile = kNoFor
                               const TileShape& kv_tile = kNoForcedTile, bool wide_fits = true,
                               KvPlacements placements = KvPlacements::either);
 
-// Backward tiles with KV tiles of kv_rows keys (kBackwardRowsKV or kBackwardRowsKVSmall). Forced
-// tiles are honoured: Q tiles of at most 64 tokens, KV tiles of at most 128; others are an error
-// naming the option.
+// Backward tiles with KV tiles of kv_rows keys (kBackwardRowsKV or kBackwardRowsKVSmall), each
+// with the cheaper of the Q tile placements `placements` allows. Forced tiles are honoured: Q
+// tiles of at most 64 tokens, KV tiles of at most 128; others are an error naming the option.
 TilePlan choose_backward_tiles(const Problem& p, int kv_rows, const TileShape& q_tile,
-                               const TileShape& kv_tile);
+                               const TileShape& kv_tile,
+                               KvPlacements placements = KvPlacements::either);
 
 }  // namespace gna::portable
