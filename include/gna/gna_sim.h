@@ -62,6 +62,7 @@ gna_status gna_simulate(const gna_sim_config* config, gna_sim_result* result);
 #define GNA_SIM_KERNEL_HOPPER_FORWARD 0  /* grid or placed KV tiles, whichever is cheaper */
 #define GNA_SIM_KERNEL_HOPPER_BACKWARD 1 /* grid KV tiles */
 #define GNA_SIM_KERNEL_PORTABLE_FORWARD 2 /* 64- or 128-row Q tiles, grid or placed KV tiles */
+#define GNA_SIM_KERNEL_PORTABLE_BACKWARD 3 /* 128- or 64-key KV tiles, grid KV tiles */
 
 /* The tiles a kernel runs for the config's rule: writes *chosen = *config with q_tile, kv_tile
  * (every axis; 1 past the rank), tiling (multi) and kv_tiling (static for grid KV tiles, dynamic

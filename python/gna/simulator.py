@@ -7,7 +7,8 @@ _TILINGS = {"multi": 0, "1d": 1}
 _KV_TILINGS = {"static": 0, "dynamic": 1}
 _KV_TILING_NAMES = {v: k for k, v in _KV_TILINGS.items()}
 # The tiled kernels whose tile choice the simulator asks for (GNA_SIM_KERNEL_* in gna_sim.h).
-_KERNELS = {"hopper forward": 0, "hopper backward": 1, "portable forward": 2}
+_KERNELS = {"hopper forward": 0, "hopper backward": 1, "portable forward": 2,
+            "portable backward": 3}
 
 
 def _per_axis(name, value, rank):
@@ -74,8 +75,8 @@ def kernel_tiles(shape, window, stride=1, dilation=1, is_causal=False, kernel="h
     shapes (tuples, one side per axis) and "static" (KV tiles on a fixed grid) or "dynamic"
     (placed per Q tile), as the kernel's tile chooser picks them at head dim head_dim with default
     options. kernel: "hopper forward" (grid or placed KV tiles, whichever is cheaper), "hopper
-    backward" or "portable forward" (64- or 128-row Q tiles, grid or placed KV tiles) ('-' or '_'
-    for the space also do). The choice scores one image and head: batch and
+    backward", "portable forward" (64- or 128-row Q tiles, grid or placed KV tiles) or "portable
+    backward" (128- or 64-key KV tiles) ('-' or '_' for the space also do). The choice scores one image and head: batch and
     heads do not matter. simulate(..., kernel=...) simulates these tiles."""
     config, kernel_id = _kernel_call(shape, window, stride, dilation, is_causal, kernel,
                                      "gna_sim_kernel_tiles")

@@ -254,7 +254,13 @@ def test_predicted_columns_on_hopper_and_portable_rows_only():
     assert portable > fwd
     assert by[("fwd", "portable")]["predicted_ms"] == pytest.approx(24 * portable)
     assert by[("fwd", "portable")]["predicted"] == pytest.approx(260.0 / (24 * portable))
-    assert by[("fwd+bwd", "portable")].get("predicted") is None
+    portable_bwd = gna.predicted_speedup((30, 48, 80), (18, 24, 24), head_dim=128,
+                                         kernel="portable backward")["ms_per_head"]
+    assert portable_bwd > bwd
+    assert by[("fwd+bwd", "portable")]["predicted_ms"] == pytest.approx(
+        24 * (portable + portable_bwd))
+    assert by[("fwd+bwd", "portable")]["predicted"] == pytest.approx(
+        260.0 / (24 * (portable + portable_bwd)))
     for pass_name in ("fwd", "fwd+bwd"):
         assert by[(pass_name, "halo")].get("predicted") is None
     d64 = cases.Case("h", (30, 48, 80), 24, 64, (18, 24, 24))

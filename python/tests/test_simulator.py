@@ -102,11 +102,18 @@ def test_kernel_tiles_hopper_forward():
     assert kv[0] * kv[1] == 64
     q, kv, kv_tiling = gna.kernel_tiles((30, 48, 80), (18, 24, 24), kernel="hopper backward")
     assert q[0] * q[1] * q[2] == 64 and kv[0] * kv[1] * kv[2] == 128 and kv_tiling == "static"
+    # The portable backward: 64-key KV tiles where many pairs are partial, 128 where none are.
+    q, kv, kv_tiling = gna.kernel_tiles((30, 48, 80), (18, 24, 24), kernel="portable backward")
+    assert q[0] * q[1] * q[2] == 64 and kv[0] * kv[1] * kv[2] == 64 and kv_tiling == "static"
+    _, kv, _ = gna.kernel_tiles((30, 48, 80), (18, 24, 24), stride=(16, 8, 8),
+                                kernel="portable-backward")
+    assert kv[0] * kv[1] * kv[2] == 128
 
 
 def test_simulate_with_kernel_is_simulate_with_its_tiles():
     for kernel, head_dim in (("hopper forward", None), ("hopper_backward", 64),
-                             ("hopper forward", 256), ("portable forward", 64)):
+                             ("hopper forward", 256), ("portable forward", 64),
+                             ("portable backward", 128)):
         kwargs = {} if head_dim is None else {"head_dim": head_dim}
         r = gna.simulate((30, 48, 80), (18, 24, 24), attention_share=0.8, kernel=kernel, **kwargs)
         q, kv, kv_tiling = gna.kernel_tiles((30, 48, 80), (18, 24, 24), kernel=kernel,

@@ -112,10 +112,11 @@ gna_status gna_sim_kernel_tiles(const gna_sim_config* config, int32_t kernel, in
     if (config == nullptr) gna::fail_invalid("simulator config: required, got NULL");
     if (chosen == nullptr) gna::fail_invalid("kernel tiles: output required, got NULL");
     if (kernel != GNA_SIM_KERNEL_HOPPER_FORWARD && kernel != GNA_SIM_KERNEL_HOPPER_BACKWARD &&
-        kernel != GNA_SIM_KERNEL_PORTABLE_FORWARD)
+        kernel != GNA_SIM_KERNEL_PORTABLE_FORWARD && kernel != GNA_SIM_KERNEL_PORTABLE_BACKWARD)
       gna::fail_invalid("kernel must be ", GNA_SIM_KERNEL_HOPPER_FORWARD, " (hopper forward), ",
-                        GNA_SIM_KERNEL_HOPPER_BACKWARD, " (hopper backward) or ",
-                        GNA_SIM_KERNEL_PORTABLE_FORWARD, " (portable forward), got ", kernel);
+                        GNA_SIM_KERNEL_HOPPER_BACKWARD, " (hopper backward), ",
+                        GNA_SIM_KERNEL_PORTABLE_FORWARD, " (portable forward) or ",
+                        GNA_SIM_KERNEL_PORTABLE_BACKWARD, " (portable backward), got ", kernel);
     gna_sim_config rule = *config;  // the tiles and tilings are the kernel's
     rule.tiling = GNA_SIM_TILING_MULTI;
     rule.kv_tiling = GNA_SIM_KV_STATIC;

@@ -73,4 +73,18 @@ TileKernel portable_backward_tile_kernel(int rows_kv, KvPlacements q_placements)
   return k;
 }
 
+bool portable_backward_head_dim(int d) { return d == 32 || d == 64 || d == 128; }
+
+ScoredTiles portable_backward_tile_choice(const Problem& p, const TileShape& forced_q,
+                                          const TileShape& forced_kv, bool wide_fits,
+                                          bool small_kernel, KvPlacements placements) {
+  const ScoredTiles wide = tile_choice(
+      p, portable_backward_tile_kernel(kPortableBackwardRowsKV, placements), forced_q, forced_kv);
+  if (tile_forced(forced_kv, p.rank) || !small_kernel) return wide;
+  if (wide_fits && wide.partial_pairs() < kPortableBackwardSmallPartialShare * wide.visited_pairs)
+    return wide;
+  return tile_choice(p, portable_backward_tile_kernel(kPortableBackwardRowsKVSmall, placements),
+                     forced_q, forced_kv);
+}
+
 }  // namespace gna

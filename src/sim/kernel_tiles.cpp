@@ -58,13 +58,15 @@ const char* kernel_name(TiledKernel k) {
     case TiledKernel::hopper_forward: return "hopper-forward";
     case TiledKernel::hopper_backward: return "hopper-backward";
     case TiledKernel::portable_forward: return "portable-forward";
+    case TiledKernel::portable_backward: return "portable-backward";
   }
   return "?";
 }
 
 const std::vector<TiledKernel>& tiled_kernels() {
   static const std::vector<TiledKernel> all = {
-      TiledKernel::hopper_forward, TiledKernel::hopper_backward, TiledKernel::portable_forward};
+      TiledKernel::hopper_forward, TiledKernel::hopper_backward, TiledKernel::portable_forward,
+      TiledKernel::portable_backward};
   return all;
 }
 
@@ -86,9 +88,10 @@ std::string kernel_names() {
 namespace {
 
 // The kernel's tile description at its default options (KernelOptions): grid or placed tiles,
-// whichever is cheaper, where the kernel has both; `rows_q` picks the portable forward's variant
-// (its widest where the chooser scores it before a choice).
-TileKernel tile_kernel(TiledKernel k, int head_dim, int rows_q = kPortableForwardRowsQWide) {
+// whichever is cheaper, where the kernel has both; `rows` picks the portable forward's variant by
+// its Q rows and the portable backward's by its KV rows (the widest where the chooser scores it
+// before a choice).
+TileKernel tile_kernel(TiledKernel k, int head_dim, int rows = 0) {
   switch (k) {
     case TiledKernel::hopper_forward:
       if (!hopper_forward_head_dim(head_dim))
@@ -101,7 +104,13 @@ TileKernel tile_kernel(TiledKernel k, int head_dim, int rows_q = kPortableForwar
     case TiledKernel::portable_forward:
       if (!portable_forward_head_dim(head_dim))
         fail_invalid("head_dim: the portable forward runs 32, 64 or 128, got ", head_dim);
-      return portable_forward_tile_kernel(rows_q, KvPlacements::either);
+      return portable_forward_tile_kernel(rows > 0 ? rows : kPortableForwardRowsQWide,
+                                          KvPlacements::either);
+    case TiledKernel::portable_backward:
+      if (!portable_backward_head_dim(head_dim))
+        fail_invalid("head_dim: the portable backward runs 32, 64 or 128, got ", head_dim);
+      return portable_backward_tile_kernel(rows > 0 ? rows : kPortableBackwardRowsKV,
+                                           KvPlacements::either);
   }
   fail_invalid("kernel must be one of ", kernel_names(), ", got id ", static_cast<int>(k));
 }
@@ -118,6 +127,9 @@ Config kernel_tiles(const Config& c, TiledKernel k, int head_dim) {
   double steps = choice_steps(out, kernel);
   if (k == TiledKernel::portable_forward)  // its narrow variant is scored too
     steps += choice_steps(out, tile_kernel(k, head_dim, kPortableForwardRowsQ));
+  const bool small_backward = portable_backward_small_head_dims(head_dim, head_dim);
+  if (k == TiledKernel::portable_backward && small_backward)  // its 64-key variant too
+    steps += choice_steps(out, tile_kernel(k, head_dim, kPortableBackwardRowsKVSmall));
   if (steps > kMaxSimulationSteps)
     fail_invalid("the ", kernel.name, " tile choice would take about ",
                  steps < 1e15 ? std::to_string(std::llround(steps)) : std::to_string(steps),
@@ -125,9 +137,14 @@ Config kernel_tiles(const Config& c, TiledKernel k, int head_dim) {
                  " the simulator takes on");
   Problem p = to_problem(out);
   p.dim_qk = p.dim_v = head_dim;
+  // The portable kernels' choice of variant as on a device where their widest kernels fit (an
+  // H100, where the cost models were fitted).
   const ScoredTiles s =
       k == TiledKernel::portable_forward
           ? portable_forward_tile_choice(p, kNoForcedTile, kNoForcedTile, true, KvPlacements::either)
+      : k == TiledKernel::portable_backward
+          ? portable_backward_tile_choice(p, kNoForcedTile, kNoForcedTile, true, small_backward,
+                                          KvPlacements::either)
           : tile_choice(p, kernel, kNoForcedTile, kNoForcedTile);
   for (int a = 0; a < out.rank; ++a) {
     out.q_tile[a] = s.q.size[a];
@@ -142,13 +159,18 @@ Config kernel_tiles(const Config& c, TiledKernel k, int head_dim) {
 
 KernelPrediction predict(const Config& tiles, const Result& r, TiledKernel k, int head_dim) {
   const bool portable = k == TiledKernel::portable_forward;
-  int rows_q = 1;
-  for (int a = 0; a < tiles.rank; ++a) rows_q *= tiles.q_tile[a];
-  const TileKernel kernel = tile_kernel(k, head_dim, rows_q);
+  const bool portable_backward = k == TiledKernel::portable_backward;
+  int rows_q = 1, rows_kv = 1;
+  for (int a = 0; a < tiles.rank; ++a) {
+    rows_q *= tiles.q_tile[a];
+    rows_kv *= tiles.kv_tile[a];
+  }
+  const TileKernel kernel = tile_kernel(k, head_dim, portable_backward ? rows_kv : rows_q);
   const bool per_q_tile = kernel.walk == PairWalk::per_q_tile;
-  const KernelCostModel& model = portable    ? kPortableForwardCost
-                                 : per_q_tile ? kHopperForwardCost
-                                              : kHopperBackwardCost;
+  const KernelCostModel& model = portable            ? kPortableForwardCost
+                                 : portable_backward ? portable_backward_cost(rows_kv)
+                                 : per_q_tile        ? kHopperForwardCost
+                                                     : kHopperBackwardCost;
   // Costs in pairs of the chosen tiles: the portable forward's rows and speed-up weights go into
   // the time per pair instead.
   const TileCostWeights weights{model.partial, 1, 1};

@@ -164,6 +164,10 @@ class Kernel(unittest.TestCase):
                  (["--shape", "30x48x80", "--window", "18x24x24"], "portable-forward", "128",
                   "dynamic"),
                  (["--shape", "256x256", "--window", "80x80"], "portable forward", "64",
+                  "static"),
+                 (["--shape", "30x48x80", "--window", "18x24x24"], "portable-backward", "128",
+                  "static"),
+                 (["--shape", "256x256", "--window", "80x80"], "portable backward", "64",
                   "static")]
         for problem, kernel, head_dim, kv_tiling in cases:
             e2e = ["--attention-share", "0.8", "--dense-steps", "10", "--total-steps", "50"]
@@ -214,7 +218,7 @@ class Kernel(unittest.TestCase):
         r = run(*ok, "--kernel", "hopper-sideways")
         self.assertEqual(r.returncode, 2)
         self.assertIn("--kernel: expected one of hopper-forward, hopper-backward, "
-                      "portable-forward, got 'hopper-sideways'", r.stderr)
+                      "portable-forward, portable-backward, got 'hopper-sideways'", r.stderr)
         r = run(*ok, "--q-tile", "2x8x8", "--kv-tile", "2x8x8", "--head-dim", "64")
         self.assertEqual(r.returncode, 2)
         self.assertIn("--head-dim needs --kernel", r.stderr)

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "gna/core/error.hpp"
 #include "gna/core/kernel_tiles.hpp"
 #include "gna/gna_sim.h"
 #include "gna/sim/cases.hpp"
@@ -57,7 +58,9 @@ TEST(KernelTiles, DescriptionsAreTheKernels) {
   EXPECT_EQ(wide.weights.rows, 2);
   EXPECT_EQ(wide.weights.speedup, 1.5);
   expect_kernel(portable_backward_tile_kernel(64), "portable backward", 64, 64,
-                PairWalk::per_q_tile, {64, false}, {128, false}, KvPlacements::grid);
+                PairWalk::per_kv_tile, {64, false}, {128, false}, KvPlacements::either);
+  expect_kernel(portable_backward_tile_kernel(128, KvPlacements::grid), "portable backward", 64,
+                128, PairWalk::per_kv_tile, {64, false}, {128, false}, KvPlacements::grid);
 }
 
 gna_sim_config c_config(const BenchCase& c) {
@@ -220,7 +223,9 @@ TEST(KernelTiles, CppAndCAgree) {
   EXPECT_EQ(parsed, TiledKernel::hopper_backward);
   EXPECT_TRUE(parse_kernel("portable forward", &parsed));
   EXPECT_EQ(parsed, TiledKernel::portable_forward);
-  EXPECT_FALSE(parse_kernel("portable backward", &parsed));
+  EXPECT_TRUE(parse_kernel("portable-backward", &parsed));
+  EXPECT_EQ(parsed, TiledKernel::portable_backward);
+  EXPECT_FALSE(parse_kernel("portable sideways", &parsed));
 }
 
 Config config_of(const BenchCase& c) {
@@ -245,17 +250,71 @@ TEST(KernelTiles, OneAxisForwardChoiceIsWithinTheStepLimit) {
   EXPECT_GE(cases, 2);
 }
 
+// The portable backward's variant: 128-key tiles where few pairs are partial or the head dims
+// have no 64-key kernel, 64-key ones where many are (the neighborhood cases) or the 128-key
+// kernel does not fit; the simulator's tiles are that choice on a device where both fit.
+TEST(KernelTiles, PortableBackwardVariant) {
+  const struct {
+    const char* name;
+    int kv_rows;
+  } cases[] = {{"hunyuan 18x24x24 NA", 64}, {"flux4k 80x80 NA", 64}, {"wan 15x27x48", 64},
+               {"hunyuan 18x24x24 s16x8x8", 128}, {"flux4k 80x80 s16x16", 128},
+               {"hunyuan dense", 128}};
+  for (const auto& e : cases) {
+    const BenchCase* c = find_bench_case(e.name);
+    ASSERT_NE(c, nullptr) << e.name;
+    const Problem p = problem_of(*c, 128);
+    const ScoredTiles s = portable_backward_tile_choice(p, kNoForcedTile, kNoForcedTile, true,
+                                                        true, KvPlacements::either);
+    EXPECT_EQ(s.kv.volume(p.rank), e.kv_rows) << e.name;
+    EXPECT_EQ(s.q.volume(p.rank), kPortableBackwardRowsQ) << e.name;
+    // Without the 64-key kernel, or where only it fits.
+    EXPECT_EQ(portable_backward_tile_choice(p, kNoForcedTile, kNoForcedTile, true, false,
+                                            KvPlacements::either)
+                  .kv.volume(p.rank),
+              kPortableBackwardRowsKV)
+        << e.name;
+    EXPECT_EQ(portable_backward_tile_choice(p, kNoForcedTile, kNoForcedTile, false, true,
+                                            KvPlacements::either)
+                  .kv.volume(p.rank),
+              kPortableBackwardRowsKVSmall)
+        << e.name;
+    const Config tiles = kernel_tiles(config_of(*c), TiledKernel::portable_backward, 128);
+    for (int a = 0; a < p.rank; ++a) {
+      EXPECT_EQ(tiles.q_tile[a], s.q.size[a]) << e.name;
+      EXPECT_EQ(tiles.kv_tile[a], s.kv.size[a]) << e.name;
+    }
+    EXPECT_EQ(tiles.kv_tiling, KvTiling::static_tiles) << e.name;
+  }
+  // The neighborhood cases place their Q tiles (fewer pairs than the grid's).
+  const Problem na = problem_of(*find_bench_case("hunyuan 18x24x24 NA"), 128);
+  const ScoredTiles placed = portable_backward_tile_choice(na, kNoForcedTile, kNoForcedTile, true,
+                                                           true, KvPlacements::either);
+  const ScoredTiles grid = portable_backward_tile_choice(na, kNoForcedTile, kNoForcedTile, true,
+                                                         true, KvPlacements::grid);
+  EXPECT_EQ(placed.placement, KvPlacement::placed);
+  EXPECT_EQ(grid.placement, KvPlacement::grid);
+  EXPECT_LT(placed.cost, grid.cost);
+  // A head dim the backward does not run is named.
+  try {
+    kernel_tiles(config_of(*find_bench_case("hunyuan 18x24x24 NA")), TiledKernel::portable_backward,
+                 256);
+    ADD_FAILURE() << "head dim 256 taken";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("head_dim: the portable backward runs 32, 64 or 128, got 256"),
+              std::string::npos)
+        << err.what();
+  }
+}
+
 // The prediction is the core's cost model over the simulated counts: pairs, partial pairs at the
 // model's weight, a work item per walked tile, and the model's time per pair at head dim 128;
 // dense attention over the same tokens (no padding) predicts exactly 1.
 TEST(KernelTiles, PredictionIsTheCostModel) {
   for (TiledKernel kernel : tiled_kernels()) {
     const bool portable = kernel == TiledKernel::portable_forward;
-    const bool fwd = kernel != TiledKernel::hopper_backward;
-    const KernelCostModel& model = portable ? kPortableForwardCost
-                                   : fwd    ? kHopperForwardCost
-                                            : kHopperBackwardCost;
-    const double item = model.item_pairs;
+    const bool portable_bwd = kernel == TiledKernel::portable_backward;
+    const bool fwd = kernel != TiledKernel::hopper_backward && !portable_bwd;
     for (const char* name : {"hunyuan 18x24x24 NA", "hunyuan 18x24x24 s16x8x8", "wan 15x27x48",
                              "hunyuan dense"}) {
       SCOPED_TRACE(std::string(kernel_name(kernel)) + " " + name);
@@ -264,17 +323,30 @@ TEST(KernelTiles, PredictionIsTheCostModel) {
       const Config tiles = kernel_tiles(config_of(*c), kernel, 128);
       const Result r = simulate(tiles);
       const KernelPrediction p = predict(tiles, r, kernel, 128);
-      int rows_q = 1;
-      for (int a = 0; a < tiles.rank; ++a) rows_q *= tiles.q_tile[a];
+      int rows_q = 1, rows_kv = 1;
+      for (int a = 0; a < tiles.rank; ++a) {
+        rows_q *= tiles.q_tile[a];
+        rows_kv *= tiles.kv_tile[a];
+      }
+      // The portable backward's 64-key tiles are priced by their own kernel's model.
+      const KernelCostModel& model = portable       ? kPortableForwardCost
+                                     : portable_bwd ? portable_backward_cost(rows_kv)
+                                     : fwd          ? kHopperForwardCost
+                                                    : kHopperBackwardCost;
+      const double item = model.item_pairs;
       const double walked = static_cast<double>(fwd ? r.q_tiles : r.kv_tiles);
       EXPECT_NEAR(p.cost,
                   static_cast<double>(r.visited_pairs) +
                       model.partial * static_cast<double>(r.pairs.partial) + item * walked,
                   1e-6 * p.cost);
-      const int q_rows = portable ? rows_q : fwd ? kHopperTileTokens : kHopperBwdQRows;
-      const int kv_rows = portable ? kPortableForwardRowsKV
-                          : fwd    ? kHopperTileTokens
-                                   : kHopperBwdKvRows;
+      const int q_rows = portable       ? rows_q
+                         : portable_bwd ? kPortableBackwardRowsQ
+                         : fwd          ? kHopperTileTokens
+                                        : kHopperBwdQRows;
+      const int kv_rows = portable       ? kPortableForwardRowsKV
+                          : portable_bwd ? rows_kv
+                          : fwd          ? kHopperTileTokens
+                                         : kHopperBwdKvRows;
       const double q = r.tokens / double(q_rows), kv = r.tokens / double(kv_rows);
       EXPECT_NEAR(p.dense_cost, q * kv + item * (fwd ? q : kv), 1e-6 * p.dense_cost);
       EXPECT_DOUBLE_EQ(p.speedup, p.dense_cost / p.cost);
@@ -325,9 +397,10 @@ std::string error_of(const gna_sim_config* in, int kernel, int head_dim) {
 
 TEST(KernelTiles, CAbiErrorsNameTheParameter) {
   const gna_sim_config in = c_config(*find_bench_case("flux4k 80x80 NA"));
-  EXPECT_NE(error_of(&in, 7, 128).find("kernel must be 0 (hopper forward), 1 (hopper backward) "
-                                       "or 2 (portable forward), got 7"),
+  EXPECT_NE(error_of(&in, 7, 128).find("kernel must be 0 (hopper forward), 1 (hopper backward), "
+                                       "2 (portable forward) or 3 (portable backward), got 7"),
             std::string::npos);
+  EXPECT_NE(error_of(&in, GNA_SIM_KERNEL_PORTABLE_BACKWARD, 256).find("got 256"), std::string::npos);
   EXPECT_NE(error_of(&in, GNA_SIM_KERNEL_PORTABLE_FORWARD, 256).find("got 256"), std::string::npos);
   EXPECT_NE(error_of(&in, -1, 128).find("got -1"), std::string::npos);
   EXPECT_NE(error_of(&in, GNA_SIM_KERNEL_HOPPER_FORWARD, 96).find("head_dim"), std::string::npos);

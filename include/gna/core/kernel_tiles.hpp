@@ -111,10 +111,45 @@ constexpr double portable_forward_pair_scale(int rows_q) {
              : static_cast<double>(kPortableForwardRowsQ) / kPortableForwardRowsQWide *
                    kPortableWideForwardSpeedup;
 }
+// The portable backward's time per 64 x 128 pair (kPortableBackwardCost, the 128-key kernel) and
+// per 64 x 64 pair (kPortableBackwardSmallCost, the 64-key one), fitted to backward times on an
+// H100 (docs/performance.md, "Portable kernels"): the block-sparse cases (no partial pairs) give
+// the 128-key kernel's full pair, the neighborhood cases (which run the 64-key kernel) the 64-key
+// kernel's full pair and a partial pair's extra; a work item (a KV tile with its K / V load and
+// its dK / dV stores) was not resolved by the fit and counts nothing. The 128-key kernel's partial
+// pair was not measured apart (no benchmark case runs it with partial pairs): it takes the 64-key
+// kernel's weight.
+constexpr KernelCostModel kPortableBackwardCost{0.30, 0, 60.0};
+constexpr KernelCostModel kPortableBackwardSmallCost{0.30, 0, 32.0};
+// The share of the 128-key kernel's best tiles' pairs that are partial from which the backward
+// runs its 64-key kernel where it has one (the 1-D window 2048 problem, 10% partial, is the
+// smallest share measured to run faster there; causal dense attention, 1.5%, ran slower).
+constexpr double kPortableBackwardSmallPartialShare = 0.1;
+// Head dims (query/key, value) at which the portable backward has its 64-key kernel: those whose
+// 128-key kernel needs more than 99 KB of shared memory per block.
+constexpr bool portable_backward_small_head_dims(int dim_qk, int dim_v) {
+  return (dim_qk == 128 && (dim_v == 128 || dim_v == 64)) ||
+         (dim_qk == 64 && (dim_v == 128 || dim_v == 64));
+}
+// Head dims the portable backward runs (query/key and value alike: 32, 64, 128).
+bool portable_backward_head_dim(int head_dim);
+
 // The portable backward with KV tiles of rows_kv keys, each KV tile walking the box of Q tiles
 // that attend to it, grid or placed as `q_placements` allows (KernelOptions::q_placements):
 // forced Q tiles of at most kPortableBackwardRowsQ, forced KV tiles of at most
 // kPortableBackwardRowsKV.
 TileKernel portable_backward_tile_kernel(int rows_kv, KvPlacements q_placements = KvPlacements::either);
+// The portable backward's choice: the cheapest 128-key tiles, or the cheapest 64-key ones where
+// the head dims have that kernel (small_kernel) and the 128-key kernel does not fit (wide_fits
+// false) or leaves at least kPortableBackwardSmallPartialShare of its pairs partial. A forced KV
+// tile is the 128-key kernel's candidate (its volume picks the kernel that runs it).
+ScoredTiles portable_backward_tile_choice(const Problem& p, const TileShape& forced_q,
+                                          const TileShape& forced_kv, bool wide_fits,
+                                          bool small_kernel, KvPlacements placements);
+// The cost model of the portable backward kernel that runs KV tiles of kv_volume keys.
+constexpr const KernelCostModel& portable_backward_cost(int kv_volume) {
+  return kv_volume > kPortableBackwardRowsKVSmall ? kPortableBackwardCost
+                                                  : kPortableBackwardSmallCost;
+}
 
 }  // namespace gna

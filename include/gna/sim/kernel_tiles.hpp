@@ -18,15 +18,17 @@ enum class TiledKernel : int {
   hopper_backward = 1,  // grid KV tiles (it walks per KV tile; the simulator walks per Q tile)
   portable_forward = 2,  // 64- or 128-row Q tiles, KV tiles grid or placed (as the kernel picks
                          // them on a device where the 128-row kernel fits)
+  portable_backward = 3,  // 128- or 64-key KV tiles (as the kernel picks them on a device where
+                          // the 128-key kernel fits), grid KV tiles (it places its Q tiles)
 };
 
-// "hopper-forward", "hopper-backward", "portable-forward".
+// "hopper-forward", "hopper-backward", "portable-forward", "portable-backward".
 const char* kernel_name(TiledKernel k);
 const std::vector<TiledKernel>& tiled_kernels();
 // The kernel of a name; '-', '_' and ' ' between the words are the same ("hopper forward").
 // False when there is none.
 bool parse_kernel(const std::string& name, TiledKernel* k);
-// "hopper-forward, hopper-backward, portable-forward" (for messages).
+// "hopper-forward, hopper-backward, portable-forward, portable-backward" (for messages).
 std::string kernel_names();
 
 // `c` with q_tile, kv_tile, tiling (multi) and kv_tiling set to the kernel's choice for the rule
@@ -40,7 +42,8 @@ Config kernel_tiles(const Config& c, TiledKernel k, int head_dim);
 // core's KernelCostModel, kernel_tiles.hpp): pairs, partial pairs and work items (Q tiles of the
 // forward, KV tiles of the backward), in units of one dense tile pair of the chosen tiles, and in
 // nanoseconds per (batch item, head) at the head dim the model's times were measured at (the
-// portable forward's 64-row Q tiles priced at portable_forward_pair_scale).
+// portable forward's 64-row Q tiles priced at portable_forward_pair_scale, the portable
+// backward's 64-key KV tiles by their kernel's model, portable_backward_cost).
 // `speedup` is the prediction the benchmarks compare with (× cuDNN dense): dense attention over
 // the same tokens at the kernel's cost per pair, in row-major runs of its tile rows without
 // padding (as a dense kernel runs them), against this configuration.
@@ -53,8 +56,8 @@ struct KernelPrediction {
   double ns_per_head = 0;
 };
 // `r` is simulate(tiles), `tiles` a configuration with the kernel's tiles (kernel_tiles). The simulator
-// walks per Q tile on grid Q tiles, so the backward's prediction counts its pairs there even
-// where it places its Q tiles (head dim 128); its weights were fitted on the same counts.
+// walks per Q tile on grid Q tiles, so the backwards' predictions count their pairs there even
+// where they place their Q tiles; their weights were fitted on the same counts.
 KernelPrediction predict(const Config& tiles, const Result& r, TiledKernel k, int head_dim);
 
 }  // namespace gna::sim

@@ -44,6 +44,7 @@ _PREDICTED_KERNELS = {
     ("hopper", "fwd"): ("hopper forward",),
     ("hopper", "fwd+bwd"): ("hopper forward", "hopper backward"),
     ("portable", "fwd"): ("portable forward",),
+    ("portable", "fwd+bwd"): ("portable forward", "portable backward"),
 }
 
 

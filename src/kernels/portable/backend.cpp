@@ -121,19 +121,11 @@ bool backward_runs_small(const Problem& p, const TileShape& kv) {
 }
 
 TilePlan backward_tiles(const Problem& p, const KernelOptions& options, int shared_limit) {
-  const TilePlan wide = choose_backward_tiles(p, kBackwardRowsKV, options.q_tile,
-                                              options.kv_tile, options.q_placements);
   // A forced KV tile's volume picks the variant (backward_runs_small).
-  if (tile_forced(options.kv_tile, p.rank) || !backward_small_variant(p.dim_qk, p.dim_v))
-    return wide;
   const bool fits = shared_limit <= 0 ||
                     backward_shared_bytes(p.dim_qk, p.dim_v, kBackwardRowsKV) <= shared_limit;
-  // At least a tenth of the pairs partial: the smallest share measured (1-D window 2048, 10%)
-  // still ran faster on 64 keys; below it (causal dense attention: 1.5%) the problem is close to
-  // dense, where 128 keys measured faster.
-  if (fits && wide.partial_pairs < 0.1 * wide.visited_pairs) return wide;
-  return choose_backward_tiles(p, kBackwardRowsKVSmall, options.q_tile, options.kv_tile,
-                               options.q_placements);
+  return choose_backward_tiles(p, options.q_tile, options.kv_tile, fits,
+                               backward_small_variant(p.dim_qk, p.dim_v), options.q_placements);
 }
 
 void forward(const ForwardCall& call) {

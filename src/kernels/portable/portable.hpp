@@ -30,7 +30,7 @@ TilePlan backward_tiles(const Problem& p, const KernelOptions& options, int shar
 // perfectly block-sparse problems at head dim 128: docs/performance.md), or when the caller
 // forces a KV tile of at most 64 tokens.
 constexpr bool backward_small_variant(int dim_qk, int dim_v) {
-  return (dim_qk == 128 && (dim_v == 128 || dim_v == 64)) || (dim_qk == 64 && (dim_v == 128 || dim_v == 64));
+  return portable_backward_small_head_dims(dim_qk, dim_v);
 }
 bool backward_runs_small(const Problem& p, const TileShape& kv);
 

@@ -37,4 +37,10 @@ TilePlan choose_backward_tiles(const Problem& p, int kv_rows, const TileShape& q
       tile_choice(p, portable_backward_tile_kernel(kv_rows, placements), q_tile, kv_tile));
 }
 
+TilePlan choose_backward_tiles(const Problem& p, const TileShape& q_tile, const TileShape& kv_tile,
+                               bool wide_fits, bool small_kernel, KvPlacements placements) {
+  return plan_of(
+      portable_backward_tile_choice(p, q_tile, kv_tile, wide_fits, small_kernel, placements));
+}
+
 }  // namespace gna::portable

@@ -49,5 +49,10 @@ TilePlan choose_forward_tiles(const Problem& p, const TileShape& q_tile = kNoFor
 TilePlan choose_backward_tiles(const Problem& p, int kv_rows, const TileShape& q_tile,
                                const TileShape& kv_tile,
                                KvPlacements placements = KvPlacements::either);
+// The backward's tiles and kernel (the core's portable_backward_tile_choice: 128-key tiles, or
+// 64-key ones where small_kernel and the 128-key kernel does not fit (wide_fits false) or leaves
+// many partial pairs).
+TilePlan choose_backward_tiles(const Problem& p, const TileShape& q_tile, const TileShape& kv_tile,
+                               bool wide_fits, bool small_kernel, KvPlacements placements);
 
 }  // namespace gna::portable
