@@ -10,7 +10,10 @@ model's predicted attention time (its choice below the table).
 
 --small runs a shape the CPU reference handles in seconds (outputs checked against the single
 rank's); the default is HunyuanVideo 720p: 30 x 48 x 80 tokens, 24 heads of 128, window
-18 x 24 x 24, optional text tokens (--text 256, joint attention, Ulysses modes only).
+18 x 24 x 24, optional text tokens (--text 256, joint attention, Ulysses modes only);
+--case long1d: 32768 tokens, 8 heads of 128, window 2048. Each mode's row gives the block's
+speedup and the attention's alone (forward, or forward + backward with --backward) over one
+rank running the whole problem.
 """
 import argparse
 import math
@@ -25,12 +28,18 @@ import gna
 from gna import distributed as gd
 
 
+# layout, window, heads, head dim
+CASES = {"hunyuan": ((30, 48, 80), (18, 24, 24), 24, 128),
+         "long1d": ((32768,), (2048,), 8, 128)}
+
+
 def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--small", action="store_true", help="a CPU-sized shape on gloo")
     p.add_argument("--text", type=int, default=0, help="text tokens (joint attention)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--backward", action="store_true", help="time forward + backward")
+    p.add_argument("--case", default="hunyuan", choices=sorted(CASES), help="the problem")
     return p.parse_args()
 
 
@@ -82,13 +91,14 @@ def main():
     if args.small:
         layout, window, heads, head_dim = (8, 6, 8), (3, 3, 5), 8, 16
     else:
-        layout, window, heads, head_dim = (30, 48, 80), (18, 24, 24), 24, 128
+        layout, window, heads, head_dim = CASES[args.case]
     tokens, text = math.prod(layout), args.text
     torch.manual_seed(0)
     block = Block(heads, head_dim).to(device, dtype)
     x = torch.randn(1, tokens + text, heads * head_dim, device=device, dtype=dtype)
     mine = lambda t: gd.shard_sequence(t)  # noqa: E731  (this rank's contiguous shard)
-    na = lambda q, k, v: gna.na3d(  # noqa: E731
+    na_rank = getattr(gna, f"na{len(layout)}d")
+    na = lambda q, k, v: na_rank(  # noqa: E731
         q.reshape(1, *layout, *q.shape[2:]), k.reshape(1, *layout, *k.shape[2:]),
         v.reshape(1, *layout, *v.shape[2:]), window).reshape(q.shape)
 
@@ -132,19 +142,32 @@ def main():
         return run
 
     def attention_only(attend, q, k, v):
-        def run():
-            with torch.no_grad():
-                attend(q, k, v)
-        return run
+        if not args.backward:
+            def run():
+                with torch.no_grad():
+                    attend(q, k, v)
+            return run
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        grad = torch.randn_like(q)
+
+        def run_backward():
+            attend(*leaves).backward(grad)
+        return run_backward
 
     link = gd.measure_link()
     choice = gd.choose_parallelism(layout, window, 1, 1, False, heads, ranks, link=link,
                                    head_dim=head_dim, backward=args.backward,
                                    exact=device.type == "cpu")
-    one = timed(step(x, whole), device, args.reps, alone=True) if rank == 0 else 0.0
-    one = torch.tensor([one], dtype=torch.float64, device=device)
-    dist.broadcast(one, 0)
-    one = one.item()
+    one, one_attention = 0.0, 0.0
+    if rank == 0:
+        one = timed(step(x, whole), device, args.reps, alone=True)
+        qw, kw, vw = (t.contiguous() for t in block.qkv(x).view(
+            1, x.shape[1], 3, heads, head_dim).unbind(2))
+        one_attention = timed(attention_only(whole, qw, kw, vw), device, args.reps, alone=True)
+        del qw, kw, vw
+    ones = torch.tensor([one, one_attention], dtype=torch.float64, device=device)
+    dist.broadcast(ones, 0)
+    one, one_attention = ones.tolist()
     rows = []
     shard = shard_input()
     q, k, v = (t.contiguous() for t in block.qkv(shard).view(
@@ -173,12 +196,14 @@ def main():
         print(f"{ranks} ranks ({backend}, {dtype}), layout {layout}, window {window}, "
               f"{heads} heads of {head_dim}, {text} text tokens, {what}")
         print(f"link: latency {link.latency * 1e6:.1f} us, bandwidth "
-              f"{link.bandwidth / 1e9:.2f} GB/s; one rank, whole problem: {one * 1e3:.2f} ms")
+              f"{link.bandwidth / 1e9:.2f} GB/s; one rank, whole problem: block {one * 1e3:.2f} "
+              f"ms, attention {one_attention * 1e3:.2f} ms")
         print(f"{'mode':>10} {'U':>2} {'block ms':>9} {'speedup':>8} {'attention ms':>13} "
-              f"{'all-to-all ms':>14} {'predicted ms':>13}")
+              f"{'speedup':>8} {'all-to-all ms':>14} {'predicted ms':>13}")
         for mode, size, total, attention, exchanges, predicted in rows:
             print(f"{mode:>10} {size:>2} {total * 1e3:9.2f} {one / total:7.2f}x "
-                  f"{attention * 1e3:13.2f} {exchanges * 1e3:14.2f} {predicted * 1e3:13.2f}")
+                  f"{attention * 1e3:13.2f} {one_attention / attention:7.2f}x "
+                  f"{exchanges * 1e3:14.2f} {predicted * 1e3:13.2f}")
         print(f"chosen: {choice.mode} (U = {choice.ulysses_size})")
     # The Ulysses pipeline's timeline on this rank: each head group's exchange sent, arrived,
     # computed and back (the attention hides an exchange when it arrives before it is needed).

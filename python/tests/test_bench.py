@@ -1,5 +1,5 @@
-"""The benchmark's pieces that need no GPU: FlexAttention's mask read off gna's reference, the
-tiled token order, case selection and the reports."""
+"""The benchmark's pieces that need no GPU: FlexAttention's arithmetic mask and its check against
+gna's reference, the tiled token order, case selection and the reports."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -97,6 +97,35 @@ def test_flex_mask_follows_dilation():
         for jg in range(start, start + 3):
             expected[i, group + 2 * jg] = True
     assert torch.equal(got, expected)
+
+
+def test_flex_arithmetic_window_equals_gnas_rule_on_random_axes():
+    import random
+    rng = random.Random(7)
+    checked = 0
+    while checked < 60:
+        extent = rng.randint(2, 40)
+        dilation = rng.choice([1, 1, 2, 3])
+        window = rng.randint(2, max(2, extent // dilation))
+        stride = rng.randint(1, window)
+        causal = rng.random() < 0.3
+        if window * dilation > extent:
+            continue
+        peers.check_axis_window(extent, window, stride, dilation, causal)
+        checked += 1
+    for case in cases.in_set("peers") + cases.in_set("image"):
+        if case.tokens <= 120000:  # the rules of every benchmark case's axes
+            for a in range(case.rank):
+                peers.check_axis_window(case.layout[a], case.window[a], case.strides[a],
+                                        case.dilations[a], case.causals[a])
+
+
+def test_flex_window_check_catches_a_wrong_form(monkeypatch):
+    right = peers.axis_window
+    monkeypatch.setattr(peers, "axis_window",
+                        lambda q, *rule: tuple(x + (q == 5).long() for x in right(q, *rule)))
+    with pytest.raises(AssertionError, match="query 5 attends keys"):
+        peers.check_axis_window(20, 5, 1, 1, False)
 
 
 @pytest.mark.parametrize("argv, words", [

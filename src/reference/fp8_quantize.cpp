@@ -22,14 +22,15 @@ int64_t row_offset(const Problem& p, const TensorRef& t, int64_t b, int64_t toke
 float* f32(const TensorRef& t) { return static_cast<float*>(t.data); }
 uint8_t* codes(const TensorRef& t) { return static_cast<uint8_t*>(t.data); }
 
-// One row quantized at one scale: max_d |x_d - shift_d| / 448, then each (x_d - shift_d) / scale.
+// One row quantized at one scale: max_d |x_d - shift_d| / 448, each (x_d - shift_d) encoded at
+// its inverse.
 template <typename T>
 float quantize_row(const T* x, const float* shift, int dim, uint8_t* out) {
   float amax = 0.f;
   for (int d = 0; d < dim; ++d) amax = std::max(amax, std::fabs(float(x[d]) - shift[d]));
-  const float scale = e4m3_scale(amax);
-  for (int d = 0; d < dim; ++d) out[d] = e4m3_quantize(float(x[d]) - shift[d], scale);
-  return scale;
+  const float inverse = e4m3_inverse_scale(amax);
+  for (int d = 0; d < dim; ++d) out[d] = e4m3_encode(float(x[d]) - shift[d], inverse);
+  return e4m3_scale(amax);
 }
 
 template <typename T>
@@ -89,6 +90,7 @@ void quantize_impl(const Problem& p, const AttentionTensors& in, const Fp8Operan
 
   // V: per (b, hk, channel) amax over every key, spatial and additional.
   float* v_scale = f32(o.v_scale);
+  std::vector<float> v_inverse(size_t(p.batch) * Hk * Dv);
   for (int64_t b = 0; b < p.batch; ++b)
     for (int h = 0; h < Hk; ++h) {
       std::vector<float> amax(Dv, 0.f);
@@ -98,10 +100,13 @@ void quantize_impl(const Problem& p, const AttentionTensors& in, const Fp8Operan
       for (int64_t t = 0; t < tokens; ++t) visit(v + row_offset(p, in.v, b, t, h));
       for (int j = 0; j < p.additional_kv; ++j)
         visit(typed<T>(*in.additional_v) + extra_offset(*in.additional_v, b, j, h));
-      for (int c = 0; c < Dv; ++c) v_scale[(b * Hk + h) * Dv + c] = e4m3_scale(amax[c]);
+      for (int c = 0; c < Dv; ++c) {
+        v_scale[(b * Hk + h) * Dv + c] = e4m3_scale(amax[c]);
+        v_inverse[(b * Hk + h) * Dv + c] = e4m3_inverse_scale(amax[c]);
+      }
     }
   auto quantize_v = [&](const T* row, int64_t b, int h, uint8_t* out) {
-    for (int c = 0; c < Dv; ++c) out[c] = e4m3_quantize(float(row[c]), v_scale[(b * Hk + h) * Dv + c]);
+    for (int c = 0; c < Dv; ++c) out[c] = e4m3_encode(float(row[c]), v_inverse[(b * Hk + h) * Dv + c]);
   };
   parallel_for(k_rows, threads_for(k_rows, 0, Dv), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {

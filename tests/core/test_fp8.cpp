@@ -92,11 +92,14 @@ TEST(E4m3, EncodesToTheNearestCodeWithTiesToEven) {
 
 TEST(E4m3, ScalesMapTheLargestMagnitudeTo448) {
   EXPECT_EQ(e4m3_scale(0.f), 1.f);
+  EXPECT_EQ(e4m3_inverse_scale(0.f), 1.f);
   for (float amax : {1e-20f, 0.3f, 1.f, 7.f, 1e6f}) {
     const float scale = e4m3_scale(amax);
     EXPECT_EQ(scale, amax / 448.f);
-    EXPECT_EQ(int(e4m3_quantize(amax, scale)), 0x7e) << amax;
-    EXPECT_EQ(int(e4m3_quantize(-amax, scale)), 0xfe) << amax;
+    const float inverse = e4m3_inverse_scale(amax);
+    EXPECT_EQ(inverse, 448.f / amax);
+    EXPECT_EQ(int(e4m3_encode(amax, inverse)), 0x7e) << amax;
+    EXPECT_EQ(int(e4m3_encode(-amax, inverse)), 0xfe) << amax;
   }
   EXPECT_EQ(int(e4m3_probability(1.f)), 0x7e);
   EXPECT_EQ(e4m3_to_float(e4m3_probability(0.5f)), 224.f);

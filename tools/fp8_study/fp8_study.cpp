@@ -25,7 +25,8 @@
 
 namespace {
 
-using gna::e4m3_quantize;
+using gna::e4m3_encode;
+using gna::e4m3_inverse_scale;
 using gna::e4m3_scale;
 using gna::e4m3_to_float;
 
@@ -71,7 +72,7 @@ std::vector<float> represent(const std::vector<float>& x, const std::vector<floa
           o = bf16_round(y);
         } else {
           const float s = e4m3_scale(amax);
-          o = e4m3_to_float(e4m3_quantize(y, s)) * s;
+          o = e4m3_to_float(e4m3_encode(y, e4m3_inverse_scale(amax))) * s;
         }
       }
     if (v == Variant::residual)  // the rounding error, per token, in e4m3 again
@@ -79,10 +80,10 @@ std::vector<float> represent(const std::vector<float>& x, const std::vector<floa
         float ramax = 0;
         for (int d = 0; d < dim; ++d)
           ramax = std::max(ramax, std::fabs(x[t * dim + d] - shift[d] - out[t * dim + d]));
-        const float s = e4m3_scale(ramax);
+        const float s = e4m3_scale(ramax), inverse = e4m3_inverse_scale(ramax);
         for (int d = 0; d < dim; ++d) {
           const float r = x[t * dim + d] - shift[d] - out[t * dim + d];
-          out[t * dim + d] += e4m3_to_float(e4m3_quantize(r, s)) * s;
+          out[t * dim + d] += e4m3_to_float(e4m3_encode(r, inverse)) * s;
         }
       }
   }
@@ -107,14 +108,13 @@ Result study(const gna::test::DitRegime& regime, gna::test::OutlierChannels wher
         for (int d = 0; d < dim; ++d) mean[d] += k[t * dim + d] / tokens;
     const std::vector<float> qd = represent(q, zero, tokens, dim, variant);
     const std::vector<float> kd = represent(k, mean, tokens, dim, variant);
-    std::vector<float> v_scale(dim, 0.f), vd(v.size());
-    for (int d = 0; d < dim; ++d) {
-      for (int t = 0; t < tokens; ++t) v_scale[d] = std::max(v_scale[d], std::fabs(v[t * dim + d]));
-      v_scale[d] = e4m3_scale(v_scale[d]);
-    }
+    std::vector<float> v_amax(dim, 0.f), vd(v.size());
+    for (int d = 0; d < dim; ++d)
+      for (int t = 0; t < tokens; ++t) v_amax[d] = std::max(v_amax[d], std::fabs(v[t * dim + d]));
     for (int t = 0; t < tokens; ++t)
       for (int d = 0; d < dim; ++d)
-        vd[t * dim + d] = e4m3_to_float(e4m3_quantize(v[t * dim + d], v_scale[d])) * v_scale[d];
+        vd[t * dim + d] = e4m3_to_float(e4m3_encode(v[t * dim + d], e4m3_inverse_scale(v_amax[d]))) *
+                          e4m3_scale(v_amax[d]);
     const double scale = 1.0 / std::sqrt(double(dim));
     double dot = 0, aa = 0, bb = 0, l1 = 0, ref = 0;
     std::vector<double> s64(window), s8(window), o64(dim), o8(dim);

@@ -1,10 +1,13 @@
 """The peers, called as their users call them: dense SDPA through the cuDNN and FlashAttention
 backends, and FlexAttention (compiled) with the same mask as gna, tokens in tiled order.
 
-FlexAttention's mask is read off gna's own CPU reference, never re-derived: per axis, two 1-D
-attention calls with sharp scores (key j scored -j, then +j) and values j return, for every
-query, its first and last attended key; a key is attended iff on every axis it lies in that
-range and in the query's dilation group.
+FlexAttention's mask is arithmetic, as a FlexAttention user writes it: per axis, the window
+start of docs/rule.md section 2 (include/gna/core/axis_rule.hpp's window_start, in torch integer
+ops on the query's coordinate) and a range test on the key's. (A mask that gathers each query's
+key range from tables was measured 4.8x slower on hdit 13x13: it overstated gna against Flex.)
+It is checked, for every case it is built for, against gna's own rule: per axis, two 1-D
+attention calls of gna's CPU reference with sharp scores (key j scored -j, then +j) and values j
+return every query's first and last attended key, which must equal the arithmetic form's.
 """
 import math
 
@@ -23,6 +26,39 @@ def axis_key_ranges(extent, window, stride, dilation, causal):
     first = gna.na1d(ones, -pos, pos, window, **kw).flatten()
     last = gna.na1d(ones, pos, pos, window, **kw).flatten()
     return first.round().long(), last.round().long()
+
+
+def axis_window(q, extent, window, stride, dilation, causal):
+    """Keys [first, last] (full coordinates) attended by queries q (an integer tensor) on one
+    axis: rule.md section 2 in torch integer ops, on the query's dilation group (g = q mod d,
+    group length n = ceil((L - g) / d), ig = q div d)."""
+    g, ig = q % dilation, q // dilation
+    n = (extent - g + dilation - 1) // dilation
+    base = (ig // stride) * stride
+    if causal:
+        leader = torch.minimum(base + (stride - 1), n - 1)
+        start = torch.clamp(leader - window + 1, min=0)
+        end = ig + 1
+    else:
+        leader = torch.minimum(base + stride // 2, n - 1)
+        start = torch.minimum(torch.clamp(leader - window // 2, min=0), n - window)
+        end = start + window
+    return g + start * dilation, g + (end - 1) * dilation
+
+
+def check_axis_window(extent, window, stride, dilation, causal):
+    """The arithmetic window against gna's CPU reference on every query of the axis."""
+    q = torch.arange(extent)
+    first, last = axis_window(q, extent, window, stride, dilation, causal)
+    want_first, want_last = axis_key_ranges(extent, window, stride, dilation, causal)
+    bad = ((first != want_first) | (last != want_last)).nonzero().flatten()
+    if bad.numel():
+        i = int(bad[0])
+        raise AssertionError(
+            f"FlexAttention mask: axis (extent {extent}, window {window}, stride {stride}, "
+            f"dilation {dilation}, causal {causal}): query {i} attends keys [{int(first[i])}, "
+            f"{int(last[i])}] by the arithmetic form, [{int(want_first[i])}, "
+            f"{int(want_last[i])}] by gna")
 
 
 def token_coords(idx, layout, tile):
@@ -47,23 +83,23 @@ def token_coords(idx, layout, tile):
     return [tc[a] * tile[a] + oc[a] for a in range(rank)]
 
 
-def make_mask_mod(case, device):
-    rank = case.rank
-    dilation = case.dilations
-    ranges = [axis_key_ranges(case.layout[a], case.window[a], case.strides[a], dilation[a],
-                              case.causals[a])
-              for a in range(rank)]
-    first = [r[0].to(device) for r in ranges]
-    last = [r[1].to(device) for r in ranges]
-    layout, tile = case.layout, case.tile
+def make_mask_mod(case, device=None):
+    """FlexAttention's mask_mod for the case (tokens in its tiled order), its arithmetic window
+    checked against gna's rule on every axis first."""
+    rank, layout, tile = case.rank, case.layout, case.tile
+    rules = [(layout[a], case.window[a], case.strides[a], case.dilations[a], case.causals[a])
+             for a in range(rank)]
+    for rule in rules:
+        check_axis_window(*rule)
 
     def mask_mod(b, h, q_idx, kv_idx):
         qc, kc = token_coords(q_idx, layout, tile), token_coords(kv_idx, layout, tile)
         ok = None
-        for a in range(rank):
-            m = (kc[a] >= first[a][qc[a]]) & (kc[a] <= last[a][qc[a]])
-            if dilation[a] > 1:
-                m = m & (kc[a] % dilation[a] == qc[a] % dilation[a])
+        for a, (extent, window, stride, dilation, causal) in enumerate(rules):
+            first, last = axis_window(qc[a], extent, window, stride, dilation, causal)
+            m = (kc[a] >= first) & (kc[a] <= last)
+            if dilation > 1:
+                m = m & (kc[a] % dilation == qc[a] % dilation)
             ok = m if ok is None else ok & m
         return ok
 
