@@ -123,6 +123,32 @@ TEST(TilePlan, ForwardPlacement) {
   EXPECT_EQ(forward_tiles(strided, KernelOptions{}).partial_pairs, 0);
 }
 
+// The backward places its Q tiles per KV tile where that visits fewer pairs (hunyuan NA: fewer
+// partial pairs, at the same 64-key tiles), keeps the grid where placing gains nothing (the
+// block-sparse stride), and runs what KernelOptions::q_placements forces.
+TEST(TilePlan, BackwardPlacement) {
+  Problem na = make(3, {30, 48, 80}, {18, 24, 24}, {1, 1, 1});
+  Problem strided = make(3, {30, 48, 80}, {18, 24, 24}, {16, 8, 8});
+  na.dim_qk = na.dim_v = strided.dim_qk = strided.dim_v = 128;
+  KernelOptions grid, placed;
+  grid.q_placements = KvPlacements::grid;
+  placed.q_placements = KvPlacements::placed;
+  const TilePlan either_na = backward_tiles(na, KernelOptions{}, 232448);
+  const TilePlan grid_na = backward_tiles(na, grid, 232448);
+  const TilePlan placed_na = backward_tiles(na, placed, 232448);
+  EXPECT_EQ(grid_na.placement, KvPlacement::grid);
+  EXPECT_EQ(placed_na.placement, KvPlacement::placed);
+  EXPECT_EQ(either_na.placement, KvPlacement::placed);
+  EXPECT_LT(either_na.cost, grid_na.cost);
+  EXPECT_LT(either_na.partial_pairs, grid_na.partial_pairs);
+  EXPECT_EQ(either_na.cost, placed_na.cost);
+  EXPECT_EQ(either_na.kv.volume(3), kBackwardRowsKVSmall);
+  const TilePlan s = backward_tiles(strided, KernelOptions{}, 232448);
+  EXPECT_EQ(s.placement, KvPlacement::grid);
+  EXPECT_EQ(s.partial_pairs, 0);
+  EXPECT_EQ(s.kv.volume(3), kBackwardRowsKV);
+}
+
 // A forced tile is honoured whatever the other side: that side is still chosen.
 TEST(TilePlan, ForcedTilesAreHonoured) {
   const Problem p = make(2, {100, 37}, {13, 9}, {3, 1});
@@ -142,6 +168,7 @@ TEST(TilePlan, ForcedTilesAreHonoured) {
   both.q_tile = TileShape{{8, 8, 0}};
   both.kv_tile = TileShape{{8, 8, 0}};
   both.kv_placements = KvPlacements::grid;  // score_tiles counts grid KV tiles
+  both.q_placements = KvPlacements::grid;   // and the backward's grid Q tiles
   const TilePlan s = score_tiles(p, both.q_tile, both.kv_tile);
   for (const TilePlan& t : {forward_tiles(p, both), backward_tiles(p, both)}) {
     EXPECT_EQ(t.visited_pairs, s.visited_pairs);

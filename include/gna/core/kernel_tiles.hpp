@@ -112,15 +112,16 @@ constexpr double portable_forward_pair_scale(int rows_q) {
                    kPortableWideForwardSpeedup;
 }
 // The portable backward's time per 64 x 128 pair (kPortableBackwardCost, the 128-key kernel) and
-// per 64 x 64 pair (kPortableBackwardSmallCost, the 64-key one), fitted to backward times on an
-// H100 (docs/performance.md, "Portable kernels"): the block-sparse cases (no partial pairs) give
-// the 128-key kernel's full pair, the neighborhood cases (which run the 64-key kernel) the 64-key
-// kernel's full pair and a partial pair's extra; a work item (a KV tile with its K / V load and
-// its dK / dV stores) was not resolved by the fit and counts nothing. The 128-key kernel's partial
-// pair was not measured apart (no benchmark case runs it with partial pairs): it takes the 64-key
-// kernel's weight.
-constexpr KernelCostModel kPortableBackwardCost{0.30, 0, 60.0};
-constexpr KernelCostModel kPortableBackwardSmallCost{0.30, 0, 32.0};
+// per 64 x 64 pair (kPortableBackwardSmallCost, the 64-key one), fitted to six backward times on
+// an H100 (docs/performance.md, "Portable kernels"), counted on grid Q tiles as the simulator
+// walks them: the two block-sparse cases (128-key tiles, no partial pairs) give the 128-key
+// kernel's full pair, 41.21 ns (hunyuan s16x8x8 41.65, flux4k s16x16 40.76; a work item was not
+// resolved there and counts nothing); the four neighborhood cases (64-key tiles) the 64-key
+// kernel's full pair, a partial pair's extra and a work item (a KV tile: its K / V load, tables
+// and dK / dV stores) by least squares, each case within 3.6%. The 128-key kernel's partial pair
+// was not measured apart (no case runs it with partial pairs): it takes the 64-key kernel's.
+constexpr KernelCostModel kPortableBackwardCost{0.42, 0, 41.21};
+constexpr KernelCostModel kPortableBackwardSmallCost{0.42, 7.6, 20.05};
 // The share of the 128-key kernel's best tiles' pairs that are partial from which the backward
 // runs its 64-key kernel where it has one (the 1-D window 2048 problem, 10% partial, is the
 // smallest share measured to run faster there; causal dense attention, 1.5%, ran slower).
