@@ -76,8 +76,9 @@ def kernel_tiles(shape, window, stride=1, dilation=1, is_causal=False, kernel="h
     (placed per Q tile), as the kernel's tile chooser picks them at head dim head_dim with default
     options. kernel: "hopper forward" (grid or placed KV tiles, whichever is cheaper), "hopper
     backward", "portable forward" (64- or 128-row Q tiles, grid or placed KV tiles) or "portable
-    backward" (128- or 64-key KV tiles) ('-' or '_' for the space also do). The choice scores one image and head: batch and
-    heads do not matter. simulate(..., kernel=...) simulates these tiles."""
+    backward" (128- or 64-key KV tiles) ('-' or '_' for the space also do). The choice scores
+    one image and head: batch and heads do not matter. simulate(..., kernel=...) simulates these
+    tiles."""
     config, kernel_id = _kernel_call(shape, window, stride, dilation, is_causal, kernel,
                                      "gna_sim_kernel_tiles")
     chosen = _lib.SimConfig()

@@ -10,7 +10,7 @@ compares it with a device-to-device copy timed in the same run. "× cuDNN" and "
 cuDNN SDPA dense's and FlexAttention's time for the same pass by the row's time. On rows that
 run on the Hopper backend at head dim 128, "gna-sim ms" is the kernels' time that their measured
 cost models predict (gna.predicted_speedup: the forward's, plus the backward's for fwd+bwd), and
-on forward rows of the portable backend the portable forward's; "gna-sim ×" is cuDNN's measured
+on rows of the portable backend the portable kernels' likewise; "gna-sim ×" is cuDNN's measured
 time over it: the speedup the simulator predicts against the peer measured in the same run.
 
 Every case's dense and gna rows are timed before any FlexAttention row: torch.compile leaves
@@ -50,9 +50,9 @@ _PREDICTED_KERNELS = {
 
 def _predicted_ms(case, pass_name, backend):
     """The backend's kernels' predicted time of the pass (gna-sim's cost models: the Hopper
-    forward's, plus the backward's for fwd+bwd; the portable forward's) for the case in ms, or None
-    where the simulator cannot tell (a pass without a cost model, a head dim whose times were not
-    measured, a choice past its step limit)."""
+    forward's, plus the backward's for fwd+bwd; the portable kernels' likewise) for the case in
+    ms, or None where the simulator cannot tell (a pass without a cost model, a head dim whose
+    times were not measured, a choice past its step limit)."""
     kernels = _PREDICTED_KERNELS.get((backend, pass_name))
     if kernels is None:
         return None
