@@ -195,8 +195,8 @@ bool parse_shape(const std::string& text, int head_dim, Case* out) {
   return c.heads >= 1;
 }
 
-// --kv-tiles NAME: where the Hopper forward's KV tiles start; --q-tiles NAME: where the Hopper
-// backward's Q tiles start (other backends ignore both).
+// --kv-tiles NAME: where the Hopper and portable forwards' KV tiles start; --q-tiles NAME: where
+// the Hopper and portable backwards' Q tiles start (other backends ignore both).
 bool parse_kv_tiles(const std::string& name, KvPlacements* k) {
   if (name == "either") *k = KvPlacements::either;
   else if (name == "grid") *k = KvPlacements::grid;
@@ -389,8 +389,9 @@ const char kUsage[] =
     "  persistent-static, persistent-plain). --kv-tiles times each KV tile placement of the\n"
     "  Hopper and portable forwards given (either: its choice, the default; grid; placed).\n"
     "  --q-tiles times\n"
-    "  each Q tile placement of the Hopper backward given (either, the default; grid; placed;\n"
-    "  placed kernels exist at head dim 128 only, other head dims run the grid).\n"
+    "  each Q tile placement of the Hopper and portable backwards given (either, the default;\n"
+    "  grid; placed; the Hopper's placed kernels exist at head dim 128 only, its other head dims\n"
+    "  run the grid).\n"
     "  --deterministic: the backward's deterministic mode.\n"
     "  --forward-backend: the backend whose forward gives the backward its O and LSE (and runs\n"
     "  the forward passes; default: the backend under test).\n"
