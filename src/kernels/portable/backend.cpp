@@ -184,11 +184,15 @@ bool supports_backward(const BackwardCall& call, std::string* why) {
   return aligned_rows(call.d_out, "d_out", why);
 }
 
-TilePlan forward_tiles(const Problem& p, const KernelOptions& options, int shared_limit, bool e4m3) {
-  // The e4m3 forward has Q tiles of at most 64 tokens (forward_launch.cuh).
+TilePlan forward_tiles(const Problem& p, const KernelOptions& options, int shared_limit) {
   const bool wide_fits =
-      !e4m3 && (shared_limit <= 0 || forward_shared_bytes(p.dim_qk, p.dim_v, 128) <= shared_limit);
+      shared_limit <= 0 || forward_shared_bytes(p.dim_qk, p.dim_v, 128) <= shared_limit;
   return choose_forward_tiles(p, options.q_tile, options.kv_tile, wide_fits, options.kv_placements);
+}
+
+TilePlan e4m3_forward_tiles(const Problem& p, const KernelOptions& options) {
+  return choose_forward_tiles(p, options.q_tile, options.kv_tile, /*wide_fits=*/false,
+                              options.kv_placements);
 }
 
 bool backward_runs_small(const Problem& p, const TileShape& kv) {
@@ -213,8 +217,7 @@ TilePlan backward_tiles(const Problem& p, const KernelOptions& options, int shar
 void forward(const ForwardCall& call) {
   const Problem& p = call.problem;
   if (call.fp8 != nullptr) {
-    const TilePlan plan =
-        forward_tiles(p, call.options, shared_limit(call.fp8->q8.device), /*e4m3=*/true);
+    const TilePlan plan = e4m3_forward_tiles(p, call.options);
     const bool launched = p.dim_qk == 64    ? launch_forward_e4m3_d64(call, plan)
                           : p.dim_qk == 128 ? launch_forward_e4m3_d128(call, plan)
                                             : false;

@@ -102,7 +102,8 @@ struct ForwardSmem {
   static constexpr int kStageKeys = kColumns + 4 * kMaxRank * int(sizeof(AxisColumns));
   static constexpr int kStageStride = kMaxRank + 1;
   // e4m3: the k_scale of each stage's keys, and scale * log2(e) * q_scale per Q row.
-  static constexpr int kKScale = (kStageKeys + 2 * kStageStride * int(sizeof(int)) + 15) / 16 * 16;
+  static constexpr int kStageEnd = kStageKeys + 2 * kStageStride * int(sizeof(int));
+  static constexpr int kKScale = kE4m3 ? (kStageEnd + 15) / 16 * 16 : kStageEnd;
   static constexpr int kQFactor = kKScale + (kE4m3 ? 2 * kForwardRowsKV * int(sizeof(float)) : 0);
   static constexpr int kBytes = kQFactor + (kE4m3 ? kRowsQ * int(sizeof(float)) : 0);
 };

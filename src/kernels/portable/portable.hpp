@@ -20,8 +20,9 @@ bool supports_backward(const BackwardCall& call, std::string* why);
 // Tile shapes used for a call: a tile forced in options, else the tile choice's
 // (choose_forward_tiles, choose_backward_tiles). shared_limit (bytes per block the device
 // allows, 0: no limit) rules out the variants whose kernel does not fit.
-TilePlan forward_tiles(const Problem& p, const KernelOptions& options, int shared_limit = 0,
-                       bool e4m3 = false);
+TilePlan forward_tiles(const Problem& p, const KernelOptions& options, int shared_limit = 0);
+// The e4m3 forward's: Q tiles of at most kE4m3ForwardRowsQ tokens.
+TilePlan e4m3_forward_tiles(const Problem& p, const KernelOptions& options);
 TilePlan backward_tiles(const Problem& p, const KernelOptions& options, int shared_limit = 0);
 
 // The backward's 64-key variant (one Q / dO stage) exists for the head dims whose 128-key kernel
