@@ -8,8 +8,8 @@
 //
 // Tolerances. The reference takes each row's global maximum where the kernel keeps a running one,
 // so a weight is rounded to e4m3 against another scale (within 2^-4 relative, each): the outputs
-// differ by up to 0.0646 of a row's largest value (docs/fp8.md, "A fused kernel against this
-// reference"). Per row, max_c |O - ref| / max_c |ref| (rows' largest value floored at 1e-3 of
+// differ by up to 0.0646 of the output's largest value in an emulation of both (docs/fp8.md, "A
+// fused kernel against this reference"). Per row, max_c |O - ref| / max_c |ref| (rows' largest value floored at 1e-3 of
 // the output's) <= 0.08; at most one row in 500 up to 0.15 (S accumulated by the tensor cores in
 // less than fp32 moves a weight across a rounding midpoint). Over the output, mean |O - ref| <=
 // 0.05 mean |ref| (a systematic error is >= 0.5). The LSE within 5e-3 of max(1, |ref|).
