@@ -10,6 +10,8 @@
 // K/V tiles are double-buffered with cp.async; each warp owns MB m-blocks of 16 query rows, so
 // every K/V fragment it loads feeds MB MMAs (MB = 2 halves the shared-memory traffic per FLOP;
 // MB = 1 keeps Q tiles small where neighborhoods are small). Q stays in shared memory.
+// The operands' element type is a template axis: fp16 / bf16, or e4m3 (the FP8 forward, sm_89+,
+// docs/fp8.md: m16n8k32 MMAs, the scheme's scales, one m-block per warp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -677,7 +679,7 @@ struct ForwardWarp {
     for (int mb = 0; mb < MB; ++mb) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-                const float factor = kE4m3 ? cta.q_factor()[row0 + mb * 16 + 8 * r] : scale_log2;
+        const float factor = kE4m3 ? cta.q_factor()[row0 + mb * 16 + 8 * r] : scale_log2;
         float mx = -INFINITY;
 #pragma unroll
         for (int nb = 0; nb < kNB; ++nb) mx = fmaxf(mx, fmaxf(s[mb][nb][2 * r], s[mb][nb][2 * r + 1]));
