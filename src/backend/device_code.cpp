@@ -79,6 +79,19 @@ bool family_runs_on(KernelFamily family, int cc, const EmbeddedCode& code, std::
                          describe(code) + "; GNA_CUDA_ARCHS names the archs to build)");
 }
 
+bool e4m3_mma_runs_on(int cc, const EmbeddedCode& code, std::string* why) {
+  if (cc < 89)
+    return refuse(why, "device compute capability " + version(cc) +
+                           " has no e4m3 tensor cores (needs 8.9 or newer)");
+  if (!family_runs_on(KernelFamily::sm80, cc, code, why)) return false;
+  const int arch = loaded_arch(code, cc);
+  if (arch < 89)
+    return refuse(why, "device compute capability " + version(cc) + " loads this library's sm_" +
+                           std::to_string(arch) + " code, which has no e4m3 kernels (" +
+                           describe(code) + "; GNA_CUDA_ARCHS needs 89 or newer)");
+  return true;
+}
+
 bool backend_family(const std::string& backend, KernelFamily* family) {
   if (backend == "hopper") {
     *family = KernelFamily::hopper;

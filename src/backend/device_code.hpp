@@ -37,6 +37,11 @@ int loaded_arch(const EmbeddedCode& code, int cc, bool* jit = nullptr);
 // on 12.0 and newer)").
 bool family_runs_on(KernelFamily family, int cc, const EmbeddedCode& code, std::string* why);
 
+// Whether the sm80 family's e4m3 kernels (mma.sync on e4m3 operands: the portable FP8 forward)
+// run on compute capability `cc`: the code loaded there (loaded_arch) must be for sm_89 or newer,
+// their body elsewhere being a trap; otherwise writes why.
+bool e4m3_mma_runs_on(int cc, const EmbeddedCode& code, std::string* why);
+
 // The family of a registered backend's kernels, by its name (attention backends and the unfused
 // operators' "cuda" backend); false for names that are not CUDA backends.
 bool backend_family(const std::string& backend, KernelFamily* family);

@@ -44,6 +44,21 @@ TEST(DeviceCode, LoadsOlderMinorSassOrPtx) {
   EXPECT_EQ(loaded_arch(kHopper, 100, &jit), 0);
 }
 
+TEST(DeviceCode, E4m3KernelsOnSm89AndNewerCode) {
+  std::string why;
+  for (int cc : {89, 90, 100, 120}) EXPECT_TRUE(e4m3_mma_runs_on(cc, kDefault, &why)) << cc << ": " << why;
+  EXPECT_TRUE(e4m3_mma_runs_on(90, kNarrow, &why)) << why;
+  EXPECT_FALSE(e4m3_mma_runs_on(86, kDefault, &why));
+  EXPECT_EQ(why, "device compute capability 8.6 has no e4m3 tensor cores (needs 8.9 or newer)");
+  // sm_89 loading sm_80 SASS (a build without 89) gets the e4m3 kernels' trap bodies: refused.
+  const EmbeddedCode ampere_hopper{{80, 90}, 90, false};
+  EXPECT_FALSE(e4m3_mma_runs_on(89, ampere_hopper, &why));
+  EXPECT_EQ(why, "device compute capability 8.9 loads this library's sm_80 code, which has no e4m3 "
+                 "kernels (SASS for sm_80, sm_90; PTX for compute_90, which JIT-compiles on 9.0 "
+                 "and newer; GNA_CUDA_ARCHS needs 89 or newer)");
+  EXPECT_FALSE(e4m3_mma_runs_on(100, kHopper, &why));  // no sm80-family code for it at all
+}
+
 TEST(DeviceCode, FamiliesByComputeCapability) {
   std::string why;
   for (int cc : {80, 86, 89, 90, 100, 120}) {

@@ -10,6 +10,8 @@
 // K/V tiles are double-buffered with cp.async; each warp owns MB m-blocks of 16 query rows, so
 // every K/V fragment it loads feeds MB MMAs (MB = 2 halves the shared-memory traffic per FLOP;
 // MB = 1 keeps Q tiles small where neighborhoods are small). Q stays in shared memory.
+// The operands' element type is a template axis: fp16 / bf16, or e4m3 (the FP8 forward, sm_89+,
+// docs/fp8.md: m16n8k32 MMAs, the scheme's scales, one m-block per warp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -40,7 +42,27 @@ constexpr int forward_rows_q(int mb) { return kForwardWarps * 16 * mb; }
 // 2 + e): all of them.
 constexpr uint32_t kForwardAllKeys = (1u << (kForwardRowsKV / 4)) - 1;
 
-template <typename T>
+// The operands' element type In: T (fp16 / bf16, the output's) or E4m3 (the FP8 forward, sm_89+:
+// e4m3 Q, K, V and P with the scheme's scales, docs/fp8.md; O in T).
+template <typename In>
+constexpr bool kE4m3Operands = std::is_same<In, E4m3>::value;
+// Elements of In per 16-byte copy.
+template <typename In>
+constexpr int kChunkElements = 16 / int(sizeof(In));
+// log2(448): the FP8 forward's exponent bias that makes exp2 give 448 p, the e4m3 operand P
+// (the normalizer l sums 448 p too, so that O = acc * v_scale / l).
+constexpr float kLog2E4m3Max = 8.807354922057604f;
+
+// The FP8 forward's scales (In = E4m3; docs/fp8.md): q_scale, k_scale and lse_bias per token and
+// head ([B, spatial.., H]; lse_bias.data null: 0), add_k_scale per additional key ([B, Na, Hk]),
+// v_scale per channel ([B, Hk, Dv], channels contiguous).
+struct Fp8ScaleViews {
+  cuda::TokenTensor<const float> q_scale, k_scale, lse_bias, add_k_scale;
+  const float* v_scale = nullptr;
+  int64_t v_scale_batch = 0, v_scale_head = 0;
+};
+
+template <typename T, typename In = T>
 struct ForwardParams {
   Problem p;
   int tile_q[kMaxRank];
@@ -49,19 +71,23 @@ struct ForwardParams {
   int q_volume;           // tokens of a Q tile (<= forward_rows_q(MB))
   KvPlacement kv_placement;  // where a Q tile's KV tiles start (tiling.hpp, kv_tile_run)
   float scale_log2;       // softmax scale * log2(e)
-  cuda::TokenTensor<const T> q, k, v, add_k, add_v;
+  cuda::TokenTensor<const In> q, k, v, add_k, add_v;
   cuda::TokenTensor<T> o;
   cuda::TokenTensor<float> lse;
   bool write_lse;
+  Fp8ScaleViews fp8;  // read by the e4m3 instantiations only
   ForwardPathCounts* path_counts;  // nullptr unless a test counts the paths (path_counts.hpp)
 };
 
-template <int D, int DV, int MB>
+// ELEMENT_BYTES: the operands' element size (2, or 1 for e4m3: tiles of half as many 16-bit
+// columns, and the e4m3 forward's scales).
+template <int D, int DV, int MB, int ELEMENT_BYTES = 2>
 struct ForwardSmem {
   static constexpr int kRowsQ = forward_rows_q(MB);
-  using QTile = SmemTile<kRowsQ, D>;
-  using KTile = SmemTile<kForwardRowsKV, D>;
-  using VTile = SmemTile<kForwardRowsKV, DV>;
+  static constexpr bool kE4m3 = ELEMENT_BYTES == 1;
+  using QTile = SmemTile<kRowsQ, D * ELEMENT_BYTES / 2>;
+  using KTile = SmemTile<kForwardRowsKV, D * ELEMENT_BYTES / 2>;
+  using VTile = SmemTile<kForwardRowsKV, DV * ELEMENT_BYTES / 2>;
   static constexpr int kQ = 0;
   static constexpr int kK = kQ + QTile::kBytes;
   static constexpr int kV = kK + 2 * KTile::kBytes;
@@ -77,7 +103,11 @@ struct ForwardSmem {
   // is partial (bit a), written with its load.
   static constexpr int kStageKeys = kColumns + 4 * kMaxRank * int(sizeof(AxisColumns));
   static constexpr int kStageStride = kMaxRank + 1;
-  static constexpr int kBytes = kStageKeys + 2 * kStageStride * int(sizeof(int));
+  // e4m3: the k_scale of each stage's keys, and scale * log2(e) * q_scale per Q row.
+  static constexpr int kStageEnd = kStageKeys + 2 * kStageStride * int(sizeof(int));
+  static constexpr int kKScale = kE4m3 ? (kStageEnd + 15) / 16 * 16 : kStageEnd;
+  static constexpr int kQFactor = kKScale + (kE4m3 ? 2 * kForwardRowsKV * int(sizeof(float)) : 0);
+  static constexpr int kBytes = kQFactor + (kE4m3 ? kRowsQ * int(sizeof(float)) : 0);
 };
 
 // The KV tiles one Q tile visits: the per-axis box (runs of KV tiles, grid or placed), then the
@@ -146,8 +176,8 @@ constexpr int kRuleEntryBits = 20;
 // (At most kRuleEntryBits: the table is refilled from rule-path entries.)
 __device__ __forceinline__ int walk_entry_bits(int rank) { return min_i(30 / rank, kRuleEntryBits); }
 
-template <typename Word, typename T>
-__device__ __forceinline__ Word spatial_entry(const ForwardParams<T>& P, const ForwardCtaState& st, int i,
+template <typename Word, typename Params>
+__device__ __forceinline__ Word spatial_entry(const Params& P, const ForwardCtaState& st, int i,
                                               int bits) {
   const Problem& p = P.p;
   int m[kMaxRank];
@@ -162,15 +192,17 @@ __device__ __forceinline__ Word spatial_entry(const ForwardParams<T>& P, const F
   }
   return e | static_cast<Word>(c) << WalkEntry<Word>::kClassShift;
 }
-template <typename T>
-__device__ __noinline__ uint64_t spatial_entry_from_rule(const ForwardParams<T>& P,
-                                                         const ForwardCtaState& st, int i) {
-  return spatial_entry<uint64_t, T>(P, st, i, kRuleEntryBits);
+template <typename Params>
+__device__ __noinline__ uint64_t spatial_entry_from_rule(const Params& P, const ForwardCtaState& st,
+                                                         int i) {
+  return spatial_entry<uint64_t, Params>(P, st, i, kRuleEntryBits);
 }
 
-template <typename T, int D, int DV, int MB>
+template <typename T, typename In, int D, int DV, int MB>
 struct ForwardCta {
-  using Smem = ForwardSmem<D, DV, MB>;
+  using Params = ForwardParams<T, In>;
+  using Smem = ForwardSmem<D, DV, MB, int(sizeof(In))>;
+  static constexpr int kChunk = kChunkElements<In>;
   static constexpr int kRowsQ = Smem::kRowsQ;
   using QTile = typename Smem::QTile;
   using KTile = typename Smem::KTile;
@@ -179,7 +211,7 @@ struct ForwardCta {
 
   // The parameters and the dynamic shared memory are known to the compiler; the CTA's state is
   // in shared memory (see ForwardCtaState), reached through references.
-  const ForwardParams<T>& P;
+  const Params& P;
   char* smem;
   GroupGeometry& geo;
   int (&qt)[kMaxRank];
@@ -188,7 +220,7 @@ struct ForwardCta {
   KvWalk& walk;
   const ForwardCtaState& state;
 
-  __device__ ForwardCta(const ForwardParams<T>& params, char* s, ForwardCtaState& st)
+  __device__ ForwardCta(const Params& params, char* s, ForwardCtaState& st)
       : P(params), smem(s), geo(st.geo), qt(st.qt), q_base(st.q_base), b(st.b), h(st.h),
         hk(st.hk), walk(st.walk), state(st) {}
 
@@ -238,8 +270,8 @@ struct ForwardCta {
           dv += step * P.v.stride_axis[a];
         }
       }
-      k_delta()[r] = dk * int64_t(sizeof(T));
-      v_delta()[r] = dv * int64_t(sizeof(T));
+      k_delta()[r] = dk * int64_t(sizeof(In));
+      v_delta()[r] = dv * int64_t(sizeof(In));
     }
   }
 
@@ -257,7 +289,7 @@ struct ForwardCta {
     if (!tabulated()) return;
     const int count = min_i(kForwardTableTiles, walk.spatial - first);
     for (int i = threadIdx.x; i < count; i += blockDim.x)
-      table()[(first + i) % kForwardTableTiles] = spatial_entry<uint32_t, T>(P, state, first + i, walk.entry_bits);
+      table()[(first + i) % kForwardTableTiles] = spatial_entry<uint32_t, Params>(P, state, first + i, walk.entry_bits);
     if (threadIdx.x == 0) walk.table_first = first;
   }
   // Whether walk step i needs the table refilled (every thread reaches this with the same i).
@@ -366,19 +398,40 @@ struct ForwardCta {
 
   __device__ void load_q() {
     const Problem& p = P.p;
-    constexpr int kChunks = D / 8;
+    constexpr int kChunks = D / kChunk;
     const uint32_t base = smem_address(smem + Smem::kQ);
     for (int c = threadIdx.x; c < kRowsQ * kChunks; c += blockDim.x) {
       const int row = c / kChunks, ch = c % kChunks;
       int ig[kMaxRank], x[kMaxRank];
       const bool valid = geo.coordinates(q_rows()[row], q_base, ig);
-      const T* src = P.q.data;
+      const In* src = P.q.data;
       if (valid) {
         GNA_FOR_AXES(a, p.rank) x[a] = coordinate_of(p.axes[a], geo.group[a], ig[a]);
-        src = P.q.at(b, x, p.rank, h) + ch * 8;
+        src = P.q.at(b, x, p.rank, h) + ch * kChunk;
       }
       cp_async_16(base + QTile::offset(row, ch * 8), src, valid);
     }
+    if constexpr (kE4m3Operands<In>) {
+      // Each row's factor of its scores in the log2 domain: scale * log2(e) * q_scale (rows
+      // without a query: 1, their results are not stored).
+      for (int row = threadIdx.x; row < kRowsQ; row += blockDim.x) {
+        int ig[kMaxRank], x[kMaxRank];
+        float f = 1.f;
+        if (geo.coordinates(q_rows()[row], q_base, ig)) {
+          GNA_FOR_AXES(a, p.rank) x[a] = coordinate_of(p.axes[a], geo.group[a], ig[a]);
+          f = P.scale_log2 * *P.fp8.q_scale.at(b, x, p.rank, h);
+        }
+        q_factor()[row] = f;
+      }
+    }
+  }
+
+  // e4m3: scale * log2(e) * q_scale of each Q row (load_q writes it).
+  __device__ float* q_factor() const { return reinterpret_cast<float*>(smem + Smem::kQFactor); }
+  // e4m3: the k_scale of each key of the tile in stage s (load_kv writes it; 0 for rows that are
+  // not keys).
+  __device__ float* k_scales(int s) const {
+    return reinterpret_cast<float*>(smem + Smem::kKScale) + s * BN;
   }
 
   // Loads K and V of tile i (of class cls) into stage s.
@@ -387,7 +440,7 @@ struct ForwardCta {
     const Problem& p = P.p;
     const uint32_t k_base = smem_address(smem + Smem::kK + s * KTile::kBytes);
     const uint32_t v_base = smem_address(smem + Smem::kV + s * VTile::kBytes);
-    constexpr int kChunksK = D / 8, kChunksV = DV / 8;
+    constexpr int kChunksK = D / kChunk, kChunksV = DV / kChunk;
     if (i >= walk.spatial) {
       const int add_first = (i - walk.spatial) * BN;
       for (int c = threadIdx.x; c < BN * (kChunksK + kChunksV); c += blockDim.x) {
@@ -397,12 +450,13 @@ struct ForwardCta {
         const int row = cc / chunks, ch = cc % chunks;
         const int j = add_first + row;
         const bool valid = j < walk.additional;
-        const T* src = is_k ? P.k.data : P.v.data;
-        if (valid) src = (is_k ? P.add_k : P.add_v).at(b, &j, 1, hk) + ch * 8;
+        const In* src = is_k ? P.k.data : P.v.data;
+        if (valid) src = (is_k ? P.add_k : P.add_v).at(b, &j, 1, hk) + ch * kChunk;
         const uint32_t dst = is_k ? k_base + KTile::offset(row, ch * 8)
                                   : v_base + VTile::offset(row, ch * 8);
         cp_async_16(dst, src, valid);
       }
+      if constexpr (kE4m3Operands<In>) load_k_scales(i, s);
       return;
     }
     // Spatial tile: first token's offset from the box offsets, then per-row deltas from the
@@ -440,6 +494,31 @@ struct ForwardCta {
       load_rows<KTile, kChunksK>(P.k.data + k_first, k_delta(), k_base, kt_base);
       load_rows<VTile, kChunksV>(P.v.data + v_first, v_delta(), v_base, kt_base);
     }
+    if constexpr (kE4m3Operands<In>) load_k_scales(i, s);
+  }
+
+  // e4m3: the k_scale of tile i's keys into stage s (rows that are not keys: 0, never attended).
+  __device__ __forceinline__ void load_k_scales(int i, int s) {
+    const Problem& p = P.p;
+    const int row = threadIdx.x;
+    if (row >= BN) return;
+    const float* src = P.fp8.k_scale.data;
+    bool valid;
+    if (i >= walk.spatial) {
+      const int j = (i - walk.spatial) * BN + row;
+      valid = j < walk.additional;
+      if (valid) src = P.fp8.add_k_scale.at(b, &j, 1, hk);
+    } else {
+      int e[kMaxRank], kt_base[kMaxRank], jg[kMaxRank], x[kMaxRank];
+      box_offsets(i, e);
+      GNA_FOR_AXES(a, p.rank) kt_base[a] = walk.run[a].first + e[a] * P.tile_kv[a];
+      valid = geo.coordinates(kv_rows()[row], kt_base, jg);
+      if (valid) {
+        GNA_FOR_AXES(a, p.rank) x[a] = coordinate_of(p.axes[a], geo.group[a], jg[a]);
+        src = P.fp8.k_scale.at(b, x, p.rank, hk);
+      }
+    }
+    cp_async_4(smem_address(k_scales(s) + row), src, valid);
   }
 
   // One K or V tile whose rows are all real keys: each thread copies one 16-byte column
@@ -464,10 +543,10 @@ struct ForwardCta {
   }
 
   template <typename Tile, int CHUNKS>
-  __device__ __forceinline__ void load_rows_full(const T* first, const int64_t* delta, uint32_t base) {
+  __device__ __forceinline__ void load_rows_full(const In* first, const int64_t* delta, uint32_t base) {
     constexpr int kStep = RowCopy<CHUNKS>::kStep;
     const auto [row_first, ch, dst] = row_copy<Tile, CHUNKS>(base);
-    const char* src = reinterpret_cast<const char*>(first + ch * 8);
+    const char* src = reinterpret_cast<const char*>(first + ch * kChunk);
     const int64_t* d = delta + row_first;
 #pragma unroll
     for (int it = 0; it < BN / kStep; ++it) cp_async_16(dst + it * kStep * CHUNKS * 16, src + d[it * kStep]);
@@ -476,7 +555,7 @@ struct ForwardCta {
   // One K or V tile of a partial pair, as load_rows_full, but rows outside the group are zero
   // filled.
   template <typename Tile, int CHUNKS>
-  __device__ __forceinline__ void load_rows(const T* first, const int64_t* delta, uint32_t base,
+  __device__ __forceinline__ void load_rows(const In* first, const int64_t* delta, uint32_t base,
                                             const int* kt_base) {
     constexpr int kStep = RowCopy<CHUNKS>::kStep;
     const auto [row_first, ch, dst] = row_copy<Tile, CHUNKS>(base);
@@ -485,7 +564,7 @@ struct ForwardCta {
       const int row = row_first + it * kStep;
       int jg[kMaxRank];
       const bool valid = geo.coordinates(kv_rows()[row], kt_base, jg);
-      const void* src = valid ? reinterpret_cast<const char*>(first + ch * 8) + delta[row]
+      const void* src = valid ? reinterpret_cast<const char*>(first + ch * kChunk) + delta[row]
                               : static_cast<const void*>(P.k.data);
       cp_async_16(dst + it * kStep * CHUNKS * 16, src, valid);
     }
@@ -493,10 +572,17 @@ struct ForwardCta {
 };
 
 // Per-thread state of a warp's MB m-blocks of 16 query rows (rows g and g + 8 of each).
-template <typename T, int D, int DV, int MB>
+// e4m3 operands (kE4m3Operands<In>): S by m16n8k32 MMAs on the same fragments in 16-bit units,
+// scaled per key by k_scale and per row by q_scale; P as e4m3(448 p) (l sums the unquantized 448
+// p); the PV MMA's B operand (keys contiguous per value channel) from V's row-major tile by a
+// transposing ldmatrix of byte pairs and two byte permutes, so that one MMA takes the even
+// channels of 16 and one the odd: acc[mb][2 dp] holds channels 16 dp + 4 t + {0, 2}, acc[mb][2 dp
+// + 1] 16 dp + 4 t + {1, 3} (the epilogue writes the four together).
+template <typename T, typename In, int D, int DV, int MB>
 struct ForwardWarp {
   static constexpr int BN = kForwardRowsKV;
-  using Cta = ForwardCta<T, D, DV, MB>;
+  static constexpr bool kE4m3 = kE4m3Operands<In>;
+  using Cta = ForwardCta<T, In, D, DV, MB>;
   float acc[MB][DV / 8][4];
   float m[MB][2], l[MB][2];
 
@@ -525,8 +611,8 @@ struct ForwardWarp {
                                        uint32_t k_smem, uint32_t v_smem) {
     const float scale_log2 = cta.P.scale_log2;
     using QTile = typename Cta::QTile;
-    using KTile = SmemTile<BN, D>;
-    using VTile = SmemTile<BN, DV>;
+    using KTile = typename Cta::KTile;
+    using VTile = typename Cta::VTile;
     const int lane = threadIdx.x % 32;
     const auto qc = QTile::lean_cursor(lane % 16, lane / 16);
     const auto kc = KTile::lean_cursor((lane % 8) + (lane / 16) * 8, (lane / 8) % 2);
@@ -536,9 +622,9 @@ struct ForwardWarp {
     for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
       for (int nb = 0; nb < kNB; ++nb) s[mb][nb][0] = s[mb][nb][1] = s[mb][nb][2] = s[mb][nb][3] = 0.f;
-    // S = Q K^T
+    // S = Q K^T (steps of 16 columns of 16 bits: 16 elements, or 32 e4m3)
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
+    for (int ks = 0; ks < KTile::kChunks / 2; ++ks) {
       uint32_t qf[MB][4];
 #pragma unroll
       for (int mb = 0; mb < MB; ++mb) ldmatrix_x4(qf[mb], q_smem + qc.at(mb, ks));
@@ -548,8 +634,23 @@ struct ForwardWarp {
         ldmatrix_x4(b, k_smem + kc.at(np, ks));
 #pragma unroll
         for (int mb = 0; mb < MB; ++mb) {
-          Mma<T>::run(s[mb][2 * np], qf[mb], b[0], b[1]);
-          Mma<T>::run(s[mb][2 * np + 1], qf[mb], b[2], b[3]);
+          Mma<In>::run(s[mb][2 * np], qf[mb], b[0], b[1]);
+          Mma<In>::run(s[mb][2 * np + 1], qf[mb], b[2], b[3]);
+        }
+      }
+    }
+    if constexpr (kE4m3) {
+      // Each key's k_scale (keys 8 nb + 2 t, + 1 of this thread).
+      const float* ks = cta.k_scales(stage) + 2 * (lane % 4);
+#pragma unroll
+      for (int nb = 0; nb < kNB; ++nb) {
+        const float2 k2 = *reinterpret_cast<const float2*>(ks + 8 * nb);
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb) {
+          s[mb][nb][0] *= k2.x;
+          s[mb][nb][1] *= k2.y;
+          s[mb][nb][2] *= k2.x;
+          s[mb][nb][3] *= k2.y;
         }
       }
     }
@@ -570,27 +671,30 @@ struct ForwardWarp {
                 if (!(keep[mb][r] & (1u << (2 * nb + e)))) s[mb][nb][2 * r + e] = -INFINITY;
       }
     }
-    // Online softmax in the log2 domain (the scale folded into one FMA per score).
+    // Online softmax in the log2 domain (the scale folded into one FMA per score; e4m3: the
+    // row's q_scale too, and exp2 gives 448 p).
     float correction[MB][2];
     bool rescale = false;
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
+        const float factor = kE4m3 ? cta.q_factor()[row0 + mb * 16 + 8 * r] : scale_log2;
         float mx = -INFINITY;
 #pragma unroll
         for (int nb = 0; nb < kNB; ++nb) mx = fmaxf(mx, fmaxf(s[mb][nb][2 * r], s[mb][nb][2 * r + 1]));
-        mx = quad_max(mx) * scale_log2;
+        mx = quad_max(mx) * factor;
         const float m_new = fmaxf(m[mb][r], mx);
         const float m_use = m_new == -INFINITY ? 0.f : m_new;
         correction[mb][r] = fast_exp2(m[mb][r] - m_use);
         rescale = rescale || m_new != m[mb][r];
         m[mb][r] = m_new;
+        const float bias = kE4m3 ? kLog2E4m3Max - m_use : -m_use;
         float sum = 0.f;
 #pragma unroll
         for (int nb = 0; nb < kNB; ++nb) {
-          s[mb][nb][2 * r] = fast_exp2(fmaf(s[mb][nb][2 * r], scale_log2, -m_use));
-          s[mb][nb][2 * r + 1] = fast_exp2(fmaf(s[mb][nb][2 * r + 1], scale_log2, -m_use));
+          s[mb][nb][2 * r] = fast_exp2(fmaf(s[mb][nb][2 * r], factor, bias));
+          s[mb][nb][2 * r + 1] = fast_exp2(fmaf(s[mb][nb][2 * r + 1], factor, bias));
           sum += s[mb][nb][2 * r] + s[mb][nb][2 * r + 1];
         }
         l[mb][r] = l[mb][r] * correction[mb][r] + sum;
@@ -608,6 +712,10 @@ struct ForwardWarp {
           acc[mb][i][2] *= correction[mb][1];
           acc[mb][i][3] *= correction[mb][1];
         }
+    }
+    if constexpr (kE4m3) {
+      pv_e4m3(v_smem, s);
+      return;
     }
     // O += P V
 #pragma unroll
@@ -632,13 +740,55 @@ struct ForwardWarp {
       }
     }
   }
+
+  // O += P V with e4m3 operands, 32 keys per MMA. The A fragment's k = 4 t + i holds key 8 j +
+  // 2 t + e of the chunk (i = 2 j + e for j < 2; k = 4 t + 16 + i: j = i / 2 + 2), the keys this
+  // thread's S accumulators hold, so P is packed in place; B takes the same key order: a
+  // transposing ldmatrix of 16-bit pairs gives keys 2 t and 2 t + 1 of channels 2 g and 2 g + 1
+  // per 8-key block, and byte permutes split the channels.
+  __device__ __forceinline__ void pv_e4m3(uint32_t v_smem, float (&s)[MB][kNB][4]) {
+    using VTile = typename Cta::VTile;
+    // Lane l addresses key 32 kk + l of a 16-channel chunk dp (each 8 lanes one 8-key block):
+    // chunk dp ^ phase of its row. The lane is read afresh so that the compiler rebuilds these
+    // addresses (one XOR each) instead of holding them through the main loop.
+    const int lane_now = thread_index() % 32;
+    const uint32_t y = static_cast<uint32_t>((lane_now / VTile::kRowsPerPhase) % VTile::kPhases) * 16;
+    const uint32_t v_lane = v_smem + static_cast<uint32_t>(lane_now * VTile::kChunks * 16);
+#pragma unroll
+    for (int kk = 0; kk < kStep / 32; ++kk) {
+      uint32_t a[MB][4];
+#pragma unroll
+      for (int mb = 0; mb < MB; ++mb) {
+        const float(&s0)[4] = s[mb][4 * kk];
+        const float(&s1)[4] = s[mb][4 * kk + 1];
+        const float(&s2)[4] = s[mb][4 * kk + 2];
+        const float(&s3)[4] = s[mb][4 * kk + 3];
+        a[mb][0] = Mma<E4m3>::pack4(s0[0], s0[1], s1[0], s1[1]);
+        a[mb][1] = Mma<E4m3>::pack4(s0[2], s0[3], s1[2], s1[3]);
+        a[mb][2] = Mma<E4m3>::pack4(s2[0], s2[1], s3[0], s3[1]);
+        a[mb][3] = Mma<E4m3>::pack4(s2[2], s2[3], s3[2], s3[3]);
+      }
+#pragma unroll
+      for (int dp = 0; dp < DV / 16; ++dp) {
+        uint32_t r[4];
+        ldmatrix_x4_trans(r, v_lane + static_cast<uint32_t>(kk * 32 * VTile::kChunks * 16 + (dp / 8) * 128) +
+                                 ((static_cast<uint32_t>(dp % 8) * 16) ^ y));
+        const uint32_t even0 = byte_perm(r[0], r[1], 0x6420), odd0 = byte_perm(r[0], r[1], 0x7531);
+        const uint32_t even1 = byte_perm(r[2], r[3], 0x6420), odd1 = byte_perm(r[2], r[3], 0x7531);
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb) {
+          Mma<E4m3>::run(acc[mb][2 * dp], a[mb], even0, even1);
+          Mma<E4m3>::run(acc[mb][2 * dp + 1], a[mb], odd0, odd1);
+        }
+      }
+    }
+  }
 };
 
-template <typename T, int D, int DV, int MB>
-__global__ void __launch_bounds__(kForwardWarps * 32, 2)
-    fused_forward_kernel(const __grid_constant__ ForwardParams<T> P) {
+template <typename T, typename In, int D, int DV, int MB>
+__device__ __forceinline__ void fused_forward(const ForwardParams<T, In>& P) {
   extern __shared__ __align__(128) char smem[];
-  using Cta = ForwardCta<T, D, DV, MB>;
+  using Cta = ForwardCta<T, In, D, DV, MB>;
   using Smem = typename Cta::Smem;
   const Problem& p = P.p;
   ForwardCtaState setup;
@@ -711,11 +861,11 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 2)
   cp_async_commit();
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  ForwardWarp<T, D, DV, MB> w;
+  ForwardWarp<T, In, D, DV, MB> w;
   w.init();
   const int warp_row = warp * 16 * MB;     // first Q row of this warp
   const int row0 = warp_row + lane / 4;    // this thread's first row
-  const uint32_t q_smem = smem_address(smem + Smem::kQ) + warp_row * D * 2;
+  const uint32_t q_smem = smem_address(smem + Smem::kQ) + warp_row * D * int(sizeof(In));
 
   int stage = 0;
   while (i < cta.walk.total) {
@@ -728,6 +878,7 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 2)
     const uint32_t v_smem = smem_address(smem + Smem::kV + stage * Smem::VTile::kBytes);
     if (P.path_counts != nullptr && threadIdx.x == 0) {
       atomicAdd(&P.path_counts->tiles, 1ull);
+      if (kE4m3Operands<In>) atomicAdd(&P.path_counts->e4m3_tiles, 1ull);
       if (P.kv_placement == KvPlacement::placed && i < cta.walk.spatial)
         atomicAdd(&P.path_counts->placed_tiles, 1ull);
     }
@@ -755,16 +906,55 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 2)
       GNA_FOR_AXES(a, p.rank) x[a] = coordinate_of(p.axes[a], cta.geo.group[a], ig[a]);
       const float inv = 1.f / l;
       T* out = P.o.at(cta.b, x, p.rank, cta.h);
+      using T2 = typename std::conditional<std::is_same<T, __half>::value, __half2, __nv_bfloat162>::type;
+      if constexpr (kE4m3Operands<In>) {
+        // O = acc * v_scale / (448 l) (l sums 448 p); channels 16 dp + 4 t .. + 3 (ForwardWarp).
+        const float* vs = P.fp8.v_scale + cta.b * P.fp8.v_scale_batch + cta.hk * P.fp8.v_scale_head;
+#pragma unroll
+        for (int dp = 0; dp < DV / 16; ++dp) {
+          const int c = 16 * dp + 4 * t;
+          const float2 s01 = *reinterpret_cast<const float2*>(vs + c);
+          const float2 s23 = *reinterpret_cast<const float2*>(vs + c + 2);
+          T2 lo, hi;
+          lo.x = cuda::from_float<T>(w.acc[mb][2 * dp][2 * r] * s01.x * inv);
+          lo.y = cuda::from_float<T>(w.acc[mb][2 * dp + 1][2 * r] * s01.y * inv);
+          hi.x = cuda::from_float<T>(w.acc[mb][2 * dp][2 * r + 1] * s23.x * inv);
+          hi.y = cuda::from_float<T>(w.acc[mb][2 * dp + 1][2 * r + 1] * s23.y * inv);
+          *reinterpret_cast<T2*>(out + c) = lo;
+          *reinterpret_cast<T2*>(out + c + 2) = hi;
+        }
+        if (P.write_lse && t == 0) {
+          const float bias = P.fp8.lse_bias.data ? *P.fp8.lse_bias.at(cta.b, x, p.rank, cta.h) : 0.f;
+          *P.lse.at(cta.b, x, p.rank, cta.h) =
+              (w.m[mb][r] + log2f(l) - kLog2E4m3Max) * 0.69314718055994531f + bias;
+        }
+        continue;
+      }
 #pragma unroll
       for (int i2 = 0; i2 < DV / 8; ++i2) {
-        typename std::conditional<std::is_same<T, __half>::value, __half2, __nv_bfloat162>::type v2;
+        T2 v2;
         v2.x = cuda::from_float<T>(w.acc[mb][i2][2 * r] * inv);
         v2.y = cuda::from_float<T>(w.acc[mb][i2][2 * r + 1] * inv);
-        *reinterpret_cast<decltype(v2)*>(out + i2 * 8 + 2 * t) = v2;
+        *reinterpret_cast<T2*>(out + i2 * 8 + 2 * t) = v2;
       }
       if (P.write_lse && t == 0)
         *P.lse.at(cta.b, x, p.rank, cta.h) = (w.m[mb][r] + log2f(l)) * 0.69314718055994531f;
     }
+  }
+}
+
+// The e4m3 instantiations carry code for sm_89 and newer only (mma.sync e4m3); on older archs
+// their body is a trap (the backend refuses such devices before a launch).
+template <typename T, typename In, int D, int DV, int MB>
+__global__ void __launch_bounds__(kForwardWarps * 32, 2)
+    fused_forward_kernel(const __grid_constant__ ForwardParams<T, In> P) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+  if constexpr (kE4m3Operands<In>) {
+    __trap();
+  } else
+#endif
+  {
+    fused_forward<T, In, D, DV, MB>(P);
   }
 }
 

@@ -7,10 +7,11 @@
 
 namespace gna::portable {
 
-template <typename T, int D, int DV, int MB>
+// In: the operands' element type (T, or E4m3 for the FP8 forward: call.fp8's operands).
+template <typename T, typename In, int D, int DV, int MB>
 void launch_forward_mb(const ForwardCall& call, const TilePlan& plan) {
   const Problem& p = call.problem;
-  ForwardParams<T> P;
+  ForwardParams<T, In> P;
   P.p = p;
   int q_tiles_total = 1, groups = 1;
   P.q_volume = 1;
@@ -27,20 +28,38 @@ void launch_forward_mb(const ForwardCall& call, const TilePlan& plan) {
   }
   P.kv_placement = plan.placement;
   P.scale_log2 = effective_scale(p) * 1.4426950408889634f;
-  P.q = cuda::token_tensor<const T>(call.in.q, p.rank);
-  P.k = cuda::token_tensor<const T>(call.in.k, p.rank);
-  P.v = cuda::token_tensor<const T>(call.in.v, p.rank);
-  if (p.additional_kv > 0) {
-    P.add_k = cuda::token_tensor<const T>(*call.in.additional_k, 1);
-    P.add_v = cuda::token_tensor<const T>(*call.in.additional_v, 1);
+  if constexpr (kE4m3Operands<In>) {
+    const Fp8Operands& f = *call.fp8;
+    P.q = cuda::token_tensor<const In>(f.q8, p.rank);
+    P.k = cuda::token_tensor<const In>(f.k8, p.rank);
+    P.v = cuda::token_tensor<const In>(f.v8, p.rank);
+    P.fp8.q_scale = cuda::token_tensor<const float>(f.q_scale, p.rank);
+    P.fp8.k_scale = cuda::token_tensor<const float>(f.k_scale, p.rank);
+    if (f.has_lse_bias()) P.fp8.lse_bias = cuda::token_tensor<const float>(f.lse_bias, p.rank);
+    P.fp8.v_scale = static_cast<const float*>(f.v_scale.data);
+    P.fp8.v_scale_batch = f.v_scale.strides[0];
+    P.fp8.v_scale_head = f.v_scale.strides[1];
+    if (p.additional_kv > 0) {
+      P.add_k = cuda::token_tensor<const In>(f.add_k8, 1);
+      P.add_v = cuda::token_tensor<const In>(f.add_v8, 1);
+      P.fp8.add_k_scale = cuda::token_tensor<const float>(f.add_k_scale, 1);
+    }
+  } else {
+    P.q = cuda::token_tensor<const In>(call.in.q, p.rank);
+    P.k = cuda::token_tensor<const In>(call.in.k, p.rank);
+    P.v = cuda::token_tensor<const In>(call.in.v, p.rank);
+    if (p.additional_kv > 0) {
+      P.add_k = cuda::token_tensor<const In>(*call.in.additional_k, 1);
+      P.add_v = cuda::token_tensor<const In>(*call.in.additional_v, 1);
+    }
   }
   P.o = cuda::token_tensor<T>(call.out, p.rank);
   P.write_lse = call.lse != nullptr;
   if (call.lse) P.lse = cuda::token_tensor<float>(*call.lse, p.rank);
   P.path_counts = forward_path_counts_device();
 
-  using Smem = ForwardSmem<D, DV, MB>;
-  auto kernel = fused_forward_kernel<T, D, DV, MB>;
+  using Smem = ForwardSmem<D, DV, MB, int(sizeof(In))>;
+  auto kernel = fused_forward_kernel<T, In, D, DV, MB>;
   GNA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       Smem::kBytes));
   const dim3 grid(q_tiles_total, p.batch * p.heads_q, groups);
@@ -48,13 +67,18 @@ void launch_forward_mb(const ForwardCall& call, const TilePlan& plan) {
   GNA_CUDA_CHECK_LAUNCH();
 }
 
-// Q tiles of more than 64 tokens run with two m-blocks per warp.
-template <typename T, int D, int DV>
+// Q tiles of more than 64 tokens run with two m-blocks per warp; e4m3 operands with one (Q tiles
+// of at most 64 tokens: forward_tiles), where an m16n8k32 MMA gives each K/V fragment as many
+// FLOPs as two m-blocks of 16-bit ones, and two m-blocks would spill (docs/fp8.md).
+static_assert(forward_rows_q(1) == kE4m3ForwardRowsQ, "the e4m3 forward's Q tile rows");
+template <typename T, int D, int DV, typename In = T>
 void launch_forward(const ForwardCall& call, const TilePlan& plan) {
-  if (plan.q.volume(call.problem.rank) > forward_rows_q(1))
-    launch_forward_mb<T, D, DV, 2>(call, plan);
+  if constexpr (kE4m3Operands<In>)
+    launch_forward_mb<T, In, D, DV, 1>(call, plan);
+  else if (plan.q.volume(call.problem.rank) > forward_rows_q(1))
+    launch_forward_mb<T, In, D, DV, 2>(call, plan);
   else
-    launch_forward_mb<T, D, DV, 1>(call, plan);
+    launch_forward_mb<T, In, D, DV, 1>(call, plan);
 }
 
 

@@ -163,4 +163,59 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// ---- e4m3 operands (the FP8 forward, docs/fp8.md; sm_89 and newer) ----
+//
+// Fragment layouts of mma.m16n8k32 with 8-bit operands (4 elements per register, g = lane / 4,
+// t = lane % 4):
+//   A (16x32, row-major): a0 (g, 4t..4t+3), a1 (g+8, 4t..), a2 (g, 4t+16..), a3 (g+8, 4t+16..)
+//   B (32x8, k x n):      b0 (k 4t..4t+3, n g), b1 (k 4t+16..4t+19, n g)
+//   C (16x8): as m16n8k16.
+// In 16-bit units these A and B fragments are those of m16n8k16 (ldmatrix loads them alike: a
+// row of 32 bytes is 16 b16 columns), so the shared-memory tiles of e4m3 rows are SmemTiles of
+// half as many 16-bit columns as the row has bytes.
+
+// The element type tag of e4m3 operands (OCP float8_e4m3fn bits).
+struct E4m3 {
+  uint8_t bits;
+};
+
+template <>
+struct Mma<E4m3> {
+  __device__ __forceinline__ static void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __trap();  // callers check the device (the e4m3 kernels exist on sm_89 and newer only)
+#endif
+  }
+  // Four fp32 values as e4m3 (round to nearest even, saturating to +-448), x0 in the low byte.
+  __device__ __forceinline__ static uint32_t pack4(float x0, float x1, float x2, float x3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint32_t r;
+    asm("{\n .reg .b16 lo, hi;\n"
+        " cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+        " cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+        " mov.b32 %0, {lo, hi};\n}\n"
+        : "=r"(r)
+        : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
+    return r;
+#else
+    __trap();
+    return 0;
+#endif
+  }
+};
+
+// Bytes of a and b (a: 0..3, b: 4..7) picked by the selector's nibbles, lowest first.
+__device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t selector) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
+  return r;
+}
+
 }  // namespace gna::portable

@@ -1,7 +1,7 @@
 // Which paths the portable forward's tiles took, counted in device memory while a test asks for
 // it, so that the random sweeps can assert that they reach each path (placed KV tiles, partial
 // pairs' bitmask masks, warps that run a partial pair as full, partial pairs whose K/V rows are all
-// real keys loaded as full ones, mask axes a partial pair skips). Off by default: the kernels then
+// real keys loaded as full ones, mask axes a partial pair skips, the FP8 forward's tiles). Off by default: the kernels then
 // count nothing (one test of a null launch parameter per tile).
 #pragma once
 
@@ -18,6 +18,8 @@ struct ForwardPathCounts {
   unsigned long long partial_fill_loads = 0;  // partial pairs' K/V tiles with rows zero filled
   unsigned long long skipped_mask_axes = 0;   // axes of partial pairs on which every row keeps
                                               // every key (no mask work there)
+  unsigned long long e4m3_tiles = 0;          // of the tiles, those of the FP8 forward (e4m3
+                                              // operands)
 };
 
 // Starts (zeroing the counts) or stops counting; not thread-safe (tests).

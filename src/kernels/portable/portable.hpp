@@ -21,6 +21,8 @@ bool supports_backward(const BackwardCall& call, std::string* why);
 // (choose_forward_tiles, choose_backward_tiles). shared_limit (bytes per block the device
 // allows, 0: no limit) rules out the variants whose kernel does not fit.
 TilePlan forward_tiles(const Problem& p, const KernelOptions& options, int shared_limit = 0);
+// The e4m3 forward's: Q tiles of at most kE4m3ForwardRowsQ tokens.
+TilePlan e4m3_forward_tiles(const Problem& p, const KernelOptions& options);
 TilePlan backward_tiles(const Problem& p, const KernelOptions& options, int shared_limit = 0);
 
 // The backward's 64-key variant (one Q / dO stage) exists for the head dims whose 128-key kernel
@@ -35,8 +37,9 @@ constexpr bool backward_small_variant(int dim_qk, int dim_v) {
 bool backward_runs_small(const Problem& p, const TileShape& kv);
 
 // Shared memory per CTA of the kernels (0 for head dims without that kernel): the forward with
-// Q tiles of rows_q rows, the backward with KV tiles of rows_kv keys.
-int forward_shared_bytes(int dim_qk, int dim_v, int rows_q);
+// Q tiles of rows_q rows (e4m3: the FP8 forward's, whose Q tiles have at most 64 rows), the
+// backward with KV tiles of rows_kv keys.
+int forward_shared_bytes(int dim_qk, int dim_v, int rows_q, bool e4m3 = false);
 int backward_shared_bytes(int dim_qk, int dim_v, int rows_kv = kBackwardRowsKV);
 
 void forward(const ForwardCall& call);
@@ -54,5 +57,10 @@ GNA_PORTABLE_DECLARE(bf16, 32)
 GNA_PORTABLE_DECLARE(bf16, 64)
 GNA_PORTABLE_DECLARE(bf16, 128)
 #undef GNA_PORTABLE_DECLARE
+// The FP8 forward (call.fp8; output bf16 or fp16), head dims 64/64 and 128/128, sm_89+, with Q
+// tiles of at most kE4m3ForwardRowsQ tokens (one m-block per warp).
+constexpr int kE4m3ForwardRowsQ = 64;
+bool launch_forward_e4m3_d64(const ForwardCall& call, const TilePlan& plan);
+bool launch_forward_e4m3_d128(const ForwardCall& call, const TilePlan& plan);
 
 }  // namespace gna::portable

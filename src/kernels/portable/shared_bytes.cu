@@ -15,7 +15,12 @@ int forward_bytes(int rows_q) {
 
 }  // namespace
 
-int forward_shared_bytes(int dim_qk, int dim_v, int rows_q) {
+int forward_shared_bytes(int dim_qk, int dim_v, int rows_q, bool e4m3) {
+  if (e4m3) {  // one m-block per warp (Q tiles of at most 64 tokens) whatever rows_q
+    if (dim_qk == 64 && dim_v == 64) return ForwardSmem<64, 64, 1, 1>::kBytes;
+    if (dim_qk == 128 && dim_v == 128) return ForwardSmem<128, 128, 1, 1>::kBytes;
+    return 0;
+  }
   if (dim_qk == 32 && dim_v == 32) return forward_bytes<32, 32>(rows_q);
   if (dim_qk == 64 && dim_v == 64) return forward_bytes<64, 64>(rows_q);
   if (dim_qk == 64 && dim_v == 128) return forward_bytes<64, 128>(rows_q);

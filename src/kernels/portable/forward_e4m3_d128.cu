@@ -1,0 +1,16 @@
+// Portable fused forward with e4m3 operands (the FP8 forward, sm_89+), head dims 128/128, output
+// in bf16 or fp16 (one file per head dim keeps each compile short).
+#include "kernels/portable/forward_launch.cuh"
+
+namespace gna::portable {
+
+bool launch_forward_e4m3_d128(const ForwardCall& call, const TilePlan& plan) {
+  if (call.problem.dim_v != 128) return false;
+  if (call.problem.dtype == DType::bf16)
+    launch_forward<__nv_bfloat16, 128, 128, E4m3>(call, plan);
+  else
+    launch_forward<__half, 128, 128, E4m3>(call, plan);
+  return true;
+}
+
+}  // namespace gna::portable
