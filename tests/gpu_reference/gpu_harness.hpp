@@ -231,6 +231,24 @@ inline double lse_error(const std::vector<float>& got, const std::vector<float>&
   return err;
 }
 
+// Device views of the inputs (storage: 5 TensorRefs that outlive the views; additional K and V
+// only with `additional`).
+inline AttentionTensors device_attention_tensors(const Buffer& q, const Buffer& k, const Buffer& v,
+                                                 const Buffer& ak, const Buffer& av,
+                                                 bool additional, TensorRef* storage) {
+  storage[0] = q.device_ref();
+  storage[1] = k.device_ref();
+  storage[2] = v.device_ref();
+  AttentionTensors in{storage[0], storage[1], storage[2]};
+  if (additional) {
+    storage[3] = ak.device_ref();
+    storage[4] = av.device_ref();
+    in.additional_k = &storage[3];
+    in.additional_v = &storage[4];
+  }
+  return in;
+}
+
 struct Tolerance {
   double out, lse, grad;
 };
@@ -350,17 +368,7 @@ struct Case {
   }
 
   AttentionTensors device_inputs(TensorRef* storage) const {
-    storage[0] = q.device_ref();
-    storage[1] = k.device_ref();
-    storage[2] = v.device_ref();
-    AttentionTensors in{storage[0], storage[1], storage[2]};
-    if (cfg.additional > 0) {
-      storage[3] = ak.device_ref();
-      storage[4] = av.device_ref();
-      in.additional_k = &storage[3];
-      in.additional_v = &storage[4];
-    }
-    return in;
+    return device_attention_tensors(q, k, v, ak, av, cfg.additional > 0, storage);
   }
 
   // Runs the forward on `backend` into poisoned outputs; returns "" or a failure description.

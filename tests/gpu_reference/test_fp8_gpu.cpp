@@ -77,17 +77,7 @@ struct Inputs {
     problem = make_problem(c.params, host);
   }
   AttentionTensors device(TensorRef* storage) const {
-    storage[0] = q.device_ref();
-    storage[1] = k.device_ref();
-    storage[2] = v.device_ref();
-    AttentionTensors in{storage[0], storage[1], storage[2]};
-    if (cfg.additional > 0) {
-      storage[3] = ak.device_ref();
-      storage[4] = av.device_ref();
-      in.additional_k = &storage[3];
-      in.additional_v = &storage[4];
-    }
-    return in;
+    return device_attention_tensors(q, k, v, ak, av, cfg.additional > 0, storage);
   }
 };
 
