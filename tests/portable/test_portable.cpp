@@ -49,6 +49,7 @@ void sweep(int rank, int configs) {
   int wide_fits = 0;   // unforced configurations whose 128-row forward fits the limit
   int changed = 0;     // configurations whose kernels a cap below the device's limit changed
   int over_limit = 0;  // chosen kernels needing more than the limit (must stay 0)
+  int single_stage = 0;  // forward plans with one K/V stage (two do not fit the limit)
   portable::count_forward_paths(true);
   portable::count_backward_paths(true);
   for (int i = 0; i < configs && failures < 5; ++i, ++checked) {
@@ -91,13 +92,19 @@ void sweep(int rank, int configs) {
       // Q tiles placed per KV tile in the backward likewise, offset by one configuration.
       if (i % 3 == 2) backward_options.q_placements = KvPlacements::placed;
       if (i % 3 == 0) backward_options.q_placements = KvPlacements::grid;
-      const int forward_rows = portable::forward_tiles(p, forward_options, limit).q.volume(rank);
-      const int forward_bytes = portable::forward_shared_bytes(c.dim_qk, c.dim_v, forward_rows);
+      const portable::TilePlan forward_plan = portable::forward_tiles(p, forward_options, limit);
+      const int forward_rows = forward_plan.q.volume(rank);
+      const int forward_bytes = portable::forward_shared_bytes(c.dim_qk, c.dim_v, forward_rows,
+                                                               false, forward_plan.kv_stages);
+      single_stage += forward_plan.kv_stages == 1;
       over_limit += forward_bytes > limit;
       changed += forward_rows !=
                  portable::forward_tiles(p, forward_options, device_limit).q.volume(rank);
       if (i % 2 == 0 && forward_rows > 64) ++wide;
-      wide_fits += i % 2 == 0 && portable::forward_shared_bytes(c.dim_qk, c.dim_v, 128) <= limit;
+      const int wide_single = portable::forward_shared_bytes(c.dim_qk, c.dim_v, 128, false, 1);
+      wide_fits += i % 2 == 0 &&
+                   (portable::forward_shared_bytes(c.dim_qk, c.dim_v, 128) <= limit ||
+                    (wide_single > 0 && wide_single <= limit));
       if (backward) {
         const bool small = portable::backward_runs_small(
             p, portable::backward_tiles(p, backward_options, limit).kv);
@@ -128,9 +135,9 @@ void sweep(int rank, int configs) {
   std::printf("rank %d: %d random configurations x {f16, bf16}, forward%s (%d of the "
               "unforced half with 128-row Q tiles; backward: %d runs of the 64-key variant, %d of "
               "the 128-key kernel); %d bytes of shared memory per block (device: %d), kernels of "
-              "%d configurations chosen smaller by it; seed %llu\n",
+              "%d configurations chosen smaller by it, %d forwards with one K/V stage; seed %llu\n",
               rank, checked, backward ? " and backward" : "", wide, small_backward, wide_backward,
-              limit, device_limit, changed, static_cast<unsigned long long>(seed));
+              limit, device_limit, changed, single_stage, static_cast<unsigned long long>(seed));
   std::printf("rank %d forward paths: %llu tiles, %llu of them placed; partial pairs: %llu warp "
               "tiles masked by bitmasks, %llu run as full (every row keeps every key); K/V "
               "loads %llu as full (all rows real), %llu with zero-filled rows; %llu axes "
@@ -158,6 +165,9 @@ void sweep(int rank, int configs) {
   if (checked >= 100 && wide_fits >= 10) {
     EXPECT_GT(wide, 0) << "no configuration ran the 128-row forward";
   }
+  // Single-stage launches (one K/V buffer) ran exactly where the plans asked for them.
+  EXPECT_EQ(paths.single_stage_tiles > 0, single_stage > 0)
+      << single_stage << " single-stage plans, " << paths.single_stage_tiles << " tiles";
   if (checked >= 100 && backward) {
     EXPECT_GT(small_backward, 0) << "no configuration ran the 64-key backward";
     EXPECT_GT(wide_backward, 0) << "no configuration ran the 128-key backward";

@@ -208,9 +208,9 @@ TEST(TilePlan, BadForcedTilesAreErrors) {
 // The kernels' shared memory against the per-block limits (less 1 KB for the kernels' static
 // shared memory): sm_90 (227 KB) holds every kernel; sm_80 (A100, 163 KB) the forward kernels
 // and the backward with 128-key KV tiles except at head dims 128/128, where it runs the 64-key
-// variant; sm_86 / sm_89 (RTX 30 / 40, L40S, 99 KB) the forward with 64-row Q tiles and the
-// backward with 128-key KV tiles or, where those do not fit, 64-key ones, which the tile
-// choices fall back to there.
+// variant; sm_86 / sm_89 (RTX 30 / 40, L40S, 99 KB) the forward with 128-row Q tiles and one
+// K/V stage where two do not fit, and the backward with 128-key KV tiles or, where those do not
+// fit, 64-key ones, which the tile choices fall back to there.
 TEST(PortableSharedMemory, KernelsFitTheDevicesTheyClaim) {
   constexpr int kStatic = 1024;
   constexpr int kSm90 = 232448 - kStatic, kSm80 = 166912 - kStatic, kSm86 = 101376 - kStatic;
@@ -227,6 +227,10 @@ TEST(PortableSharedMemory, KernelsFitTheDevicesTheyClaim) {
     EXPECT_LE(backward, kSm90) << d[0] << "/" << d[1];
     EXPECT_EQ(backward <= kSm80, !(d[0] == 128 && d[1] == 128)) << d[0] << "/" << d[1];
     EXPECT_LE(narrow, kSm86) << d[0] << "/" << d[1];
+    // Where the 128-row kernel needs more than 99 KB, one with a single K/V stage fits.
+    const int wide_single = forward_shared_bytes(d[0], d[1], 128, false, 1);
+    EXPECT_EQ(wide_single > 0, wide > kSm86) << d[0] << "/" << d[1];
+    if (wide_single > 0) EXPECT_LE(wide_single, kSm86) << d[0] << "/" << d[1];
     // The 64-key variant exists exactly where the 128-key backward does not fit 99 KB.
     EXPECT_EQ(backward_small_variant(d[0], d[1]), backward > kSm86) << d[0] << "/" << d[1];
     EXPECT_EQ(backward_small > 0, backward_small_variant(d[0], d[1])) << d[0] << "/" << d[1];
@@ -289,12 +293,22 @@ TEST(PortableSharedMemory, ForwardTilesFallBackToWhatFits) {
   Problem p = make(2, {128, 128}, {128, 128}, {1, 1});
   p.dim_qk = p.dim_v = 128;
   const KernelOptions none;
-  EXPECT_EQ(forward_tiles(p, none, 232448).q.volume(2), 128);  // dense: the wide kernel
-  const int narrow_limit = forward_shared_bytes(128, 128, 64);
-  ASSERT_LT(narrow_limit, forward_shared_bytes(128, 128, 128));
-  const TilePlan t = forward_tiles(p, none, narrow_limit);
+  const TilePlan roomy = forward_tiles(p, none, 232448);  // dense: the wide kernel
+  EXPECT_EQ(roomy.q.volume(2), 128);
+  EXPECT_EQ(roomy.kv_stages, 2);
+  // 99 KB: the wide kernel with one K/V stage (two need more).
+  ASSERT_GT(forward_shared_bytes(128, 128, 128), 101376);
+  const TilePlan rtx = forward_tiles(p, none, 101376);
+  EXPECT_EQ(rtx.q.volume(2), 128);
+  EXPECT_EQ(rtx.kv_stages, 1);
+  // Below that, 64-row Q tiles, double-buffered (no single-stage kernel there).
+  const int wide_single = forward_shared_bytes(128, 128, 128, false, 1);
+  EXPECT_EQ(forward_shared_bytes(128, 128, 64, false, 1), 0);
+  ASSERT_LT(forward_shared_bytes(128, 128, 64), wide_single);
+  const TilePlan t = forward_tiles(p, none, wide_single - 1);
   EXPECT_EQ(t.q.volume(2), 64);
   EXPECT_EQ(t.kv.volume(2), 64);
+  EXPECT_EQ(t.kv_stages, 2);
 }
 
 // Dispatch-side checks that need no GPU: what the kernels are compiled for, and the refusal of

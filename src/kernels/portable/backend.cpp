@@ -132,7 +132,8 @@ bool supports_problem(const Problem& p, const AttentionTensors& in, const Kernel
     return false;
   // Forced tiles whose kernel variant does not fit the device (a forced tile that no variant
   // runs is the tile choice's error).
-  const int wide = forward_shared_bytes(p.dim_qk, p.dim_v, 128);
+  const int wide_single = forward_shared_bytes(p.dim_qk, p.dim_v, 128, false, 1);
+  const int wide = wide_single > 0 ? wide_single : forward_shared_bytes(p.dim_qk, p.dim_v, 128);
   if (forward && tile_forced(opt.q_tile, p.rank) && opt.q_tile.volume(p.rank) > 64 && limit > 0 &&
       wide > limit)
     return refuse(why, str("query tile volume ", opt.q_tile.volume(p.rank), " needs ", wide,
@@ -185,9 +186,16 @@ bool supports_backward(const BackwardCall& call, std::string* why) {
 }
 
 TilePlan forward_tiles(const Problem& p, const KernelOptions& options, int shared_limit) {
-  const bool wide_fits =
-      shared_limit <= 0 || forward_shared_bytes(p.dim_qk, p.dim_v, 128) <= shared_limit;
-  return choose_forward_tiles(p, options.q_tile, options.kv_tile, wide_fits, options.kv_placements);
+  auto fits = [&](int rows_q, int kv_stages) {
+    const int bytes = forward_shared_bytes(p.dim_qk, p.dim_v, rows_q, false, kv_stages);
+    return bytes > 0 && (shared_limit <= 0 || bytes <= shared_limit);
+  };
+  TilePlan plan = choose_forward_tiles(p, options.q_tile, options.kv_tile,
+                                       fits(128, 2) || fits(128, 1), options.kv_placements);
+  // One K/V stage where two do not fit (the 128-row kernel at head dims 128/128 in 99 KB).
+  const int rows = plan.q.volume(p.rank) > 64 ? 128 : 64;
+  plan.kv_stages = fits(rows, 2) ? 2 : 1;
+  return plan;
 }
 
 TilePlan e4m3_forward_tiles(const Problem& p, const KernelOptions& options) {

@@ -88,10 +88,13 @@ struct ForwardSmem {
   using QTile = SmemTile<kRowsQ, D * ELEMENT_BYTES / 2>;
   using KTile = SmemTile<kForwardRowsKV, D * ELEMENT_BYTES / 2>;
   using VTile = SmemTile<kForwardRowsKV, DV * ELEMENT_BYTES / 2>;
+  // Q, then stage 0's K and V, the tables, and stage 1's K and V last, so that a single-stage
+  // kernel (devices whose shared memory per block holds no second stage) allocates only up to
+  // the tables' end.
   static constexpr int kQ = 0;
   static constexpr int kK = kQ + QTile::kBytes;
-  static constexpr int kV = kK + 2 * KTile::kBytes;
-  static constexpr int kQRows = kV + 2 * VTile::kBytes;
+  static constexpr int kV = kK + KTile::kBytes;
+  static constexpr int kQRows = kV + VTile::kBytes;
   static constexpr int kKVRows = kQRows + 4 * kRowsQ;
   static constexpr int kKDelta = kKVRows + 4 * kForwardRowsKV;
   static constexpr int kVDelta = kKDelta + 8 * kForwardRowsKV;
@@ -107,7 +110,13 @@ struct ForwardSmem {
   static constexpr int kStageEnd = kStageKeys + 2 * kStageStride * int(sizeof(int));
   static constexpr int kKScale = kE4m3 ? (kStageEnd + 15) / 16 * 16 : kStageEnd;
   static constexpr int kQFactor = kKScale + (kE4m3 ? 2 * kForwardRowsKV * int(sizeof(float)) : 0);
-  static constexpr int kBytes = kQFactor + (kE4m3 ? kRowsQ * int(sizeof(float)) : 0);
+  static constexpr int kSingleStageBytes = kQFactor + (kE4m3 ? kRowsQ * int(sizeof(float)) : 0);
+  static constexpr int kK1 = (kSingleStageBytes + 127) / 128 * 128;
+  static constexpr int kV1 = kK1 + KTile::kBytes;
+  static constexpr int kBytes = kV1 + VTile::kBytes;
+  static constexpr int bytes(int stages) { return stages == 1 ? kSingleStageBytes : kBytes; }
+  __device__ static int k_offset(int stage) { return stage == 0 ? kK : kK1; }
+  __device__ static int v_offset(int stage) { return stage == 0 ? kV : kV1; }
 };
 
 // The KV tiles one Q tile visits: the per-axis box (runs of KV tiles, grid or placed), then the
@@ -434,16 +443,18 @@ struct ForwardCta {
     return reinterpret_cast<float*>(smem + Smem::kKScale) + s * BN;
   }
 
-  // Loads K and V of tile i (of class cls) into stage s.
-  __device__ void load_kv(int i, int s, PairClass cls) {
+  // Loads K (with the tile's first keys and partial axes) and / or V of tile i (of class cls)
+  // into stage s.
+  __device__ void load_kv(int i, int s, PairClass cls, bool load_k = true, bool load_v = true) {
     const bool full = cls == PairClass::full;
     const Problem& p = P.p;
-    const uint32_t k_base = smem_address(smem + Smem::kK + s * KTile::kBytes);
-    const uint32_t v_base = smem_address(smem + Smem::kV + s * VTile::kBytes);
+    const uint32_t k_base = smem_address(smem + Smem::k_offset(s));
+    const uint32_t v_base = smem_address(smem + Smem::v_offset(s));
     constexpr int kChunksK = D / kChunk, kChunksV = DV / kChunk;
     if (i >= walk.spatial) {
       const int add_first = (i - walk.spatial) * BN;
-      for (int c = threadIdx.x; c < BN * (kChunksK + kChunksV); c += blockDim.x) {
+      const int c_end = load_v ? BN * (kChunksK + kChunksV) : BN * kChunksK;
+      for (int c = threadIdx.x + (load_k ? 0 : BN * kChunksK); c < c_end; c += blockDim.x) {
         const bool is_k = c < BN * kChunksK;
         const int cc = is_k ? c : c - BN * kChunksK;
         const int chunks = is_k ? kChunksK : kChunksV;
@@ -456,7 +467,8 @@ struct ForwardCta {
                                   : v_base + VTile::offset(row, ch * 8);
         cp_async_16(dst, src, valid);
       }
-      if constexpr (kE4m3Operands<In>) load_k_scales(i, s);
+      if constexpr (kE4m3Operands<In>)
+        if (load_k) load_k_scales(i, s);
       return;
     }
     // Spatial tile: first token's offset from the box offsets, then per-row deltas from the
@@ -474,7 +486,7 @@ struct ForwardCta {
     // keys unless it runs past the group's end on an axis.
     bool all_real = true;
     GNA_FOR_AXES(a, p.rank) all_real = all_real && kt_base[a] + P.tile_kv[a] <= geo.n[a];
-    if (threadIdx.x == 0) {
+    if (load_k && threadIdx.x == 0) {
       int partial_axes = 0;
       GNA_FOR_AXES(a, p.rank) {
         stage_keys(s)[a] = kt_base[a];
@@ -488,13 +500,14 @@ struct ForwardCta {
       }
     }
     if (full || all_real) {
-      load_rows_full<KTile, kChunksK>(P.k.data + k_first, k_delta(), k_base);
-      load_rows_full<VTile, kChunksV>(P.v.data + v_first, v_delta(), v_base);
+      if (load_k) load_rows_full<KTile, kChunksK>(P.k.data + k_first, k_delta(), k_base);
+      if (load_v) load_rows_full<VTile, kChunksV>(P.v.data + v_first, v_delta(), v_base);
     } else {
-      load_rows<KTile, kChunksK>(P.k.data + k_first, k_delta(), k_base, kt_base);
-      load_rows<VTile, kChunksV>(P.v.data + v_first, v_delta(), v_base, kt_base);
+      if (load_k) load_rows<KTile, kChunksK>(P.k.data + k_first, k_delta(), k_base, kt_base);
+      if (load_v) load_rows<VTile, kChunksV>(P.v.data + v_first, v_delta(), v_base, kt_base);
     }
-    if constexpr (kE4m3Operands<In>) load_k_scales(i, s);
+    if constexpr (kE4m3Operands<In>)
+      if (load_k) load_k_scales(i, s);
   }
 
   // e4m3: the k_scale of tile i's keys into stage s (rows that are not keys: 0, never attended).
@@ -606,9 +619,10 @@ struct ForwardWarp {
   // S so that they hold no registers through the S GEMMs); a warp whose rows keep every key
   // skips the mask. q_smem: the address of this warp's first Q row; row0: this thread's first
   // row in the tile.
-  template <bool MASKED>
+  // before_pv() runs between the softmax and the PV product (the single-stage pipeline's K load).
+  template <bool MASKED, typename BeforePv>
   __device__ __forceinline__ void tile(const Cta& cta, int i, int stage, uint32_t q_smem, int row0,
-                                       uint32_t k_smem, uint32_t v_smem) {
+                                       uint32_t k_smem, uint32_t v_smem, BeforePv&& before_pv) {
     const float scale_log2 = cta.P.scale_log2;
     using QTile = typename Cta::QTile;
     using KTile = typename Cta::KTile;
@@ -713,6 +727,7 @@ struct ForwardWarp {
           acc[mb][i][3] *= correction[mb][1];
         }
     }
+    before_pv();
     if constexpr (kE4m3) {
       pv_e4m3(v_smem, s);
       return;
@@ -785,7 +800,7 @@ struct ForwardWarp {
   }
 };
 
-template <typename T, typename In, int D, int DV, int MB>
+template <typename T, typename In, int D, int DV, int MB, bool SINGLE>
 __device__ __forceinline__ void fused_forward(const ForwardParams<T, In>& P) {
   extern __shared__ __align__(128) char smem[];
   using Cta = ForwardCta<T, In, D, DV, MB>;
@@ -857,7 +872,7 @@ __device__ __forceinline__ void fused_forward(const ForwardParams<T, In>& P) {
   PairClass cls = PairClass::empty, next_cls = PairClass::empty;
   int i = cta.next_tile(0, &cls);
   cta.load_q();
-  if (i < cta.walk.total) cta.load_kv(i, 0, cls);
+  if (i < cta.walk.total) cta.load_kv(i, 0, cls, true, !SINGLE);
   cp_async_commit();
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -867,27 +882,50 @@ __device__ __forceinline__ void fused_forward(const ForwardParams<T, In>& P) {
   const int row0 = warp_row + lane / 4;    // this thread's first row
   const uint32_t q_smem = smem_address(smem + Smem::kQ) + warp_row * D * int(sizeof(In));
 
+  // Double-buffered: tile next's K and V load into the other stage while tile i runs. SINGLE
+  // (one K and one V buffer): K(next) loads while tile i's PV product runs, V(next) while the
+  // next tile's S and softmax run.
+  constexpr bool single = SINGLE;
+  if (single) {
+    if (i < cta.walk.total) cta.load_kv(i, 0, cls, false, true);
+    cp_async_commit();  // V(i), after the group of Q and K(i)
+  }
   int stage = 0;
   while (i < cta.walk.total) {
     const int next = cta.next_tile(i + 1, &next_cls);
-    if (next < cta.walk.total) cta.load_kv(next, stage ^ 1, next_cls);
-    cp_async_commit();
-    cp_async_wait<1>();
+    if (!single) {
+      if (next < cta.walk.total) cta.load_kv(next, stage ^ 1, next_cls);
+      cp_async_commit();
+    }
+    cp_async_wait<1>();  // tile i's K and V (single stage: its K)
     __syncthreads();
-    const uint32_t k_smem = smem_address(smem + Smem::kK + stage * Smem::KTile::kBytes);
-    const uint32_t v_smem = smem_address(smem + Smem::kV + stage * Smem::VTile::kBytes);
+    const uint32_t k_smem = smem_address(smem + Smem::k_offset(stage));
+    const uint32_t v_smem = smem_address(smem + Smem::v_offset(stage));
     if (P.path_counts != nullptr && threadIdx.x == 0) {
       atomicAdd(&P.path_counts->tiles, 1ull);
       if (kE4m3Operands<In>) atomicAdd(&P.path_counts->e4m3_tiles, 1ull);
       if (P.kv_placement == KvPlacement::placed && i < cta.walk.spatial)
         atomicAdd(&P.path_counts->placed_tiles, 1ull);
+      if (single) atomicAdd(&P.path_counts->single_stage_tiles, 1ull);
     }
+    auto load_next_k = [&]() {
+      if (!single) return;
+      cp_async_wait<0>();  // V(i)
+      __syncthreads();     // and every warp is done with K(i) and the tile's first keys
+      if (next < cta.walk.total) cta.load_kv(next, 0, next_cls, true, false);
+      cp_async_commit();
+    };
     if (cls == PairClass::full)
-      w.template tile<false>(cta, i, stage, q_smem, row0, k_smem, v_smem);
+      w.template tile<false>(cta, i, stage, q_smem, row0, k_smem, v_smem, load_next_k);
     else
-      w.template tile<true>(cta, i, stage, q_smem, row0, k_smem, v_smem);
-    __syncthreads();  // stage is overwritten by the load issued in the next iteration
-    stage ^= 1;
+      w.template tile<true>(cta, i, stage, q_smem, row0, k_smem, v_smem, load_next_k);
+    __syncthreads();  // the buffers just read are overwritten by the next loads
+    if (single) {
+      if (next < cta.walk.total) cta.load_kv(next, 0, next_cls, false, true);
+      cp_async_commit();
+    } else {
+      stage ^= 1;
+    }
     i = next;
     cls = next_cls;
   }
@@ -945,7 +983,7 @@ __device__ __forceinline__ void fused_forward(const ForwardParams<T, In>& P) {
 
 // The e4m3 instantiations carry code for sm_89 and newer only (mma.sync e4m3); on older archs
 // their body is a trap (the backend refuses such devices before a launch).
-template <typename T, typename In, int D, int DV, int MB>
+template <typename T, typename In, int D, int DV, int MB, bool SINGLE = false>
 __global__ void __launch_bounds__(kForwardWarps * 32, 2)
     fused_forward_kernel(const __grid_constant__ ForwardParams<T, In> P) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
@@ -954,7 +992,7 @@ __global__ void __launch_bounds__(kForwardWarps * 32, 2)
   } else
 #endif
   {
-    fused_forward<T, In, D, DV, MB>(P);
+    fused_forward<T, In, D, DV, MB, SINGLE>(P);
   }
 }
 

@@ -7,8 +7,9 @@
 
 namespace gna::portable {
 
-// In: the operands' element type (T, or E4m3 for the FP8 forward: call.fp8's operands).
-template <typename T, typename In, int D, int DV, int MB>
+// In: the operands' element type (T, or E4m3 for the FP8 forward: call.fp8's operands). SINGLE:
+// one K/V stage (forward_single_stage_kernel).
+template <typename T, typename In, int D, int DV, int MB, bool SINGLE = false>
 void launch_forward_mb(const ForwardCall& call, const TilePlan& plan) {
   const Problem& p = call.problem;
   ForwardParams<T, In> P;
@@ -59,11 +60,11 @@ void launch_forward_mb(const ForwardCall& call, const TilePlan& plan) {
   P.path_counts = forward_path_counts_device();
 
   using Smem = ForwardSmem<D, DV, MB, int(sizeof(In))>;
-  auto kernel = fused_forward_kernel<T, In, D, DV, MB>;
-  GNA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      Smem::kBytes));
+  auto kernel = fused_forward_kernel<T, In, D, DV, MB, SINGLE>;
+  const int bytes = Smem::bytes(SINGLE ? 1 : 2);
+  GNA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   const dim3 grid(q_tiles_total, p.batch * p.heads_q, groups);
-  kernel<<<grid, kForwardWarps * 32, Smem::kBytes, static_cast<cudaStream_t>(call.stream)>>>(P);
+  kernel<<<grid, kForwardWarps * 32, bytes, static_cast<cudaStream_t>(call.stream)>>>(P);
   GNA_CUDA_CHECK_LAUNCH();
 }
 
@@ -73,12 +74,19 @@ void launch_forward_mb(const ForwardCall& call, const TilePlan& plan) {
 static_assert(forward_rows_q(1) == kE4m3ForwardRowsQ, "the e4m3 forward's Q tile rows");
 template <typename T, int D, int DV, typename In = T>
 void launch_forward(const ForwardCall& call, const TilePlan& plan) {
-  if constexpr (kE4m3Operands<In>)
+  const bool wide = plan.q.volume(call.problem.rank) > forward_rows_q(1);
+  if constexpr (kE4m3Operands<In>) {
     launch_forward_mb<T, In, D, DV, 1>(call, plan);
-  else if (plan.q.volume(call.problem.rank) > forward_rows_q(1))
+  } else if (plan.kv_stages == 1) {
+    if constexpr (forward_single_stage_kernel(D, DV, forward_rows_q(2)))
+      if (wide) return launch_forward_mb<T, In, D, DV, 2, true>(call, plan);
+    fail(ErrorKind::runtime, "portable: no single-stage forward kernel at head dims ", D, "/",
+         DV, " with ", wide ? 128 : 64, "-row Q tiles");
+  } else if (wide) {
     launch_forward_mb<T, In, D, DV, 2>(call, plan);
-  else
+  } else {
     launch_forward_mb<T, In, D, DV, 1>(call, plan);
+  }
 }
 
 

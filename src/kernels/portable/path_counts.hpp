@@ -1,7 +1,8 @@
 // Which paths the portable forward's tiles took, counted in device memory while a test asks for
 // it, so that the random sweeps can assert that they reach each path (placed KV tiles, partial
 // pairs' bitmask masks, warps that run a partial pair as full, partial pairs whose K/V rows are all
-// real keys loaded as full ones, mask axes a partial pair skips, the FP8 forward's tiles). Off by default: the kernels then
+// real keys loaded as full ones, mask axes a partial pair skips, the FP8 forward's tiles, the
+// single-stage pipeline's tiles). Off by default: the kernels then
 // count nothing (one test of a null launch parameter per tile).
 #pragma once
 
@@ -20,6 +21,8 @@ struct ForwardPathCounts {
                                               // every key (no mask work there)
   unsigned long long e4m3_tiles = 0;          // of the tiles, those of the FP8 forward (e4m3
                                               // operands)
+  unsigned long long single_stage_tiles = 0;  // of the tiles, those of single-stage launches
+                                              // (one K/V buffer)
 };
 
 // Starts (zeroing the counts) or stops counting; not thread-safe (tests).

@@ -37,9 +37,16 @@ constexpr bool backward_small_variant(int dim_qk, int dim_v) {
 bool backward_runs_small(const Problem& p, const TileShape& kv);
 
 // Shared memory per CTA of the kernels (0 for head dims without that kernel): the forward with
-// Q tiles of rows_q rows (e4m3: the FP8 forward's, whose Q tiles have at most 64 rows), the
-// backward with KV tiles of rows_kv keys.
-int forward_shared_bytes(int dim_qk, int dim_v, int rows_q, bool e4m3 = false);
+// Q tiles of rows_q rows (e4m3: the FP8 forward's, whose Q tiles have at most 64 rows) and
+// kv_stages K/V buffers (2, or 1: the single-stage pipeline where two do not fit), the backward
+// with KV tiles of rows_kv keys.
+int forward_shared_bytes(int dim_qk, int dim_v, int rows_q, bool e4m3 = false, int kv_stages = 2);
+// Whether a single-stage forward kernel exists (compiled where two K/V stages need more than the
+// 99 KB of shared memory per block of sm_86 / sm_89 / sm_120: 128-row Q tiles at head dims
+// 128/128; each more is one kernel per dtype and arch).
+constexpr bool forward_single_stage_kernel(int dim_qk, int dim_v, int rows_q) {
+  return dim_qk == 128 && dim_v == 128 && rows_q == 128;
+}
 int backward_shared_bytes(int dim_qk, int dim_v, int rows_kv = kBackwardRowsKV);
 
 void forward(const ForwardCall& call);

@@ -9,23 +9,25 @@ namespace gna::portable {
 namespace {
 
 template <int D, int DV>
-int forward_bytes(int rows_q) {
-  return rows_q > forward_rows_q(1) ? ForwardSmem<D, DV, 2>::kBytes : ForwardSmem<D, DV, 1>::kBytes;
+int forward_bytes(int rows_q, int kv_stages) {
+  return rows_q > forward_rows_q(1) ? ForwardSmem<D, DV, 2>::bytes(kv_stages)
+                                    : ForwardSmem<D, DV, 1>::bytes(kv_stages);
 }
 
 }  // namespace
 
-int forward_shared_bytes(int dim_qk, int dim_v, int rows_q, bool e4m3) {
+int forward_shared_bytes(int dim_qk, int dim_v, int rows_q, bool e4m3, int kv_stages) {
+  if (kv_stages == 1 && !forward_single_stage_kernel(dim_qk, dim_v, rows_q > 64 ? 128 : 64)) return 0;
   if (e4m3) {  // one m-block per warp (Q tiles of at most 64 tokens) whatever rows_q
     if (dim_qk == 64 && dim_v == 64) return ForwardSmem<64, 64, 1, 1>::kBytes;
     if (dim_qk == 128 && dim_v == 128) return ForwardSmem<128, 128, 1, 1>::kBytes;
     return 0;
   }
-  if (dim_qk == 32 && dim_v == 32) return forward_bytes<32, 32>(rows_q);
-  if (dim_qk == 64 && dim_v == 64) return forward_bytes<64, 64>(rows_q);
-  if (dim_qk == 64 && dim_v == 128) return forward_bytes<64, 128>(rows_q);
-  if (dim_qk == 128 && dim_v == 64) return forward_bytes<128, 64>(rows_q);
-  if (dim_qk == 128 && dim_v == 128) return forward_bytes<128, 128>(rows_q);
+  if (dim_qk == 32 && dim_v == 32) return forward_bytes<32, 32>(rows_q, kv_stages);
+  if (dim_qk == 64 && dim_v == 64) return forward_bytes<64, 64>(rows_q, kv_stages);
+  if (dim_qk == 64 && dim_v == 128) return forward_bytes<64, 128>(rows_q, kv_stages);
+  if (dim_qk == 128 && dim_v == 64) return forward_bytes<128, 64>(rows_q, kv_stages);
+  if (dim_qk == 128 && dim_v == 128) return forward_bytes<128, 128>(rows_q, kv_stages);
   return 0;
 }
 

@@ -23,6 +23,9 @@ struct TilePlan {
   // Where a Q tile's KV tiles start (the forward; tiling.hpp, kv_tile_run), or a KV tile's Q
   // tiles (the backward; q_tile_run).
   KvPlacement placement = KvPlacement::grid;
+  // The forward's K/V buffers: 2 (double-buffered), or 1 where the device's shared memory per
+  // block holds no second stage (forward_tiles decides).
+  int kv_stages = 2;
   double visited_pairs = 0;  // (Q tile, KV tile) pairs visited in one dilation group
   double partial_pairs = 0;
   double cost = 0;  // the tile chooser's cost (gna::tile_cost)
