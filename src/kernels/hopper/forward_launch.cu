@@ -27,13 +27,16 @@ std::vector<ScoredTiles> ranked_tiles(const Problem& p, const KernelOptions& opt
   // The forward as the core's tile chooser sees it: gna/core/kernel_tiles.hpp.
   // With head rules one shape and one placement for every group (a TMA box is fixed per
   // launch), scored over the groups weighted by their heads.
+  // A slab is scored as the whole layout under its rule (whole_layout).
   const TileKernel k = hopper_forward_tile_kernel(p.dim_qk, options.kv_placements);
-  return ranked_tile_choices_for_groups(head_rule_groups(p), k, options.q_tile, options.kv_tile);
+  return ranked_tile_choices_for_groups(head_rule_groups(whole_layout(p)), k, options.q_tile,
+                                        options.kv_tile);
 }
 
 ScoredTiles choose_tiles(const Problem& p, const KernelOptions& options) {
   const TileKernel k = hopper_forward_tile_kernel(p.dim_qk, options.kv_placements);
-  return tile_choice_for_groups(head_rule_groups(p), k, options.q_tile, options.kv_tile);
+  return tile_choice_for_groups(head_rule_groups(whole_layout(p)), k, options.q_tile,
+                                options.kv_tile);
 }
 
 namespace {
@@ -158,6 +161,7 @@ void run_with_tiles(const ForwardCall& call, const ScoredTiles& tiles) {
 
   CUtensorMap maps[5];
   for (const LaunchSlice& s : plan.slices) {
+    if (!s.has_queries()) continue;  // a slab without queries in this dilation group
     FwdParams fp{};
     set_slice_fields(fp, p, plan, s, tiles.q, tiles.kv);
     fp.kv_placement = tiles.placement;
@@ -182,8 +186,8 @@ void run_with_tiles(const ForwardCall& call, const ScoredTiles& tiles) {
     // index, and the batch stride does the addressing.
 
     encode_token_map(&maps[0], p, plan, s, q, fp.q_tile, D);
-    encode_token_map(&maps[1], p, plan, s, k, fp.kv_tile, D);
-    encode_token_map(&maps[2], p, plan, s, v, fp.kv_tile, D);
+    encode_token_map(&maps[1], p, plan, s, k, fp.kv_tile, D, TokenRows::keys);
+    encode_token_map(&maps[2], p, plan, s, v, fp.kv_tile, D, TokenRows::keys);
     if (p.additional_kv > 0 && f8) {
       encode_additional_map(&maps[3], f8->add_k8, DType::e4m3, D, kv_tile_tokens(D));
       encode_additional_map(&maps[4], f8->add_v8, DType::e4m3, D, kv_tile_tokens(D));
