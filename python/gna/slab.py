@@ -1,7 +1,9 @@
 """Slab attention: the rule of a whole layout evaluated at global coordinates for a local slab of
 queries and a local slab of keys (include/gna/core/slab.hpp), so that a rank of a context-
 parallel run computes only its own queries, against exactly the key rows they attend. Runs on
-the backends that take slabs (the CPU reference); slab_backend says which one would, or None.
+the backends that take slabs (the CPU reference; on sm_90 GPUs the Hopper kernels, 16-bit
+inputs, head dims 32-256 forward and 32-128 backward); slab_backend says which one would, or
+None.
 """
 import ctypes
 
@@ -105,7 +107,8 @@ def slab_attention(query, key, value, layout, kernel_size, stride=1, dilation=1,
     arguments are those of gna.na1d/2d/3d over the whole layout; every query's window must lie
     in the key slab (key_range says which keys it needs). Returns [B, *q_local, Hq, Dv], the
     same rows of the whole layout's output; differentiable (a key's gradient counts only the
-    slab's queries). UnsupportedError where no backend takes slabs (CUDA tensors today).
+    slab's queries). UnsupportedError where no backend takes the call (CUDA tensors other than
+    the Hopper kernels', e.g. float32 or a GPU before sm_90).
     """
     _require()
     fn = "slab_attention"
