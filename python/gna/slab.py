@@ -119,10 +119,10 @@ def slab_attention(query, key, value, layout, kernel_size, stride=1, dilation=1,
     return _SlabAttention.apply(params, slab, backend, query, key, value)
 
 
-def _whole_keys(t, name, layout):
-    """A metadata-only view of key/value tensor t as if it held every row of the layout."""
+def _keys_of(t, name, extents):
+    """A metadata-only view of key/value tensor t as if it held `extents` rows per axis."""
     g = view(t, name, metadata_only=True)
-    shape = (t.shape[0],) + tuple(layout) + tuple(t.shape[-2:])
+    shape = (t.shape[0],) + tuple(extents) + tuple(t.shape[-2:])
     stride = 1
     for d in reversed(range(len(shape))):
         g.shape[d], g.strides[d] = shape[d], stride
@@ -131,19 +131,25 @@ def _whole_keys(t, name, layout):
 
 
 def slab_backend(query, key, value, layout, kernel_size, stride=1, dilation=1, is_causal=False,
-                 *, query_offset=None, backward=False, backend="auto"):
+                 *, query_offset=None, key_rows=None, backward=False, backend="auto"):
     """The backend that would run slab_attention for these queries (at query_offset) with these
     tensors' device, dtype and heads, or None where none takes slabs (or the library predates
-    them). The keys are taken as every row of the layout, so that the answer does not depend on
-    which key rows are at hand."""
+    them). key_rows: per axis the (begin, end) of the key slab (global coordinates); None: every
+    row of the layout, so that the answer does not depend on which key rows are at hand (the
+    Hopper kernels also ask where the key slab starts: a TMA box may not start before it)."""
     if not _lib.has_slabs:
         return None
     fn = "slab_backend"
     layout, params = _rule(fn, layout, kernel_size, stride, dilation, is_causal, None)
     rank = len(layout)
-    slab = _slab(layout, _offsets(fn, "query_offset", query_offset, rank), (0,) * rank)
-    views = [view(query, "query", metadata_only=True), _whole_keys(key, "key", layout),
-             _whole_keys(value, "value", layout)]
+    rows = tuple((0, e) for e in layout) if key_rows is None else tuple(key_rows)
+    if len(rows) != rank:
+        raise ValueError(f"{fn}: key_rows must be {rank} (begin, end) pairs, got {key_rows!r}")
+    slab = _slab(layout, _offsets(fn, "query_offset", query_offset, rank),
+                 _offsets(fn, "key_offset", tuple(b for b, _ in rows), rank))
+    extents = tuple(e - b for b, e in rows)
+    views = [view(query, "query", metadata_only=True), _keys_of(key, "key", extents),
+             _keys_of(value, "value", extents)]
     name = ctypes.create_string_buffer(64)
     status = _lib.lib.gna_select_backend_slab(
         ctypes.byref(params), ctypes.byref(slab), *[ctypes.byref(v) for v in views], None, None,

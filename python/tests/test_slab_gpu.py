@@ -1,8 +1,9 @@
 """Slabs on the GPU (the Hopper backend, sm_90 only; skipped elsewhere): slab_backend names it for
-16-bit inputs, slab_attention's output and gradients equal the same rows of the whole layout's
-call (its key gradients with the loss on the slab's queries only), and halo_attention's exact
-mode over 2 processes (gloo, both on the one GPU) equals the single-process call, forward and
-backward. Tolerances: bf16 / fp16 outputs to 2e-2 / 4e-3 and gradients to 5e-2 / 1.5e-2 of the
+16-bit inputs (a 1-D slab only on multiples of 128 rows: the kernels' tiles start on the slab's
+first rows), slab_attention's output and gradients equal the same rows of the whole layout's
+call (its key gradients with the loss on the slab's queries only), and halo_attention over 2
+processes (gloo, both on the one GPU; exact slabs on the 3-D cases) equals the single-process
+call, forward and backward. Tolerances: bf16 / fp16 outputs to 2e-2 / 4e-3 and gradients to 5e-2 / 1.5e-2 of the
 largest magnitude (the kernels round P and dS to the inputs' dtype; two calls may visit keys in
 different tile orders)."""
 import os
@@ -18,6 +19,7 @@ dist = pytest.importorskip("torch.distributed")
 import gna  # noqa: E402
 from gna import distributed as gd  # noqa: E402
 from gna import slab  # noqa: E402
+from gna.distributed._halo import _exact_ranges  # noqa: E402
 
 if not torch.cuda.is_available() or torch.cuda.get_device_capability(0) != (9, 0):
     pytest.skip("needs an sm_90 GPU (the Hopper backend takes slabs)", allow_module_level=True)
@@ -59,8 +61,15 @@ def _reference(case, q, k, v, w):
 
 def test_slab_backend_is_hopper():
     q = torch.zeros(1, 4, 2, 64, device="cuda", dtype=torch.bfloat16)
-    assert slab.slab_backend(q, q, q, (10,), 3, query_offset=(2,)) == "hopper"
-    assert slab.slab_backend(q, q, q, (10,), 3, query_offset=(2,), backward=True) == "hopper"
+    assert slab.slab_backend(q, q, q, (10,), 3, query_offset=(0,)) == "hopper"
+    assert slab.slab_backend(q, q, q, (10,), 3, query_offset=(0,), backward=True) == "hopper"
+    # Off the 1-D tile grid (128 rows): refused.
+    assert slab.slab_backend(q, q, q, (300,), 3, query_offset=(2,)) is None
+    v = torch.zeros(1, 3, 16, 16, 2, 64, device="cuda", dtype=torch.bfloat16)
+    for backward in (False, True):
+        assert slab.slab_backend(v, v, v, (12, 16, 16), (5, 7, 7), query_offset=(5, 0, 0),
+                                 key_rows=((3, 10), (0, 16), (0, 16)),
+                                 backward=backward) == "hopper"
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -70,10 +79,13 @@ def test_slab_equals_the_whole_call(dtype, index):
     layout, _, _, _, window, stride, dilation, causal = case
     rng = random.Random(SEED + index)
     q, k, v, w = _whole(case, dtype, SEED + index)
-    q0 = rng.randrange(layout[0])
+    one_d = len(layout) == 1  # 1-D slabs run on multiples of 128 rows
+    q0 = 128 * rng.randrange(layout[0] // 128) if one_d else rng.randrange(layout[0])
     q1 = rng.randint(q0 + 1, layout[0])
     k0, k1 = slab.key_range(layout, window, stride, dilation, causal, axis=0, query_begin=q0,
                             query_end=q1)
+    if one_d:
+        k0 = k0 // 128 * 128
     own = lambda t: t[:, q0:q1]  # noqa: E731
     # The loss on the slab's queries only: the whole call's key gradients are then the slab's.
     w_own = torch.zeros_like(w)
@@ -115,9 +127,15 @@ def _halo_rank_main(rank, world, port, seed, result_dir):
                 n = layout[0] // world
                 mine = lambda t: t.narrow(1, rank * n, n)  # noqa: E731
                 shards = [mine(t).detach().clone().requires_grad_() for t in (q, k, v)]
-                assert slab.slab_backend(*shards, layout, window, stride, dilation, causal,
-                                         query_offset=(rank * n,) + (0,) * (len(layout) - 1)) \
-                    == "hopper"
+                if len(layout) == 3:  # these take exact slabs on every rank
+                    for r, rows in enumerate(_exact_ranges(layout, window, stride, dilation,
+                                                           causal, 0, world)):
+                        for backward in (False, True):
+                            assert slab.slab_backend(
+                                *shards, layout, window, stride, dilation, causal,
+                                query_offset=(r * n, 0, 0),
+                                key_rows=(rows, (0, layout[1]), (0, layout[2])),
+                                backward=backward) == "hopper", (case, r, rows)
                 out = gd.halo_attention(*shards, layout, window, stride, dilation, causal,
                                         exact=True)
                 got = [out.detach()] + list(torch.autograd.grad(

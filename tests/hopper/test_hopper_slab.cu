@@ -5,11 +5,14 @@
 // (and, on a quarter of the configurations of rank >= 2, along axis 1 too), its key slab the
 // keys its queries attend (gna::key_range) widened by a few random rows, each in fp16 and bf16,
 // inputs exact in both, outputs and gradients poisoned with NaN before each call (tolerances:
-// tests/gpu_reference/gpu_harness.hpp). The sweep asserts that it reached query slabs off the Q
-// tile grid, keys of the key slab's tiles outside the key tensor, slabs without queries in a
-// dilation group, both Q placements of the backward and the persistent forward. Refusals with
-// their reasons: deterministic mode, FP8. Configurations per rank: GNA_HOPPER_SLAB_SWEEP
-// (default 24); seed: GNA_TEST_SEED.
+// tests/gpu_reference/gpu_harness.hpp). A slab runs tiles that start on its first rows
+// (kernels/hopper/slab_tiles.hpp): on rank 1 half the slabs start on multiples of 128 rows
+// (run), the others mostly not (refused with the reason, counted); slabs of rank >= 2 along
+// axis 0 alone are never refused. The sweep asserts that it reached query slabs off the whole
+// layout's tile grid, slabs without queries in a dilation group, both Q placements of the
+// backward, the persistent forward, and rank-1 slabs run and refused. Refusals with their
+// reasons: deterministic mode, FP8, a rank-1 slab off the tile grid. Configurations per rank:
+// GNA_HOPPER_SLAB_SWEEP (default 24); seed: GNA_TEST_SEED.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -61,9 +64,16 @@ SlabShape random_slab(std::mt19937_64& rng, const Config& c) {
       s.query_offset[a] = 0;
       s.query_extent[a] = L;
     }
+    // Rank 1: half the slabs on multiples of 128 rows (a Q and KV tile of the only axis).
+    const bool on_grid = rank == 1 && c.params.dilation[0] == 1 && uniform(rng, 0, 1) == 0;
+    if (on_grid && L > 128) {
+      s.query_offset[a] = 128 * uniform(rng, 0, (L - 1) / 128);
+      s.query_extent[a] = uniform(rng, 1, L - s.query_offset[a]);
+    }
     const Range keys = key_range(rule_of(c, a), Range{s.query_offset[a],
                                                       s.query_offset[a] + s.query_extent[a]});
-    const int begin = std::max(0, keys.begin - uniform(rng, 0, 1) * uniform(rng, 0, 3));
+    int begin = std::max(0, keys.begin - uniform(rng, 0, 1) * uniform(rng, 0, 3));
+    if (on_grid) begin = begin / 128 * 128;
     const int end = std::min(L, keys.end + uniform(rng, 0, 1) * uniform(rng, 0, 3));
     s.key_offset[a] = begin;
     s.key_extent[a] = end - begin;
@@ -276,7 +286,7 @@ struct SlabCase {
 
 // What a configuration reaches (the sweep asserts each was reached somewhere).
 struct Reached {
-  int off_grid = 0;            // a query slab starting off the forward's Q tile grid
+  int off_grid = 0;            // a query slab starting off the whole layout's Q tile grid
   int keys_outside = 0;        // a key slab whose edge tiles hold keys outside the key tensor
   int group_without_queries = 0;  // a dilation group with no query of the slab
   int placed_q = 0, grid_q = 0;   // backward launches by Q placement
@@ -311,10 +321,40 @@ void note_reached(const Config& c, const SlabShape& s, const KernelOptions& kopt
   r.persistent += kopt.schedule.kind == ForwardSchedule::persistent;
 }
 
+// Whether hopper takes the slab (forward and backward); otherwise the refusal must be the
+// tile grid's, and `refusal` holds it.
+bool hopper_takes(const SlabCase& cs, const KernelOptions& kopt, std::string* refusal) {
+  TensorRef t[5];
+  const AttentionTensors in = cs.device_inputs(t);
+  CallOptions opt;
+  opt.backend = "hopper";
+  opt.kernel = kopt;
+  try {
+    select_forward_backend(cs.params, in, opt);
+    select_backward_backend(cs.params, in, opt);
+    return true;
+  } catch (const Error& e) {
+    *refusal = e.what();
+    return false;
+  }
+}
+
+// -1: hopper refused the slab (off its tile grid); else the failures.
 int check_both_dtypes(const Config& c, const SlabShape& s, const KernelOptions& kopt,
                       std::mt19937_64& rng, int i, uint64_t seed) {
   SlabCase f16;
   f16.build(c, s, DType::f16, rng);
+  std::string refusal;
+  if (!hopper_takes(f16, kopt, &refusal)) {
+    const bool grid = refusal.find("tile starts on the slab's first rows") != std::string::npos;
+    const bool along_axis0 = c.params.rank == 1 || s.query_extent[1] == c.extent[1];
+    if (!grid || (c.params.rank >= 2 && along_axis0)) {
+      ADD_FAILURE() << "config " << i << ": " << c.describe() << " " << describe(s, c.params.rank)
+                    << ": refused: " << refusal << " (GNA_TEST_SEED=" << seed << ")";
+      return 1;
+    }
+    return -1;
+  }
   SlabCase bf16;
   bf16.copy_as(f16, DType::bf16);
   int failures = 0;
@@ -344,7 +384,7 @@ void sweep(int rank) {
   lim.dims = {{64, 64}, {128, 128}};
   lim.max_additional = 40;
   const int configs = sweep_size();
-  int failures = 0, checked = 0;
+  int failures = 0, checked = 0, refused = 0;
   Reached reached;
   const hopper::BackwardLaunchCount before = hopper::backward_launch_count();
   for (int i = 0; i < configs && failures < 5; ++i, ++checked) {
@@ -361,25 +401,34 @@ void sweep(int rank) {
       kopt.q_placements = uniform(rng, 0, 1) ? KvPlacements::placed : KvPlacements::grid;
     note_reached(c, s, kopt, reached);
     const hopper::BackwardLaunchCount b0 = hopper::backward_launch_count();
-    failures += check_both_dtypes(c, s, kopt, rng, i, seed);
+    const int result = check_both_dtypes(c, s, kopt, rng, i, seed);
+    if (result < 0) {
+      ++refused;
+      continue;
+    }
+    failures += result;
     const hopper::BackwardLaunchCount b1 = hopper::backward_launch_count();
     reached.placed_q += b1.placed_q > b0.placed_q;
     reached.grid_q += (b1.launches - b0.launches) > (b1.placed_q - b0.placed_q);
   }
   (void)before;
-  std::printf("hopper slab sweep rank %d: %d configurations x {f16, bf16}, %d failed; reached: "
-              "%d off the Q grid, %d with keys outside the key tensor, %d with a dilation group "
-              "without queries, %d placed / %d grid backward, %d persistent; seed %llu\n",
-              rank, checked, failures, reached.off_grid, reached.keys_outside,
+  std::printf("hopper slab sweep rank %d: %d configurations x {f16, bf16} (%d refused: off the "
+              "tile grid), %d failed; reached: %d off the whole layout's Q grid, %d with keys "
+              "outside the key tensor, %d with a dilation group without queries, %d placed / %d "
+              "grid backward, %d persistent; seed %llu\n",
+              rank, checked, refused, failures, reached.off_grid, reached.keys_outside,
               reached.group_without_queries, reached.placed_q, reached.grid_q, reached.persistent,
               static_cast<unsigned long long>(seed));
   if (failures == 0 && configs >= 16) {
-    EXPECT_GT(reached.off_grid, 0);
-    EXPECT_GT(reached.keys_outside, 0);
-    EXPECT_GT(reached.placed_q, 0);
+    EXPECT_GT(checked - refused, configs / 4);
     EXPECT_GT(reached.grid_q, 0);
-    EXPECT_GT(reached.persistent, 0);
-    if (rank == 1) EXPECT_GT(reached.group_without_queries, 0);
+    if (rank >= 2) {
+      EXPECT_GT(reached.off_grid, 0);
+      EXPECT_GT(reached.placed_q, 0);
+      EXPECT_GT(reached.persistent, 0);
+    } else {
+      EXPECT_GT(refused, 0);
+    }
   }
 }
 
@@ -440,6 +489,41 @@ TEST(HopperSlab, RefusesDeterministicModeWithReason) {
               std::string::npos)
         << e.what();
   }
+}
+
+// Rank 1: a slab on multiples of 128 rows runs; one off them is refused with the reason (its
+// first Q tile would start before the query tensor).
+TEST(HopperSlab, Rank1SlabsOnTheTileGrid) {
+  SKIP_WITHOUT_SM90();
+  Config c;
+  c.params.rank = 1;
+  c.extent[0] = 512;
+  c.params.window[0] = 256;
+  c.heads_q = 2;
+  c.heads_kv = 1;
+  c.dim_qk = c.dim_v = 64;
+  SlabShape on;
+  on.query_offset[0] = 256;
+  on.query_extent[0] = 256;
+  on.key_offset[0] = 128;  // key_range of [256, 512): [128, 512)
+  on.key_extent[0] = 384;
+  std::mt19937_64 rng(4);
+  SlabCase cs;
+  cs.build(c, on, DType::bf16, rng);
+  std::string refusal;
+  ASSERT_TRUE(hopper_takes(cs, {}, &refusal)) << refusal;
+  EXPECT_EQ(cs.check_forward({}) + cs.check_backward({}), "");
+  SlabShape off = on;
+  off.query_offset[0] = 300;
+  off.query_extent[0] = 100;
+  off.key_offset[0] = 172;  // key_range of [300, 400)
+  off.key_extent[0] = 340;
+  SlabCase cs_off;
+  cs_off.build(c, off, DType::bf16, rng);
+  EXPECT_FALSE(hopper_takes(cs_off, {}, &refusal));
+  EXPECT_NE(refusal.find("hopper: slab: no forward tile starts on the slab's first rows"),
+            std::string::npos)
+      << refusal;
 }
 
 TEST(HopperSlab, RefusesFp8WithReason) {

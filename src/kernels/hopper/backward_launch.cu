@@ -18,6 +18,7 @@
 #include "kernels/common/scratch.hpp"
 #include "kernels/hopper/backward_launch.hpp"
 #include "kernels/hopper/head_rules.hpp"
+#include "kernels/hopper/slab_tiles.hpp"
 #include "kernels/hopper/tma_host.hpp"
 
 namespace gna::hopper {
@@ -40,6 +41,31 @@ ScoredTiles choose_backward_tiles(const Problem& p, const KernelOptions& options
                                 options.kv_tile);
 }
 
+namespace {
+
+// The tiles a call runs: the chooser's, or on a slab tiles that start on the slab's first rows
+// (slab_tiles.hpp); false with the reason when a slab has none.
+bool call_tiles(const BackwardCall& call, ScoredTiles* tiles, std::string* why) {
+  const Problem& p = call.problem;
+  const KernelOptions& o = call.options;
+  const ScoredTiles chosen = choose_backward_tiles(p, o);
+  if (!p.slab.active) {
+    *tiles = chosen;
+    return true;
+  }
+  const auto ranked = [&](KvPlacements placements) {
+    KernelOptions with = o;
+    with.q_placements = placements;
+    return ranked_tile_choices_for_groups(head_rule_groups(whole_layout(p)),
+                                          backward_tile_kernel(p, with), o.q_tile, o.kv_tile);
+  };
+  std::vector<int> key{p.dim_qk, o.deterministic ? 1 : 0};
+  for (int a = 0; a < p.rank; ++a) key.insert(key.end(), {o.q_tile.size[a], o.kv_tile.size[a]});
+  return slab_tiles(p, SlabWalk::backward, chosen, ranked, o.q_placements, key, tiles, why);
+}
+
+}  // namespace
+
 bool supports_backward(const BackwardCall& call, std::string* why) {
   std::string m;
   if (!device_dtype_and_dims_supported(call.problem, call.in.q, {32, 64, 128}, &m))
@@ -52,6 +78,8 @@ bool supports_backward(const BackwardCall& call, std::string* why) {
   // The turn counters order every KV tile adding into a Q tile; a slab runs only its own.
   if (call.problem.slab.active && call.options.deterministic)
     return refuse(why, "deterministic mode does not run slabs (query and key offsets)");
+  ScoredTiles tiles;
+  if (call.problem.slab.active && !call_tiles(call, &tiles, &m)) return refuse(why, m);
   return true;
 }
 
@@ -237,7 +265,9 @@ void backward(const BackwardCall& call) {
   const int D = p.dim_qk;
   const int es = dtype_size(p.dtype);
   const bool bf16 = p.dtype == DType::bf16;
-  const ScoredTiles tiles = choose_backward_tiles(rules_problem, call.options);
+  ScoredTiles tiles;
+  std::string refusal;
+  if (!call_tiles(call, &tiles, &refusal)) fail(ErrorKind::unsupported, "hopper: ", refusal);
 
   const int64_t rows = int64_t(p.batch) * p.tokens() * p.heads_q;
   float* lse2 = cuda::scratch_alloc<float>(rows, stream);

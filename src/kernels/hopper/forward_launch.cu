@@ -19,6 +19,7 @@
 #include "kernels/hopper/forward_launch.hpp"
 #include "kernels/hopper/forward_schedule.hpp"
 #include "kernels/hopper/head_rules.hpp"
+#include "kernels/hopper/slab_tiles.hpp"
 #include "kernels/hopper/tma_host.hpp"
 
 namespace gna::hopper {
@@ -41,6 +42,26 @@ ScoredTiles choose_tiles(const Problem& p, const KernelOptions& options) {
 
 namespace {
 std::atomic<int64_t> launches{0}, head_rule_launches{0};
+
+// The tiles a call runs: the chooser's, or on a slab tiles that start on the slab's first rows
+// (slab_tiles.hpp); false with the reason when a slab has none.
+bool call_tiles(const ForwardCall& call, ScoredTiles* tiles, std::string* why) {
+  const Problem& p = call.problem;
+  const KernelOptions& o = call.options;
+  const ScoredTiles chosen = choose_tiles(p, o);
+  if (!p.slab.active) {
+    *tiles = chosen;
+    return true;
+  }
+  const auto ranked = [&](KvPlacements placements) {
+    KernelOptions with = o;
+    with.kv_placements = placements;
+    return ranked_tiles(p, with);
+  };
+  std::vector<int> key{p.dim_qk};
+  for (int a = 0; a < p.rank; ++a) key.insert(key.end(), {o.q_tile.size[a], o.kv_tile.size[a]});
+  return slab_tiles(p, SlabWalk::forward, chosen, ranked, o.kv_placements, key, tiles, why);
+}
 }  // namespace
 
 ForwardLaunchCount forward_launch_count() {
@@ -99,6 +120,8 @@ bool supports(const ForwardCall& call, std::string* why) {
   if (!qkv_readable(call.in, &m) || !tma_readable(call.out, "output", &m)) return refuse(why, m);
   if (call.in.additional_k && !additional_readable(call.in, &m)) return refuse(why, m);
   if (!head_rules_supported(call.problem, &m)) return refuse(why, m);
+  ScoredTiles tiles;
+  if (call.problem.slab.active && !call_tiles(call, &tiles, &m)) return refuse(why, m);
   return true;
 }
 
@@ -289,6 +312,13 @@ ScoredTiles autotuned_tiles(const ForwardCall& call) {
 }  // namespace
 
 void forward(const ForwardCall& call) {
+  if (call.problem.slab.active) {  // its tiles start on the slab's rows; no autotune
+    ScoredTiles tiles;
+    std::string why;
+    if (!call_tiles(call, &tiles, &why)) fail(ErrorKind::unsupported, "hopper: ", why);
+    run_with_tiles(call, tiles);
+    return;
+  }
   if (call.options.autotune) {
     // The winner is already in the output after tuning; run once more so that every call ends
     // with exactly one launch of the chosen configuration on the stream.
