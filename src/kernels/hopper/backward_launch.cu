@@ -41,11 +41,7 @@ ScoredTiles choose_backward_tiles(const Problem& p, const KernelOptions& options
                                 options.kv_tile);
 }
 
-namespace {
-
-// The tiles a call runs: the chooser's, or on a slab tiles that start on the slab's first rows
-// (slab_tiles.hpp); false with the reason when a slab has none.
-bool call_tiles(const BackwardCall& call, ScoredTiles* tiles, std::string* why) {
+bool backward_call_tiles(const BackwardCall& call, ScoredTiles* tiles, std::string* why) {
   const Problem& p = call.problem;
   const KernelOptions& o = call.options;
   const ScoredTiles chosen = choose_backward_tiles(p, o);
@@ -64,8 +60,6 @@ bool call_tiles(const BackwardCall& call, ScoredTiles* tiles, std::string* why) 
   return slab_tiles(p, SlabWalk::backward, chosen, ranked, o.q_placements, key, tiles, why);
 }
 
-}  // namespace
-
 bool supports_backward(const BackwardCall& call, std::string* why) {
   std::string m;
   if (!device_dtype_and_dims_supported(call.problem, call.in.q, {32, 64, 128}, &m))
@@ -79,7 +73,7 @@ bool supports_backward(const BackwardCall& call, std::string* why) {
   if (call.problem.slab.active && call.options.deterministic)
     return refuse(why, "deterministic mode does not run slabs (query and key offsets)");
   ScoredTiles tiles;
-  if (call.problem.slab.active && !call_tiles(call, &tiles, &m)) return refuse(why, m);
+  if (call.problem.slab.active && !backward_call_tiles(call, &tiles, &m)) return refuse(why, m);
   return true;
 }
 
@@ -267,7 +261,8 @@ void backward(const BackwardCall& call) {
   const bool bf16 = p.dtype == DType::bf16;
   ScoredTiles tiles;
   std::string refusal;
-  if (!call_tiles(call, &tiles, &refusal)) fail(ErrorKind::unsupported, "hopper: ", refusal);
+  if (!backward_call_tiles(call, &tiles, &refusal))
+    fail(ErrorKind::unsupported, "hopper: ", refusal);
 
   const int64_t rows = int64_t(p.batch) * p.tokens() * p.heads_q;
   float* lse2 = cuda::scratch_alloc<float>(rows, stream);

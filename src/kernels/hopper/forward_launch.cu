@@ -42,9 +42,8 @@ ScoredTiles choose_tiles(const Problem& p, const KernelOptions& options) {
 
 namespace {
 std::atomic<int64_t> launches{0}, head_rule_launches{0};
+}  // namespace
 
-// The tiles a call runs: the chooser's, or on a slab tiles that start on the slab's first rows
-// (slab_tiles.hpp); false with the reason when a slab has none.
 bool call_tiles(const ForwardCall& call, ScoredTiles* tiles, std::string* why) {
   const Problem& p = call.problem;
   const KernelOptions& o = call.options;
@@ -62,7 +61,6 @@ bool call_tiles(const ForwardCall& call, ScoredTiles* tiles, std::string* why) {
   for (int a = 0; a < p.rank; ++a) key.insert(key.end(), {o.q_tile.size[a], o.kv_tile.size[a]});
   return slab_tiles(p, SlabWalk::forward, chosen, ranked, o.kv_placements, key, tiles, why);
 }
-}  // namespace
 
 ForwardLaunchCount forward_launch_count() {
   return ForwardLaunchCount{launches.load(), head_rule_launches.load()};
