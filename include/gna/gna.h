@@ -161,7 +161,9 @@ gna_status gna_forward_e4m3(const gna_params* params, const gna_head_rules* head
  * key slab (gna_key_range says which keys it needs). Keys that queries outside the query slab
  * attend get only the slab's queries' gradient. Per-head rules are not taken with slabs. A
  * backend that does not run slabs refuses the call (GNA_STATUS_UNSUPPORTED, the message names
- * it): the CPU reference runs them; gna_select_backend_slab tells a caller which backend would. */
+ * it): the CPU reference runs them, and on sm_90 GPUs the Hopper kernels (fp16 / bf16; slabs their
+ * tiles can start on, e.g. 2-D and 3-D slabs along one axis); gna_select_backend_slab tells a
+ * caller which backend would. */
 typedef struct gna_slab {
   int32_t extent[GNA_MAX_RANK];
   int32_t query_offset[GNA_MAX_RANK];

@@ -1,7 +1,9 @@
 """Slab attention: the rule of a whole layout evaluated at global coordinates for a local slab of
 queries and a local slab of keys (include/gna/core/slab.hpp), so that a rank of a context-
 parallel run computes only its own queries, against exactly the key rows they attend. Runs on
-the backends that take slabs (the CPU reference); slab_backend says which one would, or None.
+the backends that take slabs (the CPU reference; on sm_90 GPUs the Hopper kernels, 16-bit
+inputs, head dims 32-256 forward and 32-128 backward); slab_backend says which one would, or
+None.
 """
 import ctypes
 
@@ -105,7 +107,8 @@ def slab_attention(query, key, value, layout, kernel_size, stride=1, dilation=1,
     arguments are those of gna.na1d/2d/3d over the whole layout; every query's window must lie
     in the key slab (key_range says which keys it needs). Returns [B, *q_local, Hq, Dv], the
     same rows of the whole layout's output; differentiable (a key's gradient counts only the
-    slab's queries). UnsupportedError where no backend takes slabs (CUDA tensors today).
+    slab's queries). UnsupportedError where no backend takes the call (CUDA tensors other than
+    the Hopper kernels', e.g. float32 or a GPU before sm_90).
     """
     _require()
     fn = "slab_attention"
@@ -116,10 +119,10 @@ def slab_attention(query, key, value, layout, kernel_size, stride=1, dilation=1,
     return _SlabAttention.apply(params, slab, backend, query, key, value)
 
 
-def _whole_keys(t, name, layout):
-    """A metadata-only view of key/value tensor t as if it held every row of the layout."""
+def _keys_of(t, name, extents):
+    """A metadata-only view of key/value tensor t as if it held `extents` rows per axis."""
     g = view(t, name, metadata_only=True)
-    shape = (t.shape[0],) + tuple(layout) + tuple(t.shape[-2:])
+    shape = (t.shape[0],) + tuple(extents) + tuple(t.shape[-2:])
     stride = 1
     for d in reversed(range(len(shape))):
         g.shape[d], g.strides[d] = shape[d], stride
@@ -128,19 +131,25 @@ def _whole_keys(t, name, layout):
 
 
 def slab_backend(query, key, value, layout, kernel_size, stride=1, dilation=1, is_causal=False,
-                 *, query_offset=None, backward=False, backend="auto"):
+                 *, query_offset=None, key_rows=None, backward=False, backend="auto"):
     """The backend that would run slab_attention for these queries (at query_offset) with these
     tensors' device, dtype and heads, or None where none takes slabs (or the library predates
-    them). The keys are taken as every row of the layout, so that the answer does not depend on
-    which key rows are at hand."""
+    them). key_rows: per axis the (begin, end) of the key slab (global coordinates); None: every
+    row of the layout, so that the answer does not depend on which key rows are at hand (the
+    Hopper kernels also ask where the key slab starts: a TMA box may not start before it)."""
     if not _lib.has_slabs:
         return None
     fn = "slab_backend"
     layout, params = _rule(fn, layout, kernel_size, stride, dilation, is_causal, None)
     rank = len(layout)
-    slab = _slab(layout, _offsets(fn, "query_offset", query_offset, rank), (0,) * rank)
-    views = [view(query, "query", metadata_only=True), _whole_keys(key, "key", layout),
-             _whole_keys(value, "value", layout)]
+    rows = tuple((0, e) for e in layout) if key_rows is None else tuple(key_rows)
+    if len(rows) != rank:
+        raise ValueError(f"{fn}: key_rows must be {rank} (begin, end) pairs, got {key_rows!r}")
+    slab = _slab(layout, _offsets(fn, "query_offset", query_offset, rank),
+                 _offsets(fn, "key_offset", tuple(b for b, _ in rows), rank))
+    extents = tuple(e - b for b, e in rows)
+    views = [view(query, "query", metadata_only=True), _keys_of(key, "key", extents),
+             _keys_of(value, "value", extents)]
     name = ctypes.create_string_buffer(64)
     status = _lib.lib.gna_select_backend_slab(
         ctypes.byref(params), ctypes.byref(slab), *[ctypes.byref(v) for v in views], None, None,

@@ -86,6 +86,14 @@ Problem problem_of_group(const Problem& p, int g) {
   return q;
 }
 
+Problem whole_layout(const Problem& p) {
+  Problem w = p;
+  if (!p.slab.active) return w;
+  for (int a = 0; a < p.rank; ++a) w.axes[a] = slab_axis(p, a);
+  w.slab = Slab{};
+  return w;
+}
+
 namespace {
 
 // A slab's rule on the whole layout, its query and key slabs inside it, and every query's

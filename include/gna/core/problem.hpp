@@ -65,6 +65,10 @@ GNA_HD AxisRule slab_axis(const Problem& p, int a) {
   return r;
 }
 
+// The problem over the whole layout under the same rule (slab inactive): what a slab's tile
+// choice is scored on. Without a slab, p itself.
+Problem whole_layout(const Problem& p);
+
 // Rows of the key and value tensors on axis a: the query tensor's, or the key slab's.
 GNA_HD int key_extent(const Problem& p, int a) {
   return p.slab.active ? p.slab.key_extent[a] : p.axes[a].extent;

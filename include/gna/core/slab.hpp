@@ -35,4 +35,24 @@ GNA_HD Range key_range(const AxisRule& a, Range queries) {
   return keys;
 }
 
+// The rows of a tensor slab inside one dilation group of an axis, for kernels that run each
+// dilation group on its own (group coordinates, dilation 1): the slab holds global coordinates
+// [offset, offset + rows) of an axis under rule a; its rows in group g are tensor rows first,
+// first + d, first + 2d, ... (count of them), at group coordinates begin, begin + 1, ...
+// Without a slab (offset 0, rows = extent) they are the whole group: first g, begin 0, count
+// group_length.
+struct SlabGroupRows {
+  int first = 0;  // tensor row of the slab's first row in the group
+  int begin = 0;  // its group coordinate
+  int count = 0;  // the slab's rows in the group (0: none)
+};
+GNA_HD SlabGroupRows slab_group_rows(const AxisRule& a, int group, int offset, int rows) {
+  const int d = a.dilation;
+  SlabGroupRows r;
+  r.first = ((group - offset) % d + d) % d;
+  r.begin = index_in_group(a, offset + r.first);
+  r.count = r.first < rows ? (rows - r.first + d - 1) / d : 0;
+  return r;
+}
+
 }  // namespace gna

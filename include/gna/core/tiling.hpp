@@ -138,6 +138,16 @@ GNA_HD QTileRun q_tile_run(const AxisRule& a, int n, int kt, int tile_q, int til
   return kv_tiles_covering(union_query_window(a, n, tile_rows(n, tile_kv, kt)), tile_q, placement);
 }
 
+// The tiles of a run (placed: any first row) that meet rows [rows.begin, rows.end): the run
+// started at rows.begin where it started before, and cut where it passes rows.end, so that it
+// still covers what it covered inside those rows (a slab's own queries: gna/core/slab.hpp). A
+// run inside [0, n) clipped to [0, n) is the run itself.
+GNA_HD KvTileRun clip_tile_run(KvTileRun run, int tile, Range rows) {
+  const int first = max_i(run.first, rows.begin);
+  const int end = min_i(run.first + run.count * tile, rows.end);
+  return KvTileRun{first, end > first ? ceil_div(end - first, tile) : 0};
+}
+
 // Queries of tile m of a Q tile run, clipped to the group length.
 GNA_HD Range run_tile_rows(int n, QTileRun run, int m, int tile_q) {
   const int begin = run.first + m * tile_q;

@@ -151,8 +151,8 @@ def halo_attention(query, key, value, layout, kernel_size, stride=1, dilation=1,
     slab of the output, [B, *local, Hq, Dv], equal to the same slab of the single-process call;
     gradients flow to query, key and value.
 
-    exact (None: where a backend takes slabs, gna.slab.slab_backend; True: required; False:
-    never): each rank receives from its neighbours (several, when slabs are thinner than the
+    exact (None: where a backend takes every rank's slab, forward and backward,
+    gna.slab.slab_backend; True: required; False: never): each rank receives from its neighbours (several, when slabs are thinner than the
     halo) exactly the key/value rows its queries attend (gna.slab.key_range) and computes only
     its own queries (gna.slab.slab_attention: the rule at global coordinates). Otherwise it
     receives the rows within dilation * (window - 1 + stride) of its slab on that axis, rounded
@@ -190,14 +190,22 @@ def halo_attention(query, key, value, layout, kernel_size, stride=1, dilation=1,
     dim = 1 + axis
     offsets = [0] * dims
     query_offset = tuple(rank * slab if a == axis else 0 for a in range(dims))
-    # Slabs where the backend takes them: the exact key range, only the own queries computed.
-    # The choice follows the device type, the same on every rank, so all ranks plan alike.
+    # Slabs where the backend takes every rank's (its queries, its exact key rows): only the own
+    # queries computed. Every rank asks for every rank's slab, so that all of them plan alike.
+    exact_ranges = None
+    if exact is None or exact:
+        exact_ranges = _exact_ranges(layout, window, strides, dilations, causal, axis, ranks)
     if exact is None:
-        exact = slab_backend(query, key, value, layout, window, strides, dilations, causal,
-                             query_offset=query_offset, backend=backend) is not None
-    ranges = _exact_ranges(layout, window, strides, dilations, causal, axis, ranks) if exact \
-        else _extended_ranges(extent, ranks, window[axis], strides[axis], dilations[axis],
-                              causal[axis])
+        def takes(r):
+            q_off = tuple(r * slab if a == axis else 0 for a in range(dims))
+            rows = tuple(exact_ranges[r] if a == axis else (0, layout[a]) for a in range(dims))
+            return all(slab_backend(query, key, value, layout, window, strides, dilations, causal,
+                                    query_offset=q_off, key_rows=rows, backward=backward,
+                                    backend=backend) is not None for backward in (False, True))
+        exact = all(takes(r) for r in range(ranks))
+    ranges = exact_ranges if exact else \
+        _extended_ranges(extent, ranks, window[axis], strides[axis], dilations[axis],
+                         causal[axis])
     sends, receives, left, total = _halo_plan(extent, ranks, rank, ranges)
     k, v, q = key, value, query
     if total:  # every rank computes the same plan, so all of them skip together

@@ -182,14 +182,19 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D, kR
       mbar_expect_tx(&s.q_full[stage], 2 * QT::kTileBytes);
 #pragma unroll
       for (int box = 0; box < QT::kBoxes; ++box) {
+        // Tensor rows: less the query tensor's first row (rows.q_begin).
         tma_load_5d(s.q[stage] + box * QT::kBoxBytes, tm_q, &s.q_full[stage], box * QT::kBoxCols,
-                    head, role.q_first(2), role.q_first(1), x_base + role.q_first(0));
+                    head, role.q_first(2) - p.rows.q_begin[2],
+                    role.q_first(1) - p.rows.q_begin[1],
+                    x_base + role.q_first(0) - p.rows.q_begin[0]);
         tma_load_5d(s.d_o[stage] + box * QT::kBoxBytes, tm_do, &s.q_full[stage],
-                    box * QT::kBoxCols, head, role.q_first(2), role.q_first(1),
-                    x_base + role.q_first(0));
+                    box * QT::kBoxCols, head, role.q_first(2) - p.rows.q_begin[2],
+                    role.q_first(1) - p.rows.q_begin[1],
+                    x_base + role.q_first(0) - p.rows.q_begin[0]);
       }
     }
-    // Rows outside the image (tensor edge or the next folded batch) get LSE = +inf: P = 0.
+    // Rows outside the image (tensor edge, the next folded batch, or outside a slab's query
+    // rows) get LSE = +inf: P = 0, so their dS, dK / dV shares and dQ rows are zero.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = lane + 32 * h;
@@ -199,7 +204,8 @@ __device__ __forceinline__ void producer(const BwdParams& p, SharedStorage<D, kR
         const int row[kAxes] = {role.q_first(0), role.q_first(1), role.q_first(2)};
         valid = q_row_offset(p, row, r, off);
       } else {
-        valid = tile_row_offset(p.axes, qt, p.q_tile, r, p.row_axis_stride, off);
+        valid = tile_row_offset(p.rows.q_begin, p.rows.q_end, qt, p.q_tile, r, p.row_axis_stride,
+                                off);
       }
       s.lse2[stage][r] = valid ? p.lse2[off] : INFINITY;
       s.delta[stage][r] = valid ? p.delta[off] : 0.f;
@@ -226,8 +232,9 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
   const int row_in_wg = warp * 16 + lane / 4;  // and + 8
   const int wtid = threadIdx.x % 128;
 
-  // This thread's two key rows: validity and the query window per axis under the rules `axes`
-  // (inverse rule) into window set `set`.
+  // This thread's two key rows: validity (inside the key tensor's rows, rows.k_begin..k_end:
+  // the image, or a slab's keys) and the query window per axis under the rules `axes` (inverse
+  // rule) into window set `set`.
   bool key_valid[2];
   auto key_windows = [&](const AxisRule* axes, int set) {
 #pragma unroll
@@ -246,7 +253,7 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
         for (int a = 0; a < kAxes; ++a) {
           const int n = p.axes[a].extent;
           const int c = w.kt[a] * p.kv_tile[a] + local[a];
-          const bool ok = c < n;
+          const bool ok = c >= p.rows.k_begin[a] && c < p.rows.k_end[a];
           key_valid[i] = key_valid[i] && ok;
           const Range qw = query_window(axes[a], n, min_i(c, n - 1));
           if (quad == 0) {
@@ -557,7 +564,7 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
       tile_local(r, p.kv_tile, local);
 #pragma unroll
       for (int a = 0; a < kAxes; ++a) {
-        const int c = w.kt[a] * p.kv_tile[a] + local[a];
+        const int c = w.kt[a] * p.kv_tile[a] + local[a] - p.rows.k_begin[a];
         ok_off += c * p.dk_axis_stride[a];
         ov_off += c * p.dv_axis_stride[a];
       }
@@ -607,7 +614,8 @@ __device__ __forceinline__ void dq_writer(const BwdParams& p, SharedStorage<D, k
 #pragma unroll
       for (int box = 0; box < kDqN / kDqBoxCols; ++box)
         tma_reduce_add_5d(tm_dq, s.dq[wg][box], col0 + box * kDqBoxCols, head,
-                          role.q_first(2), role.q_first(1), x_base + role.q_first(0));
+                          role.q_first(2) - p.rows.q_begin[2], role.q_first(1) - p.rows.q_begin[1],
+                          x_base + role.q_first(0) - p.rows.q_begin[0]);
       bulk_commit();
       if (turn != nullptr) {
         bulk_wait<0>();

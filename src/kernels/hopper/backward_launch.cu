@@ -18,6 +18,7 @@
 #include "kernels/common/scratch.hpp"
 #include "kernels/hopper/backward_launch.hpp"
 #include "kernels/hopper/head_rules.hpp"
+#include "kernels/hopper/slab_tiles.hpp"
 #include "kernels/hopper/tma_host.hpp"
 
 namespace gna::hopper {
@@ -33,9 +34,30 @@ TileKernel backward_tile_kernel(const Problem& p, const KernelOptions& options) 
 
 // With head rules one shape and one placement for every group, scored over the groups weighted
 // by their heads.
+// A slab is scored as the whole layout under its rule (whole_layout).
 ScoredTiles choose_backward_tiles(const Problem& p, const KernelOptions& options) {
-  return tile_choice_for_groups(head_rule_groups(p), backward_tile_kernel(p, options),
-                                options.q_tile, options.kv_tile);
+  return tile_choice_for_groups(head_rule_groups(whole_layout(p)),
+                                backward_tile_kernel(p, options), options.q_tile,
+                                options.kv_tile);
+}
+
+bool backward_call_tiles(const BackwardCall& call, ScoredTiles* tiles, std::string* why) {
+  const Problem& p = call.problem;
+  const KernelOptions& o = call.options;
+  const ScoredTiles chosen = choose_backward_tiles(p, o);
+  if (!p.slab.active) {
+    *tiles = chosen;
+    return true;
+  }
+  const auto ranked = [&](KvPlacements placements) {
+    KernelOptions with = o;
+    with.q_placements = placements;
+    return ranked_tile_choices_for_groups(head_rule_groups(whole_layout(p)),
+                                          backward_tile_kernel(p, with), o.q_tile, o.kv_tile);
+  };
+  std::vector<int> key{p.dim_qk, o.deterministic ? 1 : 0};
+  for (int a = 0; a < p.rank; ++a) key.insert(key.end(), {o.q_tile.size[a], o.kv_tile.size[a]});
+  return slab_tiles(p, SlabWalk::backward, chosen, ranked, o.q_placements, key, tiles, why);
 }
 
 bool supports_backward(const BackwardCall& call, std::string* why) {
@@ -47,6 +69,11 @@ bool supports_backward(const BackwardCall& call, std::string* why) {
   if (call.d_out.data != nullptr && !tma_readable(call.d_out, "d_out", &m)) return refuse(why, m);
   if (call.problem.additional_kv > 0 && !additional_readable(call.in, &m)) return refuse(why, m);
   if (!head_rules_supported(call.problem, &m)) return refuse(why, m);
+  // The turn counters order every KV tile adding into a Q tile; a slab runs only its own.
+  if (call.problem.slab.active && call.options.deterministic)
+    return refuse(why, "deterministic mode does not run slabs (query and key offsets)");
+  ScoredTiles tiles;
+  if (call.problem.slab.active && !backward_call_tiles(call, &tiles, &m)) return refuse(why, m);
   return true;
 }
 
@@ -89,8 +116,7 @@ BwdParams base_params(const Problem& p, const LaunchPlan& plan, const LaunchSlic
                       const ScoredTiles& tiles) {
   BwdParams bp{};
   set_slice_fields(bp, p, plan, s, tiles.q, tiles.kv);
-  for (int ka = 0; ka < kAxes; ++ka)
-    bp.kv_tiles[ka] = tiles_along(bp.axes[ka].extent, bp.kv_tile[ka]);
+  for (int ka = 0; ka < kAxes; ++ka) bp.kv_tiles[ka] = tiles_meeting(s.k_rows[ka], bp.kv_tile[ka]);
   bp.heads_kv = p.heads_kv;
   bp.scale = static_cast<float>(effective_scale(p));
   bp.scale_log2 = static_cast<float>(effective_scale(p) * 1.4426950408889634);
@@ -102,7 +128,7 @@ void set_rows(BwdParams& bp, const Problem& p, const LaunchPlan& plan, const Lau
               const float* lse2, const float* delta) {
   const RowStrides rs = row_strides(p);
   int64_t origin = static_cast<int64_t>(s.run) * rs.batch;
-  for (int a = 0; a < p.rank; ++a) origin += s.group[a] * rs.axis[a];
+  for (int a = 0; a < p.rank; ++a) origin += s.q_rows[a + plan.off].first * rs.axis[a];
   bp.lse2 = lse2 + origin;
   bp.delta = delta + origin;
   bp.row_batch_stride = rs.batch;
@@ -233,7 +259,10 @@ void backward(const BackwardCall& call) {
   const int D = p.dim_qk;
   const int es = dtype_size(p.dtype);
   const bool bf16 = p.dtype == DType::bf16;
-  const ScoredTiles tiles = choose_backward_tiles(rules_problem, call.options);
+  ScoredTiles tiles;
+  std::string refusal;
+  if (!backward_call_tiles(call, &tiles, &refusal))
+    fail(ErrorKind::unsupported, "hopper: ", refusal);
 
   const int64_t rows = int64_t(p.batch) * p.tokens() * p.heads_q;
   float* lse2 = cuda::scratch_alloc<float>(rows, stream);
@@ -249,8 +278,9 @@ void backward(const BackwardCall& call) {
   std::string why;
   const bool grads_by_tma =
       tma_readable(call.dk, "dk", &why) && tma_readable(call.dv, "dv", &why);
-  Problem p_add = p;  // additional keys: every token, no dilation groups
+  Problem p_add = p;  // additional keys: every token (of the query tensor), no dilation groups
   for (int a = 0; a < p.rank; ++a) p_add.axes[a].dilation = 1;
+  p_add.slab = Slab{};
   const LaunchPlan plan_add =
       p.additional_kv > 0 ? plan_launches(p_add, {&call.in.q, &call.d_out}) : LaunchPlan{};
 
@@ -287,8 +317,8 @@ void backward(const BackwardCall& call) {
       for (const AxisRule& a : bp.rules.axes[g]) dense = dense && !a.causal && a.window >= a.extent;
     bp.kv_outer_axis_fastest = dense || call.options.deterministic ? 0 : 1;
     set_rows(bp, p, plan, s, lse2, delta);
-    bp.dk = static_cast<char*>(call.dk.data) + plan.origin(s, call.dk) * es;
-    bp.dv = static_cast<char*>(call.dv.data) + plan.origin(s, call.dv) * es;
+    bp.dk = static_cast<char*>(call.dk.data) + plan.origin(s, call.dk, TokenRows::keys) * es;
+    bp.dv = static_cast<char*>(call.dv.data) + plan.origin(s, call.dv, TokenRows::keys) * es;
     bp.dk_batch_stride = call.dk.strides[0];
     bp.dv_batch_stride = call.dv.strides[0];
     bp.dk_head_stride = call.dk.strides[p.rank + 1];
@@ -301,15 +331,15 @@ void backward(const BackwardCall& call) {
     ++launch_index;
     encode_token_map(&maps[0], p, plan, s, call.in.q, bp.q_tile, D);
     encode_token_map(&maps[1], p, plan, s, call.d_out, bp.q_tile, D);
-    encode_token_map(&maps[2], p, plan, s, call.in.k, bp.kv_tile, D);
-    encode_token_map(&maps[3], p, plan, s, call.in.v, bp.kv_tile, D);
+    encode_token_map(&maps[2], p, plan, s, call.in.k, bp.kv_tile, D, TokenRows::keys);
+    encode_token_map(&maps[3], p, plan, s, call.in.v, bp.kv_tile, D, TokenRows::keys);
     encode_token_map(&maps[4], p, plan, s, accumulator, bp.q_tile, D);
     // A KV tile reaching past the extent into the next folded batch would store rows of it.
     bp.store_by_tma =
         grads_by_tma && (plan.per_run == 1 || bp.axes[0].extent % bp.kv_tile[0] == 0);
     if (bp.store_by_tma) {
-      encode_token_map(&maps[5], p, plan, s, call.dk, bp.kv_tile, D);
-      encode_token_map(&maps[6], p, plan, s, call.dv, bp.kv_tile, D);
+      encode_token_map(&maps[5], p, plan, s, call.dk, bp.kv_tile, D, TokenRows::keys);
+      encode_token_map(&maps[6], p, plan, s, call.dv, bp.kv_tile, D, TokenRows::keys);
     }
     const int grid = bp.kv_tiles_per_image * p.heads_kv * plan.per_run;
     launch_kernel(D, bf16, tiles.placement, maps, bp, grid, stream);

@@ -20,6 +20,10 @@ namespace gna::hopper {
 // core's q_tile_run): on the grid of the Q tile, or placed at the first query of the KV tile's
 // union query window (a kernel of its own).
 ScoredTiles choose_backward_tiles(const Problem& p, const KernelOptions& options);
+// The tiles a call runs (call.problem and call.options are read): choose_backward_tiles', or on
+// a slab tiles that start on the slab's first rows (slab_tiles.hpp); false with the reason when
+// a slab has none.
+bool backward_call_tiles(const BackwardCall& call, ScoredTiles* tiles, std::string* why);
 // The backward's description for the chooser under these options: the Q tile placements of
 // KernelOptions::q_placements where the head dim has placed kernels
 // (hopper_backward_placed_q_head_dim), grid only in deterministic mode.

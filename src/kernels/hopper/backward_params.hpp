@@ -10,6 +10,7 @@
 
 #include "gna/core/axis_rule.hpp"
 #include "kernels/hopper/head_rules.hpp"
+#include "kernels/hopper/tensor_rows.hpp"
 #include "kernels/hopper/tile_sizes.hpp"
 
 namespace gna::hopper {
@@ -23,8 +24,11 @@ struct BwdParams {
   AxisRule axes[kAxes];   // extent = group length (whole extent in additional mode), dilation 1
   int q_tile[kAxes];      // Q tile per axis (powers of two, product kBwdQRows)
   int kv_tile[kAxes];     // KV tile per axis (powers of two, product kBwdKvRows)
-  int q_tiles[kAxes];     // Q tiles per axis
-  int kv_tiles[kAxes];    // KV tiles per axis (spatial mode)
+  int q_tiles[kAxes];     // Q tiles per axis (from rows.q_first_tile on)
+  int kv_tiles[kAxes];    // KV tiles per axis (spatial mode; from rows.k_first_tile on)
+  // The query-side and key-side tensors' rows on each axis (tensor_rows.hpp): the whole group,
+  // or a slab's rows in it. A KV tile visits only the Q tiles meeting the query rows.
+  TensorRows rows;
   int q_tiles_per_image;
   int kv_tiles_per_image;  // spatial: product of kv_tiles; additional: additional KV tiles
   // Spatial mode: the CTAs take the KV tiles with the outermost axis fastest (1) or in row

@@ -26,8 +26,10 @@ struct Work {
 };
 
 // The box of Q tiles whose queries attend KV tile w.kt under the rules `axes`, grid or placed
-// (every grid Q tile in additional mode, which the placed kernels never run), and the walk's
-// rotation; `tile` is the KV tile's index in the launch.
+// (every grid Q tile in additional mode, which the placed kernels never run), cut to the Q tiles
+// meeting the query rows (rows.q_begin..q_end: on a slab its own queries; otherwise the cut
+// changes nothing), and the walk's rotation; `tile` is the KV tile's index in the launch. On a
+// slab the box may be empty: then the CTA writes zero dK and dV.
 template <bool kPlacedQ>
 __device__ __forceinline__ void set_q_box(const BwdParams& p, const AxisRule* axes, int tile,
                                           Work& w) {
@@ -35,20 +37,24 @@ __device__ __forceinline__ void set_q_box(const BwdParams& p, const AxisRule* ax
 #pragma unroll
   for (int a = 0; a < kAxes; ++a) {
     if (p.additional) {
-      w.q_begin[a] = 0;
+      w.q_begin[a] = p.rows.q_first_tile[a];
       if constexpr (kPlacedQ) w.q_shift[a] = 0;
       w.q_size[a] = p.q_tiles[a];
     } else if constexpr (kPlacedQ) {
-      const QTileRun run = q_tile_run(axes[a], p.axes[a].extent, w.kt[a], p.q_tile[a],
-                                      p.kv_tile[a], KvPlacement::placed);
+      const QTileRun run = clip_tile_run(
+          q_tile_run(axes[a], p.axes[a].extent, w.kt[a], p.q_tile[a], p.kv_tile[a],
+                     KvPlacement::placed),
+          p.q_tile[a], Range{p.rows.q_begin[a], p.rows.q_end[a]});
       w.q_begin[a] = 0;
       w.q_shift[a] = run.first;
       w.q_size[a] = max_i(run.count, 0);
     } else {
       const Range r = q_tiles_for_kv_tile(axes[a], p.axes[a].extent, w.kt[a], p.q_tile[a],
                                           p.kv_tile[a]);
-      w.q_begin[a] = r.begin;
-      w.q_size[a] = max_i(r.end - r.begin, 0);
+      const int begin = max_i(r.begin, p.rows.q_first_tile[a]);
+      const int end = min_i(r.end, p.rows.q_first_tile[a] + p.q_tiles[a]);
+      w.q_begin[a] = begin;
+      w.q_size[a] = max_i(end - begin, 0);
     }
     w.q_count *= w.q_size[a];
   }
@@ -73,13 +79,13 @@ __device__ __forceinline__ Work make_work(const BwdParams& p) {
     // CTAs running together then hold KV tiles of a compact block whose Q boxes overlap (along
     // the outermost axis, typically video time, a few tiles often share one box), so that the
     // Q, dO and dQ tiles they visit stay in L2; in row order they span whole planes of the image.
-    w.kt[0] = tile % p.kv_tiles[0];
-    w.kt[1] = (tile / p.kv_tiles[0]) % p.kv_tiles[1];
-    w.kt[2] = tile / (p.kv_tiles[0] * p.kv_tiles[1]);
+    w.kt[0] = tile % p.kv_tiles[0] + p.rows.k_first_tile[0];
+    w.kt[1] = (tile / p.kv_tiles[0]) % p.kv_tiles[1] + p.rows.k_first_tile[1];
+    w.kt[2] = tile / (p.kv_tiles[0] * p.kv_tiles[1]) + p.rows.k_first_tile[2];
   } else {
-    w.kt[2] = tile % p.kv_tiles[2];
-    w.kt[1] = (tile / p.kv_tiles[2]) % p.kv_tiles[1];
-    w.kt[0] = tile / (p.kv_tiles[2] * p.kv_tiles[1]);
+    w.kt[2] = tile % p.kv_tiles[2] + p.rows.k_first_tile[2];
+    w.kt[1] = (tile / p.kv_tiles[2]) % p.kv_tiles[1] + p.rows.k_first_tile[1];
+    w.kt[0] = tile / (p.kv_tiles[2] * p.kv_tiles[1]) + p.rows.k_first_tile[0];
   }
   set_q_box<kPlacedQ>(p, p.axes, tile, w);  // with head rules each head's box replaces it (HeadBoxes)
   return w;
@@ -246,8 +252,8 @@ __device__ __forceinline__ void for_each_visit(Role& role, Body&& body) {
 }
 
 // The KV tile's tensor-map coordinates after the head: rows and the two outer axes (batches
-// folded into the outermost axis), or in additional mode the tile's rows and the batch's row of
-// the additional tensors.
+// folded into the outermost axis; less the key tensor's first row, rows.k_begin), or in
+// additional mode the tile's rows and the batch's row of the additional tensors.
 struct KvTileCoords {
   int c2, c3, c4;
 };
@@ -259,17 +265,18 @@ __device__ __forceinline__ KvTileCoords kv_tile_coords(const BwdParams& p, const
     c.c3 = p.batch_offset + w.batch;
     c.c4 = 0;
   } else {
-    c.c2 = w.kt[2] * p.kv_tile[2];
-    c.c3 = w.kt[1] * p.kv_tile[1];
-    c.c4 = w.batch * p.axes[0].extent + w.kt[0] * p.kv_tile[0];
+    c.c2 = w.kt[2] * p.kv_tile[2] - p.rows.k_begin[2];
+    c.c3 = w.kt[1] * p.kv_tile[1] - p.rows.k_begin[1];
+    c.c4 = w.batch * p.axes[0].extent + w.kt[0] * p.kv_tile[0] - p.rows.k_begin[0];
   }
   return c;
 }
 
 // Placed kernels: adds to `off` the offset of row r of the Q tile whose first query per axis is
-// `row` in the [B, tokens, Hq] row scratch; false when the row lies beyond the extent of an axis
-// (edge tiles, placed tiles running past the group, or the next batch where batches are folded
-// into axis 0). The grid kernels use tile_row_offset.
+// `row` in the [B, tokens, Hq] row scratch (query rows [rows.q_begin, rows.q_end)); false when
+// the row lies outside them (edge tiles, placed tiles running past the group, the next batch
+// where batches are folded into axis 0, or rows outside a slab). The grid kernels use
+// tile_row_offset.
 __device__ __forceinline__ bool q_row_offset(const BwdParams& p, const int (&row)[kAxes], int r,
                                              int64_t& off) {
   int local[kAxes];
@@ -278,8 +285,8 @@ __device__ __forceinline__ bool q_row_offset(const BwdParams& p, const int (&row
 #pragma unroll
   for (int a = 0; a < kAxes; ++a) {
     const int c = row[a] + local[a];
-    valid = valid && c < p.axes[a].extent;
-    off += static_cast<int64_t>(c) * p.row_axis_stride[a];
+    valid = valid && c >= p.rows.q_begin[a] && c < p.rows.q_end[a];
+    off += static_cast<int64_t>(c - p.rows.q_begin[a]) * p.row_axis_stride[a];
   }
   return valid;
 }

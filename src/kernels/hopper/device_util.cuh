@@ -49,19 +49,21 @@ __device__ __forceinline__ void tile_local(int r, const int (&size)[kAxes], int 
 }
 
 // Adds to `off` the offset of row r of the tile with tile coordinates t (tiles of `size` tokens)
-// in a tensor with the given per-axis strides; false when the row lies beyond the extent of an
-// axis (edge tiles, or the next batch where batches are folded into axis 0).
-__device__ __forceinline__ bool tile_row_offset(const AxisRule (&axes)[kAxes], const int (&t)[kAxes],
-                                                const int (&size)[kAxes], int r,
-                                                const int64_t (&axis_stride)[kAxes], int64_t& off) {
+// in a tensor holding rows [begin, end) of each axis (row c at c - begin; tensor_rows.hpp), with
+// the given per-axis strides; false when the row lies outside them (edge tiles, the next batch
+// where batches are folded into axis 0, or rows outside a slab).
+__device__ __forceinline__ bool tile_row_offset(const int (&begin)[kAxes], const int (&end)[kAxes],
+                                                const int (&t)[kAxes], const int (&size)[kAxes],
+                                                int r, const int64_t (&axis_stride)[kAxes],
+                                                int64_t& off) {
   int local[kAxes];
   tile_local(r, size, local);
   bool valid = true;
 #pragma unroll
   for (int a = 0; a < kAxes; ++a) {
     const int c = t[a] * size[a] + local[a];
-    valid = valid && c < axes[a].extent;
-    off += static_cast<int64_t>(c) * axis_stride[a];
+    valid = valid && c >= begin[a] && c < end[a];
+    off += static_cast<int64_t>(c - begin[a]) * axis_stride[a];
   }
   return valid;
 }

@@ -58,7 +58,8 @@ __device__ __forceinline__ void store_o_rows(const FwdParams& p, const uint8_t* 
     const int r = consumer * 64 + idx / kChunks;
     const int ch = idx % kChunks;
     int64_t off = batch * p.o_batch_stride + head * p.o_head_stride + ch * 8;
-    if (!tile_row_offset(p.axes, qt, p.q_tile, r, p.o_axis_stride, off)) continue;
+    if (!tile_row_offset(p.rows.q_begin, p.rows.q_end, qt, p.q_tile, r, p.o_axis_stride, off))
+      continue;
     const int box = ch / L::kChunksPerRow;
     const int chunk = (ch % L::kChunksPerRow) ^ (r % L::kChunksPerRow);
     const uint4 val =
@@ -98,7 +99,8 @@ __device__ __forceinline__ void write_output_rows(const FwdParams& p, const floa
     for (int i = 0; i < 2; ++i) {
       const int r = consumer * 64 + row_in_wg + 8 * i;
       int64_t off = batch * p.lse_batch_stride + head * p.lse_head_stride;
-      if (!tile_row_offset(p.axes, qt, p.q_tile, r, p.lse_axis_stride, off)) continue;
+      if (!tile_row_offset(p.rows.q_begin, p.rows.q_end, qt, p.q_tile, r, p.lse_axis_stride, off))
+        continue;
       float lse = -INFINITY;
       if (l[i] > 0.f) {
         const float log2_l = kFp8 ? __log2f(l[i]) - kLog2E4m3Max : __log2f(l[i]);

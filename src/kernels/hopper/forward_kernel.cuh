@@ -134,8 +134,10 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Ta
     const int qb = jq % kQ;
     if constexpr (kQ > 1) mbar_wait(&s.q_empty[qb], ((jq / kQ) & 1) ^ 1);
     mbar_expect_tx(&s.q_full[qb], L::kTileBytes);
-    load_tile<L>(s.q[qb], tm_q, &s.q_full[qb], hb % p.heads_q, qt[2] * p.q_tile[2],
-                 qt[1] * p.q_tile[1], hb / p.heads_q * p.axes[0].extent + qt[0] * p.q_tile[0]);
+    // Tensor rows: the tile's first query less the query tensor's first row (rows.q_begin).
+    load_tile<L>(s.q[qb], tm_q, &s.q_full[qb], hb % p.heads_q,
+                 qt[2] * p.q_tile[2] - p.rows.q_begin[2], qt[1] * p.q_tile[1] - p.rows.q_begin[1],
+                 hb / p.heads_q * p.axes[0].extent + qt[0] * p.q_tile[0] - p.rows.q_begin[0]);
   };
   int k = sched.first_item();
   int j = 0;   // items of this CTA
@@ -231,7 +233,10 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Ta
     // It never meets an empty pair: every tile of an axis run meets the union of the Q tile's
     // windows on that axis, and a pair of product sets under a rule that is an AND over axes is
     // empty only if one of its axes is. A tile past an axis' end is zero-filled or, on the folded
-    // axis 0, holds the next batch's keys: its pair is partial and those keys are masked.
+    // axis 0, holds the next batch's keys: its pair is partial and those keys are masked. On a
+    // slab, keys outside the key tensor read zeros: no own query attends them (the slab's
+    // keys hold every own query's window), so a pair with such keys is partial and the own
+    // rows' masks drop them; rows outside the query tensor are never stored.
     {
       for (int o0 = first[0]; o0 < end[0]; o0 += p.kv_tile[0]) {
         const bool full0 = o0 >= full_begin[0] && o0 < full_end[0];
@@ -239,7 +244,8 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Ta
           const bool full01 = full0 && o1 >= full_begin[1] && o1 < full_end[1];
           for (int o2 = first[2]; o2 < end[2]; o2 += p.kv_tile[2]) {
             const bool full = full01 && o2 >= full_begin[2] && o2 < full_end[2];
-            emit(full ? 0 : kPartialTile, kKv, o0, o1, o2, o2, o1, x_base + o0, tm_k, tm_v,
+            emit(full ? 0 : kPartialTile, kKv, o0, o1, o2, o2 - p.rows.k_begin[2],
+                 o1 - p.rows.k_begin[1], x_base + o0 - p.rows.k_begin[0], tm_k, tm_v,
                  kSpatialKeys);
           }
         }

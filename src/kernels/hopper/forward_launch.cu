@@ -19,6 +19,7 @@
 #include "kernels/hopper/forward_launch.hpp"
 #include "kernels/hopper/forward_schedule.hpp"
 #include "kernels/hopper/head_rules.hpp"
+#include "kernels/hopper/slab_tiles.hpp"
 #include "kernels/hopper/tma_host.hpp"
 
 namespace gna::hopper {
@@ -27,18 +28,39 @@ std::vector<ScoredTiles> ranked_tiles(const Problem& p, const KernelOptions& opt
   // The forward as the core's tile chooser sees it: gna/core/kernel_tiles.hpp.
   // With head rules one shape and one placement for every group (a TMA box is fixed per
   // launch), scored over the groups weighted by their heads.
+  // A slab is scored as the whole layout under its rule (whole_layout).
   const TileKernel k = hopper_forward_tile_kernel(p.dim_qk, options.kv_placements);
-  return ranked_tile_choices_for_groups(head_rule_groups(p), k, options.q_tile, options.kv_tile);
+  return ranked_tile_choices_for_groups(head_rule_groups(whole_layout(p)), k, options.q_tile,
+                                        options.kv_tile);
 }
 
 ScoredTiles choose_tiles(const Problem& p, const KernelOptions& options) {
   const TileKernel k = hopper_forward_tile_kernel(p.dim_qk, options.kv_placements);
-  return tile_choice_for_groups(head_rule_groups(p), k, options.q_tile, options.kv_tile);
+  return tile_choice_for_groups(head_rule_groups(whole_layout(p)), k, options.q_tile,
+                                options.kv_tile);
 }
 
 namespace {
 std::atomic<int64_t> launches{0}, head_rule_launches{0};
 }  // namespace
+
+bool call_tiles(const ForwardCall& call, ScoredTiles* tiles, std::string* why) {
+  const Problem& p = call.problem;
+  const KernelOptions& o = call.options;
+  const ScoredTiles chosen = choose_tiles(p, o);
+  if (!p.slab.active) {
+    *tiles = chosen;
+    return true;
+  }
+  const auto ranked = [&](KvPlacements placements) {
+    KernelOptions with = o;
+    with.kv_placements = placements;
+    return ranked_tiles(p, with);
+  };
+  std::vector<int> key{p.dim_qk};
+  for (int a = 0; a < p.rank; ++a) key.insert(key.end(), {o.q_tile.size[a], o.kv_tile.size[a]});
+  return slab_tiles(p, SlabWalk::forward, chosen, ranked, o.kv_placements, key, tiles, why);
+}
 
 ForwardLaunchCount forward_launch_count() {
   return ForwardLaunchCount{launches.load(), head_rule_launches.load()};
@@ -96,6 +118,8 @@ bool supports(const ForwardCall& call, std::string* why) {
   if (!qkv_readable(call.in, &m) || !tma_readable(call.out, "output", &m)) return refuse(why, m);
   if (call.in.additional_k && !additional_readable(call.in, &m)) return refuse(why, m);
   if (!head_rules_supported(call.problem, &m)) return refuse(why, m);
+  ScoredTiles tiles;
+  if (call.problem.slab.active && !call_tiles(call, &tiles, &m)) return refuse(why, m);
   return true;
 }
 
@@ -158,6 +182,7 @@ void run_with_tiles(const ForwardCall& call, const ScoredTiles& tiles) {
 
   CUtensorMap maps[5];
   for (const LaunchSlice& s : plan.slices) {
+    if (!s.has_queries()) continue;  // a slab without queries in this dilation group
     FwdParams fp{};
     set_slice_fields(fp, p, plan, s, tiles.q, tiles.kv);
     fp.kv_placement = tiles.placement;
@@ -182,8 +207,8 @@ void run_with_tiles(const ForwardCall& call, const ScoredTiles& tiles) {
     // index, and the batch stride does the addressing.
 
     encode_token_map(&maps[0], p, plan, s, q, fp.q_tile, D);
-    encode_token_map(&maps[1], p, plan, s, k, fp.kv_tile, D);
-    encode_token_map(&maps[2], p, plan, s, v, fp.kv_tile, D);
+    encode_token_map(&maps[1], p, plan, s, k, fp.kv_tile, D, TokenRows::keys);
+    encode_token_map(&maps[2], p, plan, s, v, fp.kv_tile, D, TokenRows::keys);
     if (p.additional_kv > 0 && f8) {
       encode_additional_map(&maps[3], f8->add_k8, DType::e4m3, D, kv_tile_tokens(D));
       encode_additional_map(&maps[4], f8->add_v8, DType::e4m3, D, kv_tile_tokens(D));
@@ -285,6 +310,13 @@ ScoredTiles autotuned_tiles(const ForwardCall& call) {
 }  // namespace
 
 void forward(const ForwardCall& call) {
+  if (call.problem.slab.active) {  // its tiles start on the slab's rows; no autotune
+    ScoredTiles tiles;
+    std::string why;
+    if (!call_tiles(call, &tiles, &why)) fail(ErrorKind::unsupported, "hopper: ", why);
+    run_with_tiles(call, tiles);
+    return;
+  }
   if (call.options.autotune) {
     // The winner is already in the output after tuning; run once more so that every call ends
     // with exactly one launch of the chosen configuration on the stream.

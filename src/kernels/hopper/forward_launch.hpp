@@ -16,6 +16,10 @@ namespace gna::hopper {
 ScoredTiles choose_tiles(const Problem& p, const KernelOptions& options);
 // All candidates (power-of-two shapes of 128 tokens) ranked by the cost model, best first.
 std::vector<ScoredTiles> ranked_tiles(const Problem& p, const KernelOptions& options);
+// The tiles a call runs (call.problem and call.options are read): choose_tiles', or on a slab
+// tiles that start on the slab's first rows (slab_tiles.hpp); false with the reason when a slab
+// has none.
+bool call_tiles(const ForwardCall& call, ScoredTiles* tiles, std::string* why);
 
 // Whether the kernel can run the call (device, dtype, head dims, strides, alignment).
 // forward() uses choose_tiles, or with options.autotune the fastest of the best few candidates

@@ -8,6 +8,7 @@
 #include "gna/core/axis_rule.hpp"
 #include "gna/core/tiling.hpp"
 #include "kernels/hopper/head_rules.hpp"
+#include "kernels/hopper/tensor_rows.hpp"
 #include "kernels/hopper/tile_sizes.hpp"
 
 namespace gna::hopper {
@@ -38,8 +39,11 @@ struct FwdParams {
   AxisRule axes[kAxes];     // extent = group length, dilation 1
   int q_tile[kAxes];        // Q tile per axis (powers of two, product kTileTokens)
   int kv_tile[kAxes];       // KV tile per axis (powers of two, product kTileTokens)
-  int q_tiles[kAxes];       // Q tiles per axis
+  int q_tiles[kAxes];       // Q tiles per axis (from rows.q_first_tile on)
   int q_tiles_per_image;    // product of q_tiles
+  // The query and key tensors' rows on each axis (tensor_rows.hpp): the whole group, or a
+  // slab's rows in it.
+  TensorRows rows;
   // Where a Q tile's KV tiles start per axis (gna/core/tiling.hpp): on the grid of kv_tile or
   // placed at the union window's first key; only the walk's start changes, not the KV loop.
   KvPlacement kv_placement;

@@ -16,9 +16,11 @@ namespace {
 
 std::mutex mu;
 
-// KV tiles of Q tile t on kernel axis a under the rules `axes` with the launch's placement.
+// KV tiles of the launch's Q tile t (counted from rows.q_first_tile) on kernel axis a under the
+// rules `axes` with the launch's placement.
 int axis_kv_tiles(const FwdParams& p, const AxisRule* axes, int a, int t) {
-  return kv_tile_run(axes[a], p.axes[a].extent, t, p.q_tile[a], p.kv_tile[a], p.kv_placement)
+  return kv_tile_run(axes[a], p.axes[a].extent, t + p.rows.q_first_tile[a], p.q_tile[a],
+                     p.kv_tile[a], p.kv_placement)
       .count;
 }
 
@@ -107,7 +109,9 @@ const int* longest_first_order(const FwdParams& p, int device, void* stream) {
   using Key = std::vector<int>;
   static std::map<Key, int*> cache;
   Key key{device, static_cast<int>(p.kv_placement), groups};
-  for (int a = 0; a < kAxes; ++a) key.insert(key.end(), {p.axes[a].extent, p.q_tile[a], p.kv_tile[a]});
+  for (int a = 0; a < kAxes; ++a)
+    key.insert(key.end(), {p.axes[a].extent, p.q_tile[a], p.kv_tile[a], p.rows.q_first_tile[a],
+                           p.q_tiles[a]});
   for (const AxisRule* axes : rules)
     for (int a = 0; a < kAxes; ++a) {
       const AxisRule& r = axes[a];

@@ -40,7 +40,8 @@ __device__ __forceinline__ float token_row_value(const FwdParams& p, const Token
                                                  int batch, float fallback) {
   if (rows.data == nullptr) return fallback;
   int64_t off = batch * rows.batch_stride + head * rows.head_stride;
-  if (!tile_row_offset(p.axes, qt, p.q_tile, r, rows.axis_stride, off)) return fallback;
+  if (!tile_row_offset(p.rows.q_begin, p.rows.q_end, qt, p.q_tile, r, rows.axis_stride, off))
+    return fallback;
   return rows.data[off];
 }
 

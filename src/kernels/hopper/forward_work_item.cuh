@@ -6,11 +6,12 @@
 
 namespace gna::hopper {
 
-// Q tile coordinates of a linear tile index (row-major over axes 0, 1, 2).
+// Q tile coordinates (on the group's grid) of a linear tile index (row-major over axes 0, 1, 2
+// of the launch's Q tiles, which start at rows.q_first_tile).
 __device__ __forceinline__ void tile_coords(const FwdParams& p, int tile, int (&qt)[kAxes]) {
-  qt[2] = tile % p.q_tiles[2];
-  qt[1] = (tile / p.q_tiles[2]) % p.q_tiles[1];
-  qt[0] = tile / (p.q_tiles[2] * p.q_tiles[1]);
+  qt[2] = tile % p.q_tiles[2] + p.rows.q_first_tile[2];
+  qt[1] = (tile / p.q_tiles[2]) % p.q_tiles[1] + p.rows.q_first_tile[1];
+  qt[0] = tile / (p.q_tiles[2] * p.q_tiles[1]) + p.rows.q_first_tile[0];
 }
 
 // Work item k: tiles of an image run fastest (concurrent CTAs share K/V in L2); within an image

@@ -148,9 +148,16 @@ void encode_additional_map(CUtensorMap* map, const TensorRef& t, DType dtype, in
   encode_map(map, d, t.data, dtype);
 }
 
-int64_t LaunchPlan::origin(const LaunchSlice& s, const TensorRef& t) const {
+bool LaunchSlice::has_queries() const {
+  for (const SlabGroupRows& r : q_rows)
+    if (r.count == 0) return false;
+  return true;
+}
+
+int64_t LaunchPlan::origin(const LaunchSlice& s, const TensorRef& t, TokenRows side) const {
   int64_t e = s.run * t.strides[0];
-  for (int a = 0; a < rank; ++a) e += s.group[a] * t.strides[1 + a];
+  const SlabGroupRows* rows = s.rows(side);
+  for (int a = 0; a < rank; ++a) e += int64_t{rows[a + off].first} * t.strides[1 + a];
   return e;
 }
 
@@ -166,7 +173,9 @@ LaunchPlan plan_launches(const Problem& p, std::initializer_list<const TensorRef
   plan.off = kAxes - r;
   const AxisRule& outer = p.axes[0];
   bool fold = true;
-  if (r == kAxes && p.batch > 1) {
+  if (r == kAxes && p.batch > 1 && p.slab.active) {
+    fold = false;
+  } else if (r == kAxes && p.batch > 1) {
     const bool exact = outer.extent % outer.dilation == 0;
     for (const TensorRef* t : token_tensors)
       fold = fold && exact && (t == nullptr || t->strides[0] == outer.extent * t->strides[1]);
@@ -189,9 +198,18 @@ LaunchPlan plan_launches(const Problem& p, std::initializer_list<const TensorRef
         const int a = ka - plan.off;
         if (a < 0) {
           s.axes[ka] = AxisRule{1, 1, 1, 1, false};
+          s.q_rows[ka] = s.k_rows[ka] = SlabGroupRows{0, 0, 1};
         } else {
-          AxisRule rule = p.axes[a];
-          rule.extent = group_length(rule, s.group[a]);
+          const AxisRule whole = slab_axis(p, a);  // the rule's extent: the whole layout's
+          const Slab& slab = p.slab;
+          s.q_rows[ka] = slab.active ? slab_group_rows(whole, s.group[a], slab.query_offset[a],
+                                                       p.axes[a].extent)
+                                     : slab_group_rows(whole, s.group[a], 0, whole.extent);
+          s.k_rows[ka] = slab.active ? slab_group_rows(whole, s.group[a], slab.key_offset[a],
+                                                       slab.key_extent[a])
+                                     : s.q_rows[ka];
+          AxisRule rule = whole;
+          rule.extent = group_length(whole, s.group[a]);
           rule.dilation = 1;
           s.axes[ka] = rule;
         }
@@ -203,7 +221,8 @@ LaunchPlan plan_launches(const Problem& p, std::initializer_list<const TensorRef
 }
 
 void encode_token_map(CUtensorMap* map, const Problem& p, const LaunchPlan& plan,
-                      const LaunchSlice& s, const TensorRef& t, const int* tile, int head_dim) {
+                      const LaunchSlice& s, const TensorRef& t, const int* tile, int head_dim,
+                      TokenRows side) {
   const int r = plan.rank;
   const int es = dtype_size(t.dtype);
   const int row_elements = 128 / es;  // 128-byte box rows
@@ -217,13 +236,15 @@ void encode_token_map(CUtensorMap* map, const Problem& p, const LaunchPlan& plan
     const int a = ka - plan.off;
     const int dim = 4 - ka;  // axis 2 -> dim 2, axis 0 -> dim 4
     int64_t stride = a < 0 ? t.strides[0] : t.strides[1 + a] * p.axes[a].dilation;
-    cuuint64_t extent = s.axes[ka].extent;
+    // A side without rows in the group (a slab's query side in some dilation groups) keeps one
+    // row for a valid map; the kernels read none of it.
+    cuuint64_t extent = s.rows(side)[ka].count > 0 ? s.rows(side)[ka].count : 1;
     if (ka == 0) extent *= plan.per_run;  // folded batches
     d.dim[dim] = extent;
     d.stride_bytes[dim - 1] = stride > 0 ? stride * es : 16;  // TMA strides: multiples of 16 B
     d.box[dim] = tile[ka];
   }
-  encode_map(map, d, static_cast<char*>(t.data) + plan.origin(s, t) * es, t.dtype);
+  encode_map(map, d, static_cast<char*>(t.data) + plan.origin(s, t, side) * es, t.dtype);
 }
 
 }  // namespace gna::hopper
