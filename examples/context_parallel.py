@@ -155,9 +155,14 @@ def main():
         return run_backward
 
     link = gd.measure_link()
+    shard = shard_input()
+    q, k, v = (t.contiguous() for t in block.qkv(shard).view(
+        1, shard.shape[1], 3, heads, head_dim).unbind(2))
+    local = (layout[0] // ranks,) + layout[1:]
+    grid = lambda t: t[:, :math.prod(local)].reshape(1, *local, *t.shape[2:])  # noqa: E731
+    exact = gd.exact_halo(grid(q), grid(k), grid(v), layout, window)
     choice = gd.choose_parallelism(layout, window, 1, 1, False, heads, ranks, link=link,
-                                   head_dim=head_dim, backward=args.backward,
-                                   exact=device.type == "cpu")
+                                   head_dim=head_dim, backward=args.backward, exact=exact)
     one, one_attention = 0.0, 0.0
     if rank == 0:
         one = timed(step(x, whole), device, args.reps, alone=True)
@@ -169,9 +174,6 @@ def main():
     dist.broadcast(ones, 0)
     one, one_attention = ones.tolist()
     rows = []
-    shard = shard_input()
-    q, k, v = (t.contiguous() for t in block.qkv(shard).view(
-        1, shard.shape[1], 3, heads, head_dim).unbind(2))
     for (mode, size), predicted in sorted(choice.costs.items()):
         if text and mode != "ulysses":
             continue
@@ -204,7 +206,7 @@ def main():
             print(f"{mode:>10} {size:>2} {total * 1e3:9.2f} {one / total:7.2f}x "
                   f"{attention * 1e3:13.2f} {one_attention / attention:7.2f}x "
                   f"{exchanges * 1e3:14.2f} {predicted * 1e3:13.2f}")
-        print(f"chosen: {choice.mode} (U = {choice.ulysses_size})")
+        print(f"chosen: {choice.mode} (U = {choice.ulysses_size}); halo on exact slabs: {exact}")
     # The Ulysses pipeline's timeline on this rank: each head group's exchange sent, arrived,
     # computed and back (the attention hides an exchange when it arrives before it is needed).
     if any(mode == "ulysses" for mode, *_ in rows):

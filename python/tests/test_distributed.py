@@ -324,6 +324,9 @@ def _halo_rank_main(rank, world, port, count, seed, result_dir):
                 lines.append(f"FAIL exact={exact} {config}: {e}")
         if world == 2:
             lines += _halo_errors()
+            # The CPU reference takes every slab: halo_attention's default runs exact slabs.
+            shard = torch.zeros(1, 4, 5, 2, 4, dtype=torch.float64)
+            lines.append(f"exact_halo {gd.exact_halo(shard, shard, shard, (8, 5), 3)}")
         Path(result_dir, f"halo{rank}.txt").write_text("\n".join(lines))
     finally:
         dist.destroy_process_group()
@@ -351,6 +354,7 @@ def test_halo_equals_single_process(tmp_path, world):
                 messages[3]
             assert "axis 1" in messages[4] and "window=6" in messages[4]
             assert "1 to 3 axes" in messages[5]
+            assert messages[6] == "exact_halo True"
 
 
 def test_halo_configurations_cover_the_cases():

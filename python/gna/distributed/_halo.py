@@ -139,6 +139,38 @@ def _layout(fn, layout):
     return layout
 
 
+def _every_slab_taken(query, key, value, layout, window, strides, dilations, causal, axis, ranks,
+                      exact_ranges, backend):
+    """Whether a backend takes every rank's slab (its queries, its exact key rows), forward and
+    backward, for tensors like this rank's."""
+    dims, slab = len(layout), layout[axis] // ranks
+
+    def takes(r):
+        q_off = tuple(r * slab if a == axis else 0 for a in range(dims))
+        rows = tuple(exact_ranges[r] if a == axis else (0, layout[a]) for a in range(dims))
+        return all(slab_backend(query, key, value, layout, window, strides, dilations, causal,
+                                query_offset=q_off, key_rows=rows, backward=backward,
+                                backend=backend) is not None for backward in (False, True))
+    return all(takes(r) for r in range(ranks))
+
+
+def exact_halo(query, key, value, layout, kernel_size, stride=1, dilation=1, is_causal=False,
+               axis=0, group=None, backend="auto"):
+    """Whether halo_attention (exact=None) on these tensors (this rank's slab, as it takes them)
+    computes only its own queries on exact slabs: the `exact` to give choose_parallelism."""
+    fn = "exact_halo"
+    ranks, _ = _world(group)
+    layout = _layout(fn, layout)
+    window, strides, dilations, causal = _axis_rule(fn, layout, kernel_size, stride, dilation,
+                                                    is_causal, axis)
+    if layout[axis] % ranks:
+        raise _halo_error(f"layout[{axis}] ({layout[axis]}) must be divisible by the process "
+                          f"group's size ({ranks})")
+    ranges = _exact_ranges(layout, window, strides, dilations, causal, axis, ranks)
+    return _every_slab_taken(query, key, value, layout, window, strides, dilations, causal, axis,
+                             ranks, ranges, backend)
+
+
 def halo_attention(query, key, value, layout, kernel_size, stride=1, dilation=1, is_causal=False,
                    axis=0, scale=None, group=None, backend="auto", exact=None):
     """Neighborhood attention over a layout split into slabs along one axis across `group`
@@ -196,13 +228,8 @@ def halo_attention(query, key, value, layout, kernel_size, stride=1, dilation=1,
     if exact is None or exact:
         exact_ranges = _exact_ranges(layout, window, strides, dilations, causal, axis, ranks)
     if exact is None:
-        def takes(r):
-            q_off = tuple(r * slab if a == axis else 0 for a in range(dims))
-            rows = tuple(exact_ranges[r] if a == axis else (0, layout[a]) for a in range(dims))
-            return all(slab_backend(query, key, value, layout, window, strides, dilations, causal,
-                                    query_offset=q_off, key_rows=rows, backward=backward,
-                                    backend=backend) is not None for backward in (False, True))
-        exact = all(takes(r) for r in range(ranks))
+        exact = _every_slab_taken(query, key, value, layout, window, strides, dilations, causal,
+                                  axis, ranks, exact_ranges, backend)
     ranges = exact_ranges if exact else \
         _extended_ranges(extent, ranks, window[axis], strides[axis], dilations[axis],
                          causal[axis])
