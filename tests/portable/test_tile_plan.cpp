@@ -301,14 +301,21 @@ TEST(PortableSharedMemory, ForwardTilesFallBackToWhatFits) {
   const TilePlan rtx = forward_tiles(p, none, 101376);
   EXPECT_EQ(rtx.q.volume(2), 128);
   EXPECT_EQ(rtx.kv_stages, 1);
-  // Below that, 64-row Q tiles, double-buffered (no single-stage kernel there).
+  // The single-stage 128-row kernel needs less than the double-buffered 64-row one (there is
+  // no single-stage 64-row kernel): it runs wherever the backend takes the call.
   const int wide_single = forward_shared_bytes(128, 128, 128, false, 1);
+  const int narrow = forward_shared_bytes(128, 128, 64);
   EXPECT_EQ(forward_shared_bytes(128, 128, 64, false, 1), 0);
-  ASSERT_LT(forward_shared_bytes(128, 128, 64), wide_single);
-  const TilePlan t = forward_tiles(p, none, wide_single - 1);
-  EXPECT_EQ(t.q.volume(2), 64);
+  ASSERT_LT(wide_single, narrow);
+  const TilePlan t = forward_tiles(p, none, narrow);
+  EXPECT_EQ(t.q.volume(2), 128);
   EXPECT_EQ(t.kv.volume(2), 64);
-  EXPECT_EQ(t.kv_stages, 2);
+  EXPECT_EQ(t.kv_stages, 1);
+  // A neighborhood whose best tiles have 64 rows keeps them, double-buffered.
+  Problem na = make(2, {56, 56}, {7, 7}, {1, 1});
+  na.dim_qk = na.dim_v = 128;
+  const TilePlan small = forward_tiles(na, none, 101376);
+  if (small.q.volume(2) == 64) EXPECT_EQ(small.kv_stages, 2);
 }
 
 // Dispatch-side checks that need no GPU: what the kernels are compiled for, and the refusal of
