@@ -112,5 +112,8 @@ def test_nccl_modes_equal_one_gpu(tmp_path, world):
                      (tmp_path / f"nccl{rank}.txt").read_text().splitlines())
         for mode in ("ulysses", "halo", "joint") + (("hybrid",) if world == 4 else ()):
             assert float(lines[mode]) <= TOLERANCE, (rank, mode, lines[mode])
-        assert lines["slab_backend"] == "None"
+        # The Hopper kernels take slabs on sm_90; elsewhere no CUDA backend does.
+        hopper = torch.cuda.get_device_capability(0)[0] == 9
+        assert lines["slab_backend"] in (("hopper", "None") if hopper else ("None",)), \
+            lines["slab_backend"]
         assert lines["link"] == "True"
