@@ -160,7 +160,7 @@ def main():
         1, shard.shape[1], 3, heads, head_dim).unbind(2))
     local = (layout[0] // ranks,) + layout[1:]
     grid = lambda t: t[:, :math.prod(local)].reshape(1, *local, *t.shape[2:])  # noqa: E731
-    exact = gd.exact_halo(grid(q), grid(k), grid(v), layout, window)
+    exact = layout[0] % ranks == 0 and gd.exact_halo(grid(q), grid(k), grid(v), layout, window)
     choice = gd.choose_parallelism(layout, window, 1, 1, False, heads, ranks, link=link,
                                    head_dim=head_dim, backward=args.backward, exact=exact)
     one, one_attention = 0.0, 0.0

@@ -28,16 +28,19 @@ class Link:
 
 def measure_link(group=None, refresh=False):
     """The Link of `group` (default: the world), timed once per group and cached: all-to-alls
-    of 64 KiB and 8 MiB per rank on the group's device (CUDA under NCCL), the median of five
-    each, the slowest rank's times (an all-reduce), so that every rank computes the same costs
-    and chooses the same mode. Collective: every rank of the group must call it."""
+    of 64 KiB (the latency), 8 MiB and 64 MiB per rank (the bandwidth, from their difference:
+    over NVLink 8 MiB take hardly longer than 64 KiB) on the group's device (CUDA under NCCL),
+    the median of five each, the slowest rank's times (an all-reduce), so that every rank
+    computes the same costs and chooses the same mode. Collective: every rank of the group must
+    call it."""
     if not refresh and group in _links:
         return _links[group]
     ranks, _ = dist.get_world_size(group), dist.get_rank(group)
     device = torch.device("cuda", torch.cuda.current_device()) \
         if dist.get_backend(group) == "nccl" else torch.device("cpu")
     times = []
-    for size in (64 << 10, 8 << 20):
+    sizes = (64 << 10, 8 << 20, 64 << 20)
+    for size in sizes:
         x = torch.zeros(size // 4 // ranks * ranks, dtype=torch.float32, device=device)
         out = torch.empty_like(x)
         samples = []
@@ -53,9 +56,9 @@ def measure_link(group=None, refresh=False):
         times.append(sorted(samples[1:])[2])  # the first is a warm-up
     slowest = torch.tensor(times, dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
-    small, large = slowest.tolist()
-    sent = (8 << 20) * (ranks - 1) / ranks - (64 << 10) * (ranks - 1) / ranks
-    link = Link(latency=small, bandwidth=sent / max(large - small, 1e-9))
+    small, medium, large = slowest.tolist()
+    sent = (sizes[2] - sizes[1]) * (ranks - 1) / ranks
+    link = Link(latency=small, bandwidth=sent / max(large - medium, 1e-9))
     _links[group] = link
     return link
 
