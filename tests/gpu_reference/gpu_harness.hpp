@@ -373,6 +373,11 @@ struct Case {
 
   // Runs the forward on `backend` into poisoned outputs; returns "" or a failure description.
   std::string check_forward(const std::string& backend, const KernelOptions& kopt = {}) {
+    return check_forward_with(cfg.params, backend, kopt);
+  }
+  // The same with other parameters for the same tensors (a slab of cfg's problem, say).
+  std::string check_forward_with(const AttentionParams& params, const std::string& backend,
+                                 const KernelOptions& kopt) {
     TensorRef storage[5];
     AttentionTensors in = device_inputs(storage);
     o.poison();
@@ -381,7 +386,7 @@ struct Case {
     CallOptions opt;
     opt.backend = backend;
     opt.kernel = kopt;
-    attention_forward(cfg.params, in, out, &l, opt);
+    attention_forward(params, in, out, &l, opt);
     if (cudaDeviceSynchronize() != cudaSuccess) return "CUDA error after forward";
     const Tolerance tol = tolerance(q.dtype);
     const double eo = normalized_error(o.download(), ref_o);
@@ -393,6 +398,10 @@ struct Case {
   }
 
   std::string check_backward(const std::string& backend, const KernelOptions& kopt = {}) {
+    return check_backward_with(cfg.params, backend, kopt);
+  }
+  std::string check_backward_with(const AttentionParams& params, const std::string& backend,
+                                  const KernelOptions& kopt) {
     TensorRef storage[5];
     AttentionTensors in = device_inputs(storage);
     o.upload();  // the reference forward's O and LSE (the forward check overwrote them)
@@ -410,7 +419,7 @@ struct Case {
     CallOptions opt;
     opt.backend = backend;
     opt.kernel = kopt;
-    attention_backward(cfg.params, in, o.device_ref(), lse.device_ref(), d_o.device_ref(), g, opt);
+    attention_backward(params, in, o.device_ref(), lse.device_ref(), d_o.device_ref(), g, opt);
     if (cudaDeviceSynchronize() != cudaSuccess) return "CUDA error after backward";
     const Tolerance tol = tolerance(q.dtype);
     std::ostringstream os;

@@ -111,13 +111,12 @@ std::vector<int64_t> shape_of(const Config& c, const int* extent, int heads, int
   return s;
 }
 
-// One slab problem: inputs, the reference's outputs and gradients, device copies in one dtype.
-struct SlabCase {
-  Config cfg;
+// One slab problem: inputs, the reference's outputs and gradients, device copies in one dtype
+// (the query tensors hold the slab's queries, the key tensors its key rows); the harness's
+// checks run on the slab's parameters.
+struct SlabCase : Case {
   SlabShape slab;
   AttentionParams params;
-  Buffer q, k, v, ak, av, o, lse, d_o, dq, dk, dv, dak, dav;
-  std::vector<float> ref_o, ref_lse, ref_dq, ref_dk, ref_dv, ref_dak, ref_dav;
 
   void allocate(DType dtype) {
     const Config& c = cfg;
@@ -149,20 +148,6 @@ struct SlabCase {
     }
     return in;
   }
-  AttentionTensors device_inputs(TensorRef* t) const {
-    t[0] = q.device_ref();
-    t[1] = k.device_ref();
-    t[2] = v.device_ref();
-    AttentionTensors in{t[0], t[1], t[2]};
-    if (cfg.additional > 0) {
-      t[3] = ak.device_ref();
-      t[4] = av.device_ref();
-      in.additional_k = &t[3];
-      in.additional_v = &t[4];
-    }
-    return in;
-  }
-
   // Random inputs (exact in fp16 and bf16) and the CPU reference's slab forward and backward;
   // the backward reads O as the device dtype holds it.
   void build(const Config& c, const SlabShape& s, DType dtype, std::mt19937_64& rng) {
@@ -226,61 +211,12 @@ struct SlabCase {
   }
 
   std::string check_forward(const KernelOptions& kopt) {
-    TensorRef t[5];
-    AttentionTensors in = device_inputs(t);
-    o.poison();
-    lse.poison();
-    TensorRef out = o.device_ref(), l = lse.device_ref();
-    CallOptions opt;
-    opt.backend = "hopper";
-    opt.kernel = kopt;
-    attention_forward(params, in, out, &l, opt);
-    if (cudaDeviceSynchronize() != cudaSuccess) return "CUDA error after forward";
-    const Tolerance tol = tolerance(q.dtype);
-    const double eo = normalized_error(o.download(), ref_o);
-    const double el = lse_error(lse.download(), ref_lse);
-    std::ostringstream os;
-    if (!(eo <= tol.out)) os << "out error " << eo << " > " << tol.out << "; ";
-    if (!(el <= tol.lse)) os << "lse error " << el << " > " << tol.lse << "; ";
-    return os.str();
+    return check_forward_with(params, "hopper", kopt);
   }
-
   std::string check_backward(const KernelOptions& kopt) {
-    TensorRef t[5];
-    AttentionTensors in = device_inputs(t);
     o.host = ref_o;  // the reference's O and LSE, as its backward read them
-    o.upload();
     lse.host = ref_lse;
-    lse.upload();
-    for (Buffer* b : {&dq, &dk, &dv, &dak, &dav})
-      if (!b->shape.empty()) b->poison();
-    AttentionGradients g{dq.device_ref(), dk.device_ref(), dv.device_ref()};
-    TensorRef gak, gav;
-    if (cfg.additional > 0) {
-      gak = dak.device_ref();
-      gav = dav.device_ref();
-      g.d_additional_k = &gak;
-      g.d_additional_v = &gav;
-    }
-    CallOptions opt;
-    opt.backend = "hopper";
-    opt.kernel = kopt;
-    attention_backward(params, in, o.device_ref(), lse.device_ref(), d_o.device_ref(), g, opt);
-    if (cudaDeviceSynchronize() != cudaSuccess) return "CUDA error after backward";
-    const Tolerance tol = tolerance(q.dtype);
-    std::ostringstream os;
-    auto check = [&](const char* name, const Buffer& b, const std::vector<float>& want) {
-      const double e = normalized_error(b.download(), want);
-      if (!(e <= tol.grad)) os << name << " error " << e << " > " << tol.grad << "; ";
-    };
-    check("dq", dq, ref_dq);
-    check("dk", dk, ref_dk);
-    check("dv", dv, ref_dv);
-    if (cfg.additional > 0) {
-      check("d_additional_k", dak, ref_dak);
-      check("d_additional_v", dav, ref_dav);
-    }
-    return os.str();
+    return check_backward_with(params, "hopper", kopt);
   }
 };
 
