@@ -128,11 +128,53 @@ def test_flex_window_check_catches_a_wrong_form(monkeypatch):
         peers.check_axis_window(20, 5, 1, 1, False)
 
 
+def test_time_budget_cuts_a_slow_row_off_with_the_reason():
+    import time
+    from gna.bench.budget import BudgetExceeded, time_budget
+    start = time.time()
+    with pytest.raises(BudgetExceeded, match="slow peer exceeded its 0.2 s budget"):
+        with time_budget(0.2, "slow peer"):
+            while time.time() - start < 5:
+                pass
+    assert time.time() - start < 2
+    with time_budget(0.5, "quick"):  # within the budget: no error, and the timer is cleared
+        pass
+    time.sleep(0.6)
+    with time_budget(0, "unlimited"):  # 0: no budget
+        time.sleep(0.05)
+
+
+def test_flex_rows_after_a_pass_out_of_budget_are_skipped_with_the_reason(monkeypatch):
+    from gna.bench.__main__ import Runner, parse
+    from gna.bench.budget import BudgetExceeded
+    runner = Runner(parse(["--flex-budget-s", "30"]))
+    case = cases.Case("t", (8, 8), 1, 32, (3, 3))
+    monkeypatch.setattr(runner, "_inputs", lambda c: [None] * 3)
+    monkeypatch.setattr(runner, "_passes", lambda: ["fwd", "fwd+bwd"])
+    monkeypatch.setattr(runner, "_pass_flops", lambda c, p: 1.0)
+    monkeypatch.setattr(runner, "_place_last_row", lambda label, p: None)
+    monkeypatch.setattr(runner, "_derived_columns", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    calls = []
+
+    def flex_row(c, pass_name, q, k, v, flops, grad):
+        calls.append(pass_name)
+        raise BudgetExceeded("FlexAttention fwd (mask, compilation and timing) exceeded its "
+                             "30 s budget")
+    monkeypatch.setattr(runner, "_flex_row", flex_row)
+    runner.run_flex(case)
+    assert calls == ["fwd"]  # the fwd+bwd pass is not tried
+    assert [r["pass"] for r in runner.rows] == ["fwd", "fwd+bwd"]
+    assert all("exceeded its 30 s budget" in r["error"] for r in runner.rows)
+    assert runner.rows[1]["error"].startswith("RuntimeError: skipped: FlexAttention fwd")
+
+
 @pytest.mark.parametrize("argv, words", [
     (["--rep-ms", "inf"], ["--rep-ms", "inf"]),
     (["--rep-ms", "0"], ["--rep-ms", "0"]),
     (["--warmup-ms", "nan"], ["--warmup-ms", "nan"]),
     (["--slow-s=-1"], ["--slow-s", "-1"]),
+    (["--flex-budget-s", "nan"], ["--flex-budget-s", "nan"]),
     (["--reference-limit=-inf"], ["--reference-limit", "-inf"]),
     (["--rep-ms", "lots"], ["--rep-ms", "lots"]),
     (["--passes", "bwd"], ["--passes", "bwd"]),

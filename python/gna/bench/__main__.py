@@ -14,7 +14,9 @@ on rows of the portable backend the portable kernels' likewise; "gna-sim ×" is 
 time over it: the speedup the simulator predicts against the peer measured in the same run.
 
 Every case's dense and gna rows are timed before any FlexAttention row: torch.compile leaves
-host work behind that slows later eager calls.
+host work behind that slows later eager calls. A FlexAttention row (its mask, compilation and
+timing) gets --flex-budget-s seconds; past them it is cut off and its row gives the reason (the
+case's later Flex pass is then skipped, with the reason).
 """
 import argparse
 import math
@@ -27,6 +29,7 @@ import torch
 import gna
 from . import cases as cases_mod
 from . import gna_calls, peers, report
+from .budget import BudgetExceeded, time_budget
 from .timing import bench_ms, copy_bandwidth_gbps
 
 
@@ -200,13 +203,28 @@ class Runner:
         torch.cuda.empty_cache()
 
     def run_flex(self, case):
-        """The case's FlexAttention rows, each placed after the case's other rows of its pass."""
+        """The case's FlexAttention rows, each placed after the case's other rows of its pass,
+        each within the Flex budget (a pass after one that ran out is skipped)."""
         if case.additional_tokens:
             return
         q, k, v = self._inputs(case)
+        over = None  # the reason a pass ran out of budget
         for pass_name in self._passes():
-            self._flex_row(case, pass_name, q, k, v, self._pass_flops(case, pass_name),
-                           pass_name != "fwd")
+            flops = self._pass_flops(case, pass_name)
+            if over:
+                self.record(case, pass_name, "FlexAttention", None, flops,
+                            skip=f"skipped: {over}")
+            else:
+                try:
+                    with time_budget(self.args.flex_budget_s, f"FlexAttention {pass_name} "
+                                     f"(mask, compilation and timing)"):
+                        self._flex_row(case, pass_name, q, k, v, flops, pass_name != "fwd")
+                except BudgetExceeded as e:  # cut off outside the row's own error handling
+                    self.record(case, pass_name, "FlexAttention", None, flops,
+                                skip=f"skipped: {e}")
+                error = self.rows[-1].get("error") or ""
+                if "exceeded its" in error and "FlexAttention" in error:
+                    over = error[error.index("FlexAttention"):]
             self._place_last_row(case.label, pass_name)
             self._derived_columns(case, pass_name, self.cudnn.get((case.label, pass_name)),
                                   self._pass_bytes(case, pass_name))
@@ -396,6 +414,9 @@ def parse(argv):
                         "replayed (no host work between kernels: small problems' training steps)")
     p.add_argument("--warmup-ms", type=float, default=25)
     p.add_argument("--rep-ms", type=float, default=200)
+    p.add_argument("--flex-budget-s", type=float, default=120.0,
+                   help="seconds a FlexAttention row may take (mask, compilation, timing) before "
+                        "it is cut off and reported as skipped with the reason; 0: no limit")
     p.add_argument("--slow-s", type=float, default=5.0,
                    help="a call (after the first, which may compile) slower than this is "
                         "reported as a single call")
@@ -412,6 +433,7 @@ def parse(argv):
     # Times and limits: finite and in range (an infinite or NaN --rep-ms would never end).
     for flag, value, low in (("--warmup-ms", args.warmup_ms, 0.0), ("--rep-ms", args.rep_ms, 0.0),
                              ("--slow-s", args.slow_s, 0.0),
+                             ("--flex-budget-s", args.flex_budget_s, 0.0),
                              ("--reference-limit", args.reference_limit, 0.0)):
         if not math.isfinite(value) or value < low or (flag == "--rep-ms" and value == 0):
             p.error(f"{flag}: expected a finite number {'> 0' if flag == '--rep-ms' else '>= 0'}"
