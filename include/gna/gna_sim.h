@@ -63,6 +63,10 @@ gna_status gna_simulate(const gna_sim_config* config, gna_sim_result* result);
 #define GNA_SIM_KERNEL_HOPPER_BACKWARD 1 /* grid KV tiles */
 #define GNA_SIM_KERNEL_PORTABLE_FORWARD 2 /* 64- or 128-row Q tiles, grid or placed KV tiles */
 #define GNA_SIM_KERNEL_PORTABLE_BACKWARD 3 /* 128- or 64-key KV tiles, grid KV tiles */
+/* The portable kernels as devices with 99 KB of shared memory per block run them (sm_86 / sm_89 /
+   sm_120): the forward with one K/V stage at head dims 128/128, the backward's 64-key tiles. */
+#define GNA_SIM_KERNEL_PORTABLE_FORWARD_99KB 4
+#define GNA_SIM_KERNEL_PORTABLE_BACKWARD_99KB 5
 
 /* The tiles a kernel runs for the config's rule: writes *chosen = *config with q_tile, kv_tile
  * (every axis; 1 past the rank), tiling (multi) and kv_tiling (static for grid KV tiles, dynamic

@@ -8,7 +8,7 @@ _KV_TILINGS = {"static": 0, "dynamic": 1}
 _KV_TILING_NAMES = {v: k for k, v in _KV_TILINGS.items()}
 # The tiled kernels whose tile choice the simulator asks for (GNA_SIM_KERNEL_* in gna_sim.h).
 _KERNELS = {"hopper forward": 0, "hopper backward": 1, "portable forward": 2,
-            "portable backward": 3}
+            "portable backward": 3, "portable forward 99kb": 4, "portable backward 99kb": 5}
 
 
 def _per_axis(name, value, rank):

@@ -341,6 +341,26 @@ def test_predicted_columns_on_hopper_and_portable_rows_only():
     assert runner.rows[0].get("predicted") is None
 
 
+def test_portable_predictions_on_99kb_devices(monkeypatch):
+    from gna.bench.__main__ import _predicted_ms, _shared_memory_per_block
+    case = next(c for c in cases.table() if c.key == "hunyuan 18x24x24 s16x8x8")
+    per_head = lambda kernel: gna.predicted_speedup(  # noqa: E731
+        case.layout, case.window, stride=case.strides, kernel=kernel)["ms_per_head"]
+    heads = case.batch * case.heads
+    roomy = _predicted_ms(case, "fwd+bwd", "portable", 232448)
+    assert roomy == pytest.approx(heads * (per_head("portable forward") +
+                                           per_head("portable backward")))
+    small = _predicted_ms(case, "fwd+bwd", "portable", 101376)
+    assert small == pytest.approx(heads * (per_head("portable forward 99kb") +
+                                           per_head("portable backward 99kb")))
+    # One K/V stage in the forward, the 64-key backward: slower than with room for both.
+    assert small > roomy * 1.03
+    assert _predicted_ms(case, "fwd", "hopper", 101376) == _predicted_ms(case, "fwd", "hopper")
+    monkeypatch.setenv("GNA_MAX_SHARED_MEMORY_BYTES", "101376")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert _shared_memory_per_block() == 101376
+
+
 def test_host_cost_times_a_call_on_the_host():
     from gna.bench import host_cost
     rows = host_cost.parts((1, 8, 1, 8, 1), "cpu", calls=2)

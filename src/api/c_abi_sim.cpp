@@ -111,12 +111,14 @@ gna_status gna_sim_kernel_tiles(const gna_sim_config* config, int32_t kernel, in
   return guarded([&] {
     if (config == nullptr) gna::fail_invalid("simulator config: required, got NULL");
     if (chosen == nullptr) gna::fail_invalid("kernel tiles: output required, got NULL");
-    if (kernel != GNA_SIM_KERNEL_HOPPER_FORWARD && kernel != GNA_SIM_KERNEL_HOPPER_BACKWARD &&
-        kernel != GNA_SIM_KERNEL_PORTABLE_FORWARD && kernel != GNA_SIM_KERNEL_PORTABLE_BACKWARD)
+    if (kernel < GNA_SIM_KERNEL_HOPPER_FORWARD || kernel > GNA_SIM_KERNEL_PORTABLE_BACKWARD_99KB)
       gna::fail_invalid("kernel must be ", GNA_SIM_KERNEL_HOPPER_FORWARD, " (hopper forward), ",
                         GNA_SIM_KERNEL_HOPPER_BACKWARD, " (hopper backward), ",
-                        GNA_SIM_KERNEL_PORTABLE_FORWARD, " (portable forward) or ",
-                        GNA_SIM_KERNEL_PORTABLE_BACKWARD, " (portable backward), got ", kernel);
+                        GNA_SIM_KERNEL_PORTABLE_FORWARD, " (portable forward), ",
+                        GNA_SIM_KERNEL_PORTABLE_BACKWARD, " (portable backward), ",
+                        GNA_SIM_KERNEL_PORTABLE_FORWARD_99KB, " (portable forward, 99 KB) or ",
+                        GNA_SIM_KERNEL_PORTABLE_BACKWARD_99KB, " (portable backward, 99 KB), got ",
+                        kernel);
     gna_sim_config rule = *config;  // the tiles and tilings are the kernel's
     rule.tiling = GNA_SIM_TILING_MULTI;
     rule.kv_tiling = GNA_SIM_KV_STATIC;

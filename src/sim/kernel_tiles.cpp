@@ -59,14 +59,17 @@ const char* kernel_name(TiledKernel k) {
     case TiledKernel::hopper_backward: return "hopper-backward";
     case TiledKernel::portable_forward: return "portable-forward";
     case TiledKernel::portable_backward: return "portable-backward";
+    case TiledKernel::portable_forward_99kb: return "portable-forward-99kb";
+    case TiledKernel::portable_backward_99kb: return "portable-backward-99kb";
   }
   return "?";
 }
 
 const std::vector<TiledKernel>& tiled_kernels() {
   static const std::vector<TiledKernel> all = {
-      TiledKernel::hopper_forward, TiledKernel::hopper_backward, TiledKernel::portable_forward,
-      TiledKernel::portable_backward};
+      TiledKernel::hopper_forward,        TiledKernel::hopper_backward,
+      TiledKernel::portable_forward,      TiledKernel::portable_backward,
+      TiledKernel::portable_forward_99kb, TiledKernel::portable_backward_99kb};
   return all;
 }
 
@@ -87,12 +90,22 @@ std::string kernel_names() {
 
 namespace {
 
+// The kernel's family: the 99 KB variants choose and run the same tiles' kernels.
+TiledKernel family(TiledKernel k) {
+  return k == TiledKernel::portable_forward_99kb    ? TiledKernel::portable_forward
+         : k == TiledKernel::portable_backward_99kb ? TiledKernel::portable_backward
+                                                    : k;
+}
+bool on_99kb(TiledKernel k) {
+  return k == TiledKernel::portable_forward_99kb || k == TiledKernel::portable_backward_99kb;
+}
+
 // The kernel's tile description at its default options (KernelOptions): grid or placed tiles,
 // whichever is cheaper, where the kernel has both; `rows` picks the portable forward's variant by
 // its Q rows and the portable backward's by its KV rows (the widest where the chooser scores it
 // before a choice).
 TileKernel tile_kernel(TiledKernel k, int head_dim, int rows = 0) {
-  switch (k) {
+  switch (family(k)) {
     case TiledKernel::hopper_forward:
       if (!hopper_forward_head_dim(head_dim))
         fail_invalid("head_dim: the hopper forward runs 32, 64, 128 or 256, got ", head_dim);
@@ -111,13 +124,15 @@ TileKernel tile_kernel(TiledKernel k, int head_dim, int rows = 0) {
         fail_invalid("head_dim: the portable backward runs 32, 64 or 128, got ", head_dim);
       return portable_backward_tile_kernel(rows > 0 ? rows : kPortableBackwardRowsKV,
                                            KvPlacements::either);
+    default: break;
   }
   fail_invalid("kernel must be one of ", kernel_names(), ", got id ", static_cast<int>(k));
 }
 
 }  // namespace
 
-Config kernel_tiles(const Config& c, TiledKernel k, int head_dim) {
+Config kernel_tiles(const Config& c, TiledKernel kernel_id, int head_dim) {
+  const TiledKernel k = family(kernel_id);
   Config out = c;
   out.tiling = Tiling::multi_dim;
   out.kv_tiling = KvTiling::static_tiles;
@@ -138,13 +153,16 @@ Config kernel_tiles(const Config& c, TiledKernel k, int head_dim) {
   Problem p = to_problem(out);
   p.dim_qk = p.dim_v = head_dim;
   // The portable kernels' choice of variant as on a device where their widest kernels fit (an
-  // H100, where the cost models were fitted).
+  // H100, where the cost models were fitted), or on a 99 KB device: there the forward's 128-row
+  // kernel always fits (with one K/V stage at head dims 128/128) and the backward's 128-key one
+  // only where it has no 64-key variant.
+  const bool wide_backward_fits = !on_99kb(kernel_id) || !small_backward;
   const ScoredTiles s =
       k == TiledKernel::portable_forward
           ? portable_forward_tile_choice(p, kNoForcedTile, kNoForcedTile, true, KvPlacements::either)
       : k == TiledKernel::portable_backward
-          ? portable_backward_tile_choice(p, kNoForcedTile, kNoForcedTile, true, small_backward,
-                                          KvPlacements::either)
+          ? portable_backward_tile_choice(p, kNoForcedTile, kNoForcedTile, wide_backward_fits,
+                                          small_backward, KvPlacements::either)
           : tile_choice(p, kernel, kNoForcedTile, kNoForcedTile);
   for (int a = 0; a < out.rank; ++a) {
     out.q_tile[a] = s.q.size[a];
@@ -157,7 +175,9 @@ Config kernel_tiles(const Config& c, TiledKernel k, int head_dim) {
   return out;
 }
 
-KernelPrediction predict(const Config& tiles, const Result& r, TiledKernel k, int head_dim) {
+KernelPrediction predict(const Config& tiles, const Result& r, TiledKernel kernel_id,
+                         int head_dim) {
+  const TiledKernel k = family(kernel_id);
   const bool portable = k == TiledKernel::portable_forward;
   const bool portable_backward = k == TiledKernel::portable_backward;
   int rows_q = 1, rows_kv = 1;
@@ -174,7 +194,10 @@ KernelPrediction predict(const Config& tiles, const Result& r, TiledKernel k, in
   // Costs in pairs of the chosen tiles: the portable forward's rows and speed-up weights go into
   // the time per pair instead.
   const TileCostWeights weights{model.partial, 1, 1};
-  const double pair_ns = model.pair_ns * (portable ? portable_forward_pair_scale(rows_q) : 1.0);
+  const bool single_stage =
+      on_99kb(kernel_id) && portable && portable_forward_single_stage(head_dim, head_dim, rows_q);
+  const double pair_ns = model.pair_ns * (portable ? portable_forward_pair_scale(rows_q) : 1.0) *
+                         (single_stage ? kPortableSingleStageForwardSlowdown : 1.0);
   // Dense attention over the same tokens in row-major runs of the kernel's tile rows, without
   // padding (what a dense kernel such as cuDNN's runs), every pair full.
   const double tokens = static_cast<double>(r.tokens);

@@ -218,7 +218,8 @@ class Kernel(unittest.TestCase):
         r = run(*ok, "--kernel", "hopper-sideways")
         self.assertEqual(r.returncode, 2)
         self.assertIn("--kernel: expected one of hopper-forward, hopper-backward, "
-                      "portable-forward, portable-backward, got 'hopper-sideways'", r.stderr)
+                      "portable-forward, portable-backward, portable-forward-99kb, "
+                      "portable-backward-99kb, got 'hopper-sideways'", r.stderr)
         r = run(*ok, "--q-tile", "2x8x8", "--kv-tile", "2x8x8", "--head-dim", "64")
         self.assertEqual(r.returncode, 2)
         self.assertIn("--head-dim needs --kernel", r.stderr)

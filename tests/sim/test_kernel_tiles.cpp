@@ -225,6 +225,8 @@ TEST(KernelTiles, CppAndCAgree) {
   EXPECT_EQ(parsed, TiledKernel::portable_forward);
   EXPECT_TRUE(parse_kernel("portable-backward", &parsed));
   EXPECT_EQ(parsed, TiledKernel::portable_backward);
+  EXPECT_TRUE(parse_kernel("portable backward 99kb", &parsed));
+  EXPECT_EQ(parsed, TiledKernel::portable_backward_99kb);
   EXPECT_FALSE(parse_kernel("portable sideways", &parsed));
 }
 
@@ -312,8 +314,10 @@ TEST(KernelTiles, PortableBackwardVariant) {
 // dense attention over the same tokens (no padding) predicts exactly 1.
 TEST(KernelTiles, PredictionIsTheCostModel) {
   for (TiledKernel kernel : tiled_kernels()) {
-    const bool portable = kernel == TiledKernel::portable_forward;
-    const bool portable_bwd = kernel == TiledKernel::portable_backward;
+    const bool portable = kernel == TiledKernel::portable_forward ||
+                          kernel == TiledKernel::portable_forward_99kb;
+    const bool portable_bwd = kernel == TiledKernel::portable_backward ||
+                              kernel == TiledKernel::portable_backward_99kb;
     const bool fwd = kernel != TiledKernel::hopper_backward && !portable_bwd;
     for (const char* name : {"hunyuan 18x24x24 NA", "hunyuan 18x24x24 s16x8x8", "wan 15x27x48",
                              "hunyuan dense"}) {
@@ -350,8 +354,11 @@ TEST(KernelTiles, PredictionIsTheCostModel) {
       const double q = r.tokens / double(q_rows), kv = r.tokens / double(kv_rows);
       EXPECT_NEAR(p.dense_cost, q * kv + item * (fwd ? q : kv), 1e-6 * p.dense_cost);
       EXPECT_DOUBLE_EQ(p.speedup, p.dense_cost / p.cost);
-      // The portable forward's 64-row tiles run at the narrow kernel's pair time.
-      const double pair_ns = model.pair_ns * (portable ? portable_forward_pair_scale(rows_q) : 1);
+      // The portable forward's 64-row tiles run at the narrow kernel's pair time, its
+      // single-stage kernel (99 KB, 128-row tiles at head dim 128) at its slowdown.
+      const bool single = kernel == TiledKernel::portable_forward_99kb && rows_q == 128;
+      const double pair_ns = model.pair_ns * (portable ? portable_forward_pair_scale(rows_q) : 1) *
+                             (single ? kPortableSingleStageForwardSlowdown : 1);
       EXPECT_DOUBLE_EQ(p.ns_per_head, p.cost * pair_ns);
       if (std::string(name) == "hunyuan dense") EXPECT_NEAR(p.speedup, 1.0, 1e-12);
       if (r.block_sparse) EXPECT_EQ(r.pairs.partial, 0);
@@ -363,6 +370,34 @@ TEST(KernelTiles, PredictionIsTheCostModel) {
     const Config tiles64 = kernel_tiles(config_of(*c), kernel, 64);
     EXPECT_EQ(predict(tiles64, simulate(tiles64), kernel, 64).ns_per_head, 0.0);
   }
+}
+
+// On 99 KB devices the portable forward keeps its tiles (128-row ones at head dim 128 with one K/V
+// stage, priced at its slowdown) and the backward runs 64-key tiles where it has them (head dims 64
+// and 128; at 32 its 128-key kernel fits).
+TEST(KernelTiles, PortableKernelsOn99KbDevices) {
+  const Config rule = config_of(*find_bench_case("hunyuan 18x24x24 s16x8x8"));
+  auto rows = [](const Config& t, bool q) {
+    int n = 1;
+    for (int a = 0; a < t.rank; ++a) n *= q ? t.q_tile[a] : t.kv_tile[a];
+    return n;
+  };
+  const Config fwd = kernel_tiles(rule, TiledKernel::portable_forward, 128);
+  const Config fwd99 = kernel_tiles(rule, TiledKernel::portable_forward_99kb, 128);
+  for (int a = 0; a < rule.rank; ++a) {
+    EXPECT_EQ(fwd99.q_tile[a], fwd.q_tile[a]);
+    EXPECT_EQ(fwd99.kv_tile[a], fwd.kv_tile[a]);
+  }
+  ASSERT_EQ(rows(fwd, true), 128);
+  const double ns = predict(fwd, simulate(fwd), TiledKernel::portable_forward, 128).ns_per_head;
+  EXPECT_NEAR(predict(fwd99, simulate(fwd99), TiledKernel::portable_forward_99kb, 128).ns_per_head,
+              ns * kPortableSingleStageForwardSlowdown, 1e-9 * ns);
+  const Config bwd = kernel_tiles(rule, TiledKernel::portable_backward, 128);
+  const Config bwd99 = kernel_tiles(rule, TiledKernel::portable_backward_99kb, 128);
+  EXPECT_EQ(rows(bwd, false), kPortableBackwardRowsKV);  // block-sparse: the 128-key kernel
+  EXPECT_EQ(rows(bwd99, false), kPortableBackwardRowsKVSmall);
+  EXPECT_EQ(rows(kernel_tiles(rule, TiledKernel::portable_backward_99kb, 32), false),
+            kPortableBackwardRowsKV);
 }
 
 // The C ABI's prediction is the C++ one at the kernel's tiles; a missing output is named.
@@ -398,7 +433,8 @@ std::string error_of(const gna_sim_config* in, int kernel, int head_dim) {
 TEST(KernelTiles, CAbiErrorsNameTheParameter) {
   const gna_sim_config in = c_config(*find_bench_case("flux4k 80x80 NA"));
   EXPECT_NE(error_of(&in, 7, 128).find("kernel must be 0 (hopper forward), 1 (hopper backward), "
-                                       "2 (portable forward) or 3 (portable backward), got 7"),
+                                       "2 (portable forward), 3 (portable backward), 4 (portable "
+                                       "forward, 99 KB) or 5 (portable backward, 99 KB), got 7"),
             std::string::npos);
   EXPECT_NE(error_of(&in, GNA_SIM_KERNEL_PORTABLE_BACKWARD, 256).find("got 256"), std::string::npos);
   EXPECT_NE(error_of(&in, GNA_SIM_KERNEL_PORTABLE_FORWARD, 256).find("got 256"), std::string::npos);

@@ -85,6 +85,16 @@ constexpr double kPortableWideForwardSpeedup = 1.5;
 // counts nothing). The chooser keeps its own partial weight (TileCostWeights): any weight from
 // 0.25 to 0.45 picks the same tiles for those cases.
 constexpr KernelCostModel kPortableForwardCost{0.17, 0, 13.68};
+// The portable forward with one K/V stage (its kernel where two do not fit a device's shared
+// memory per block: 128-row Q tiles at head dims 128/128 on 99 KB devices): its time per pair
+// over the double-buffered kernel's, the ratio of the six neighborhood and block-sparse cases'
+// summed times (hunyuan NA, s16x8x8, flux4k NA, s16x16, wan, cosmos; 1.094 to 1.129 each) under
+// GNA_MAX_SHARED_MEMORY_BYTES=101376 against the same run without it (docs/performance.md,
+// "Portable kernels": an H200, 2026-11-28).
+constexpr double kPortableSingleStageForwardSlowdown = 1.113;
+constexpr bool portable_forward_single_stage(int dim_qk, int dim_v, int rows_q) {
+  return dim_qk == 128 && dim_v == 128 && rows_q == kPortableForwardRowsQWide;
+}
 constexpr int kPortableBackwardRowsQ = 64, kPortableBackwardRowsKV = 128,
               kPortableBackwardRowsKVSmall = 64;
 

@@ -20,15 +20,21 @@ enum class TiledKernel : int {
                          // them on a device where the 128-row kernel fits)
   portable_backward = 3,  // 128- or 64-key KV tiles (as the kernel picks them on a device where
                           // the 128-key kernel fits), grid KV tiles (it places its Q tiles)
+  // The portable kernels as devices with 99 KB of shared memory per block run them (sm_86 /
+  // sm_89 / sm_120, or GNA_MAX_SHARED_MEMORY_BYTES=101376): the forward's 128-row Q tiles with
+  // one K/V stage at head dims 128/128, the backward's 64-key KV tiles where it has them.
+  portable_forward_99kb = 4,
+  portable_backward_99kb = 5,
 };
 
-// "hopper-forward", "hopper-backward", "portable-forward", "portable-backward".
+// "hopper-forward", "hopper-backward", "portable-forward", "portable-backward",
+// "portable-forward-99kb", "portable-backward-99kb".
 const char* kernel_name(TiledKernel k);
 const std::vector<TiledKernel>& tiled_kernels();
 // The kernel of a name; '-', '_' and ' ' between the words are the same ("hopper forward").
 // False when there is none.
 bool parse_kernel(const std::string& name, TiledKernel* k);
-// "hopper-forward, hopper-backward, portable-forward, portable-backward" (for messages).
+// The names, comma-separated (for messages).
 std::string kernel_names();
 
 // `c` with q_tile, kv_tile, tiling (multi) and kv_tiling set to the kernel's choice for the rule

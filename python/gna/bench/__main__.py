@@ -51,12 +51,31 @@ _PREDICTED_KERNELS = {
 }
 
 
-def _predicted_ms(case, pass_name, backend):
+# Shared memory per block of the devices whose portable kernels gna-sim models apart (sm_86 /
+# sm_89 / sm_120).
+_SMEM_99KB = 101376
+
+
+def _shared_memory_per_block():
+    """What the library's kernels plan for on device 0: the device's opt-in limit, capped by
+    GNA_MAX_SHARED_MEMORY_BYTES (docs/gpus.md); None where torch does not tell the limit."""
+    limit = getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", None) \
+        if torch.cuda.is_available() else None
+    cap = os.environ.get("GNA_MAX_SHARED_MEMORY_BYTES")
+    if cap and cap.strip().isdigit():
+        limit = min(limit, int(cap)) if limit else int(cap)
+    return limit
+
+
+def _predicted_ms(case, pass_name, backend, shared_memory=None):
     """The backend's kernels' predicted time of the pass (gna-sim's cost models: the Hopper
-    forward's, plus the backward's for fwd+bwd; the portable kernels' likewise) for the case in
+    forward's, plus the backward's for fwd+bwd; the portable kernels' likewise, as 99 KB
+    devices run them where shared_memory, the bytes per block, is at most that) for the case in
     ms, or None where the simulator cannot tell (a pass without a cost model, a head dim whose
     times were not measured, a choice past its step limit)."""
     kernels = _PREDICTED_KERNELS.get((backend, pass_name))
+    if kernels and backend == "portable" and shared_memory and shared_memory <= _SMEM_99KB:
+        kernels = tuple(k + " 99kb" for k in kernels)
     if kernels is None:
         return None
     total = 0.0
@@ -244,8 +263,9 @@ class Runner:
                 if r["case"] == case.label and r["pass"] == pass_name and r.get("ms")]
         flex = next((r["ms"] for r in rows if r["impl"] == "FlexAttention"), None)
         predicted = {}  # by backend, once per case and pass
+        smem = _shared_memory_per_block()
         for backend in {r.get("backend") for r in rows if r["impl"].startswith("gna")}:
-            predicted[backend] = _predicted_ms(case, pass_name, backend)
+            predicted[backend] = _predicted_ms(case, pass_name, backend, smem)
         for row in rows:
             row["x_cudnn"] = cudnn / row["ms"] if cudnn else None
             row["x_flex"] = flex / row["ms"] if flex else None

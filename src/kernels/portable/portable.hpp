@@ -42,10 +42,10 @@ bool backward_runs_small(const Problem& p, const TileShape& kv);
 // with KV tiles of rows_kv keys.
 int forward_shared_bytes(int dim_qk, int dim_v, int rows_q, bool e4m3 = false, int kv_stages = 2);
 // Whether a single-stage forward kernel exists (compiled where two K/V stages need more than the
-// 99 KB of shared memory per block of sm_86 / sm_89 / sm_120: 128-row Q tiles at head dims
-// 128/128; each more is one kernel per dtype and arch).
+// 99 KB of shared memory per block of sm_86 / sm_89 / sm_120, the core's
+// portable_forward_single_stage; each more is one kernel per dtype and arch).
 constexpr bool forward_single_stage_kernel(int dim_qk, int dim_v, int rows_q) {
-  return dim_qk == 128 && dim_v == 128 && rows_q == 128;
+  return portable_forward_single_stage(dim_qk, dim_v, rows_q);
 }
 int backward_shared_bytes(int dim_qk, int dim_v, int rows_kv = kBackwardRowsKV);
 
