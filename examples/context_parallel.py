@@ -162,7 +162,8 @@ def main():
     grid = lambda t: t[:, :math.prod(local)].reshape(1, *local, *t.shape[2:])  # noqa: E731
     exact = layout[0] % ranks == 0 and gd.exact_halo(grid(q), grid(k), grid(v), layout, window)
     choice = gd.choose_parallelism(layout, window, 1, 1, False, heads, ranks, link=link,
-                                   head_dim=head_dim, backward=args.backward, exact=exact)
+                                   head_dim=head_dim, backward=args.backward, exact=exact,
+                                   text_tokens=text)
     one, one_attention = 0.0, 0.0
     if rank == 0:
         one = timed(step(x, whole), device, args.reps, alone=True)

@@ -501,6 +501,13 @@ def test_choose_parallelism_on_constructed_links():
     fwd = gd.choose_parallelism(*long1d, 4, link=NVLINK)
     both = gd.choose_parallelism(*long1d, 4, link=NVLINK, backward=True)
     assert both.seconds > 2 * fwd.seconds
+    # Joint attention (text tokens beside the layout) runs Ulysses alone, its exchanges carrying
+    # the text too.
+    joint = gd.choose_parallelism(*hunyuan, 2, link=NVLINK, text_tokens=256)
+    assert joint.mode == "ulysses" and set(joint.costs) == {("ulysses", 2)}
+    assert joint.seconds > gd.choose_parallelism(*hunyuan, 2, link=NVLINK).costs[("ulysses", 2)]
+    with pytest.raises(ValueError, match="text_tokens must be a non-negative int, got -1"):
+        gd.choose_parallelism(*hunyuan, 2, link=NVLINK, text_tokens=-1)
     # The cheapest applicable mode is the one chosen.
     assert fwd.seconds == min(fwd.costs.values())
     with pytest.raises(ValueError, match=r"no mode applies on 4 ranks: heads \(5\)"):

@@ -99,10 +99,11 @@ class Parallelism:
 
 def parallelism_costs(layout, kernel_size, stride, dilation, is_causal, heads, world_size,
                       axis=0, *, link, heads_kv=None, head_dim=128, batch=1, bytes_per_value=2,
-                      backward=False, exact=False):
+                      backward=False, exact=False, text_tokens=0):
     """Predicted seconds per step of every mode that applies: {(mode, ulysses_size): seconds}.
-    exact: whether halo attention runs slabs (only its own queries; the CPU reference) or the
-    extended slab (the fast kernels)."""
+    exact: whether halo attention runs exact slabs (only its own queries: gna.distributed.
+    exact_halo) or the extended slab. text_tokens: joint attention's text tokens beside the
+    layout's (ulysses_joint_attention: Ulysses alone applies, its exchanges carry them too)."""
     fn = "choose_parallelism"
     layout = _layout(fn, layout)
     window, strides, dilations, causal = _axis_rule(fn, layout, kernel_size, stride, dilation,
@@ -112,6 +113,8 @@ def parallelism_costs(layout, kernel_size, stride, dilation, is_causal, heads, w
                     ("head_dim", head_dim), ("batch", batch)):
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"{fn}: {name} must be a positive int, got {n!r}")
+    if isinstance(text_tokens, bool) or not isinstance(text_tokens, int) or text_tokens < 0:
+        raise ValueError(f"{fn}: text_tokens must be a non-negative int, got {text_tokens!r}")
     ranks, tokens, passes = world_size, math.prod(layout), 2 if backward else 1
     per_head = lambda shape: _kernel_seconds(shape, window, strides, dilations, causal,  # noqa
                                              head_dim, backward)
@@ -146,10 +149,12 @@ def parallelism_costs(layout, kernel_size, stride, dilation, is_causal, heads, w
         v = ranks // u
         groups = next(g for g in (4, 3, 2, 1) if (heads_kv // u) % g == 0)
         if v == 1:
-            if tokens % ranks == 0:
+            if tokens % ranks == 0 and text_tokens % ranks == 0:
                 costs[("ulysses", u)] = _ulysses_seconds(
-                    link, tokens, ranks, heads, heads_kv, head_dim, bytes_per_value, batch,
-                    whole * heads / ranks, passes, groups)
+                    link, tokens + text_tokens, ranks, heads, heads_kv, head_dim,
+                    bytes_per_value, batch, whole * heads / ranks, passes, groups)
+            continue
+        if text_tokens:  # joint attention runs Ulysses alone
             continue
         halo = halo_seconds(v, heads // u, heads_kv // u)
         if halo is None:
@@ -169,7 +174,7 @@ def parallelism_costs(layout, kernel_size, stride, dilation, is_causal, heads, w
 
 def choose_parallelism(layout, kernel_size, stride, dilation, is_causal, heads, world_size,
                        axis=0, *, heads_kv=None, head_dim=128, batch=1, bytes_per_value=2,
-                       backward=False, exact=False, link=None, group=None):
+                       backward=False, exact=False, link=None, group=None, text_tokens=0):
     """The context parallelism predicted fastest for this rule on `world_size` ranks: a
     Parallelism (mode "ulysses", "halo" along `axis`, or "hybrid": Ulysses within groups of
     ulysses_size ranks x halo along axis 0 across them).
@@ -180,6 +185,7 @@ def choose_parallelism(layout, kernel_size, stride, dilation, is_causal, heads, 
         halo     kernel(extended slab) H + the K and V halo rows' exchange (exact: kernel of the
                  own queries only, the exact key rows)
         hybrid   halo over P / U slabs with H / U heads, inside Ulysses over U ranks
+    (text_tokens > 0, joint attention: Ulysses alone, its exchanges carrying the text tokens).
     kernel(...) is the simulator's predicted time per head (gna.predicted_speedup), an
     exchange's cost link.latency per collective + bytes / link.bandwidth; link: a Link, or
     None for measure_link(group) (collective: every rank must call). ValueError when no mode
@@ -189,6 +195,6 @@ def choose_parallelism(layout, kernel_size, stride, dilation, is_causal, heads, 
     costs = parallelism_costs(layout, kernel_size, stride, dilation, is_causal, heads,
                               world_size, axis, link=link, heads_kv=heads_kv, head_dim=head_dim,
                               batch=batch, bytes_per_value=bytes_per_value, backward=backward,
-                              exact=exact)
+                              exact=exact, text_tokens=text_tokens)
     (mode, size), seconds = min(costs.items(), key=lambda kv: (kv[1], kv[0]))
     return Parallelism(mode, size, seconds, costs)
