@@ -197,6 +197,11 @@ def test_cuda_graph_rows_are_asked_for():
     assert parse(["--cuda-graph"]).cuda_graph and not parse([]).cuda_graph
 
 
+def test_compiled_rows_are_asked_for():
+    from gna.bench.__main__ import parse
+    assert parse(["--compile"]).compile and not parse([]).compile
+
+
 def test_fp8_rows_are_asked_for_and_reported():
     from gna.bench.__main__ import parse
     from gna.bench import report

@@ -309,6 +309,13 @@ class Runner:
         if self.args.cuda_graph:
             self.record(case, pass_name, "gna end-to-end, CUDA graph",
                         _graphed(end_to_end, q, k, v), flops, chosen, skip=skip)
+        if self.args.compile:
+            try:
+                fn = gna_calls.compiled_end_to_end(case, q, k, v, d_out, backend, grad)
+            except Exception as e:  # noqa: BLE001
+                fn = _raiser(e)
+            self.record(case, pass_name, "gna end-to-end, torch.compile reduce-overhead", fn,
+                        flops, chosen, skip=skip)
         try:
             kernels = gna_calls.KernelCalls(case, q, k, v, backend)
             fn = kernels.forward_backward if grad else kernels.forward
@@ -432,6 +439,11 @@ def parse(argv):
     p.add_argument("--cuda-graph", action="store_true",
                    help="also time gna end-to-end and cuDNN SDPA captured in a CUDA graph and "
                         "replayed (no host work between kernels: small problems' training steps)")
+    p.add_argument("--compile", action="store_true",
+                   help="also time gna end-to-end under torch.compile(mode=\"reduce-overhead\") "
+                        "(inductor's CUDA graphs of the forward and the backward), to set beside "
+                        "--cuda-graph's hand-captured step; the eager rows of later cases then pay "
+                        "the host work compilation leaves behind)")
     p.add_argument("--warmup-ms", type=float, default=25)
     p.add_argument("--rep-ms", type=float, default=200)
     p.add_argument("--flex-budget-s", type=float, default=120.0,

@@ -45,6 +45,26 @@ def end_to_end_forward_backward(case, q, k, v, d_out, backend):
     return run
 
 
+def compiled_end_to_end(case, q, k, v, d_out, backend, grad, mode="reduce-overhead"):
+    """end_to_end_forward(_backward)'s step with gna's call under torch.compile(mode=mode): with
+    "reduce-overhead" inductor captures the forward and the backward graphs in CUDA graphs, each
+    step begun with torch.compiler.cudagraph_mark_step_begin (torch >= 2.1)."""
+    na = NA[case.rank]
+    call = torch.compile(lambda q, k, v: na(q, k, v, case.window, stride=case.strides,
+                                            dilation=case.dilations, is_causal=case.causals,
+                                            backend=backend), mode=mode)
+    mark = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", lambda: None)
+    inputs = (q, k, v)
+
+    def run():
+        mark()
+        out = call(q, k, v)
+        if grad:
+            torch.autograd.grad(out, inputs, d_out)
+
+    return run
+
+
 class KernelCalls:
     """Preallocated outputs and prebuilt C structs for direct gna_forward / gna_backward calls."""
 
