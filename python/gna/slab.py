@@ -119,8 +119,8 @@ def slab_attention(query, key, value, layout, kernel_size, stride=1, dilation=1,
     return _SlabAttention.apply(params, slab, backend, query, key, value)
 
 
-def _keys_of(t, name, extents):
-    """A metadata-only view of key/value tensor t as if it held `extents` rows per axis."""
+def _rows_of(t, name, extents):
+    """A metadata-only view of token tensor t as if it held `extents` rows per axis."""
     g = view(t, name, metadata_only=True)
     shape = (t.shape[0],) + tuple(extents) + tuple(t.shape[-2:])
     stride = 1
@@ -131,12 +131,15 @@ def _keys_of(t, name, extents):
 
 
 def slab_backend(query, key, value, layout, kernel_size, stride=1, dilation=1, is_causal=False,
-                 *, query_offset=None, key_rows=None, backward=False, backend="auto"):
+                 *, query_offset=None, key_rows=None, query_rows=None, backward=False,
+                 backend="auto"):
     """The backend that would run slab_attention for these queries (at query_offset) with these
     tensors' device, dtype and heads, or None where none takes slabs (or the library predates
     them). key_rows: per axis the (begin, end) of the key slab (global coordinates); None: every
     row of the layout, so that the answer does not depend on which key rows are at hand (the
-    Hopper kernels also ask where the key slab starts: a TMA box may not start before it)."""
+    Hopper kernels also ask where the key slab starts: a TMA box may not start before it).
+    query_rows: likewise for the query slab, instead of query_offset and the query tensor's
+    rows (another rank's slab, asked about with this rank's tensor)."""
     if not _lib.has_slabs:
         return None
     fn = "slab_backend"
@@ -145,11 +148,17 @@ def slab_backend(query, key, value, layout, kernel_size, stride=1, dilation=1, i
     rows = tuple((0, e) for e in layout) if key_rows is None else tuple(key_rows)
     if len(rows) != rank:
         raise ValueError(f"{fn}: key_rows must be {rank} (begin, end) pairs, got {key_rows!r}")
+    if query_rows is not None:
+        if len(query_rows) != rank:
+            raise ValueError(f"{fn}: query_rows must be {rank} (begin, end) pairs, got "
+                             f"{query_rows!r}")
+        query_offset = tuple(b for b, _ in query_rows)
     slab = _slab(layout, _offsets(fn, "query_offset", query_offset, rank),
                  _offsets(fn, "key_offset", tuple(b for b, _ in rows), rank))
     extents = tuple(e - b for b, e in rows)
-    views = [view(query, "query", metadata_only=True), _keys_of(key, "key", extents),
-             _keys_of(value, "value", extents)]
+    query_view = view(query, "query", metadata_only=True) if query_rows is None else \
+        _rows_of(query, "query", tuple(e - b for b, e in query_rows))
+    views = [query_view, _rows_of(key, "key", extents), _rows_of(value, "value", extents)]
     name = ctypes.create_string_buffer(64)
     status = _lib.lib.gna_select_backend_slab(
         ctypes.byref(params), ctypes.byref(slab), *[ctypes.byref(v) for v in views], None, None,

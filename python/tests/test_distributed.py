@@ -273,7 +273,9 @@ def _halo_check(config, seed, rank, world, exact):
     g = torch.Generator().manual_seed(seed)
     make = lambda h, d: torch.randn(batch, *layout, h, d, generator=g,  # noqa: E731
                                     dtype=torch.float64)
-    q, k, v, w = make(heads, 4), make(heads_kv, 4), make(heads_kv, 3), make(heads, 3)
+    # Head dim 32 for Q and K: one the Hopper forward's tile chooser takes, so that exact slabs
+    # off its Q tile's grid start before their own rows (query_pads).
+    q, k, v, w = make(heads, 32), make(heads_kv, 32), make(heads_kv, 3), make(heads, 3)
     na = (gna.na1d, gna.na2d, gna.na3d)[len(layout) - 1]
     rule = dict(stride=stride, dilation=dilation, is_causal=causal)
     inputs = [t.clone().requires_grad_() for t in (q, k, v)]
@@ -290,7 +292,8 @@ def _halo_check(config, seed, rank, world, exact):
         assert a.shape == b.shape, (a.shape, b.shape)
         assert torch.allclose(a, b, atol=1e-10, rtol=1e-9), (a - b).abs().max()
         worst = max(worst, (a - b).abs().max().item())
-    return worst
+    pads = gd._halo.query_pads(layout, window, stride, dilation, causal, axis, world, 32)
+    return worst, max(pads) if exact is not False else 0
 
 
 def _halo_errors():
@@ -319,7 +322,8 @@ def _halo_rank_main(rank, world, port, count, seed, result_dir):
         for i, config in enumerate(_halo_configs(world, count, seed)):
             exact = i % 2 == 0  # exact slabs and the extended-slab path on alternate configs
             try:
-                lines.append(f"ok {_halo_check(config, seed + i, rank, world, exact):.3g}")
+                worst, pad = _halo_check(config, seed + i, rank, world, exact)
+                lines.append(f"ok {worst:.3g} pad {pad}")
             except AssertionError as e:
                 lines.append(f"FAIL exact={exact} {config}: {e}")
         if world == 2:
@@ -345,6 +349,8 @@ def test_halo_equals_single_process(tmp_path, world):
         checks = lines[:HALO_CONFIGS]
         failed = [line for line in checks if not line.startswith("ok")]
         assert not failed and len(checks) == HALO_CONFIGS, (seed, failed)
+        # Exact slabs whose queries start before their own rows were among them.
+        assert any(int(line.split()[-1]) > 0 for line in checks), checks
         if world == 2:
             messages = lines[HALO_CONFIGS:]
             assert "axis must be an int in [0, 2)" in messages[0] and "got 2" in messages[0]
@@ -355,6 +361,23 @@ def test_halo_equals_single_process(tmp_path, world):
             assert "axis 1" in messages[4] and "window=6" in messages[4]
             assert "1 to 3 axes" in messages[5]
             assert messages[6] == "exact_halo True"
+
+
+def test_query_pads_put_slabs_on_the_forward_q_tile_grid():
+    from gna import simulator
+    if not gna._lib.has_simulator:
+        pytest.skip("libgna without the simulator")
+    # hunyuan 30x48x80 over 2 ranks along frames: the forward's Q tile is 2 frames deep, so
+    # rank 1's slab (frames 15..29) starts one frame early; long1d's 16384-token slabs sit on
+    # the 128-token grid already.
+    hunyuan = ((30, 48, 80), (18, 24, 24), (1, 1, 1), (1, 1, 1), (False,) * 3)
+    q_tile = simulator.kernel_tiles(*hunyuan[:2], head_dim=128)[0]
+    assert gd._halo.query_pads(*hunyuan, 0, 2, 128) == [0, 15 % q_tile[0]]
+    assert gd._halo.query_pads((32768,), (2048,), (1,), (1,), (False,), 0, 2, 128) == [0, 0]
+    # Dilated axes and head dims the chooser does not take: no pads.
+    assert gd._halo.query_pads((30, 48), (5, 5), (1, 1), (2, 1), (False,) * 2, 0, 2, 128) == \
+        [0, 0]
+    assert gd._halo.query_pads(*hunyuan, 0, 2, 4) == [0, 0]
 
 
 def test_halo_configurations_cover_the_cases():

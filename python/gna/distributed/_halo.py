@@ -1,10 +1,12 @@
 """Halo (sequence-parallel along one axis) context parallelism: each rank holds a slab of
 consecutive coordinates of one axis of the layout, all heads, and receives from its neighbours
 the key/value rows its queries' windows reach (the halo)."""
+import functools
+
 import torch
 import torch.distributed as dist
 
-from .. import functional, ops
+from .. import _lib, functional, ops, simulator
 from ..slab import key_range, slab_attention, slab_backend
 from ._ulysses import _NA
 
@@ -44,15 +46,44 @@ def _overlap(a0, a1, b0, b1):
     return max(a0, b0), min(a1, b1)
 
 
-def _exact_ranges(layout, window, stride, dilation, causal, axis, ranks):
-    """[start, end) of the key rows every rank's own queries attend along the sharded axis
-    (global coordinates, from the library's rule: gna.slab.key_range), widened to the rank's
-    own rows (which it holds anyway)."""
+def query_pads(layout, window, stride, dilation, causal, axis, ranks, head_dim):
+    """Per rank, the rows of axis `axis` its exact slab's queries start before its own: the
+    Hopper kernels start a Q tile on a tensor's first row only (a TMA box may not start before
+    it), so a slab whose first row is off the grid of the whole layout's Q tile would run
+    smaller, slower tiles; its queries start on that grid instead, the rows before its own being
+    zero queries whose outputs are dropped (their gradients are zero). None where the library
+    cannot say which tile the forward runs (no simulator) or the axis is dilated (its slabs
+    start inside dilation groups)."""
+    q_tile = _forward_q_tile(tuple(layout), tuple(window), tuple(stride), tuple(dilation),
+                             tuple(causal), head_dim)
+    if q_tile is None or dilation[axis] != 1:
+        return [0] * ranks
     slab = layout[axis] // ranks
+    return [(r * slab) % q_tile[axis] for r in range(ranks)]
+
+
+@functools.lru_cache(maxsize=256)
+def _forward_q_tile(layout, window, stride, dilation, causal, head_dim):
+    """The whole layout's Hopper forward Q tile, or None where the library cannot say."""
+    if not _lib.has_simulator or not hasattr(_lib.lib, "gna_sim_kernel_tiles"):
+        return None
+    try:
+        return simulator.kernel_tiles(layout, window, stride, dilation, causal,
+                                      kernel="hopper forward", head_dim=head_dim)[0]
+    except (ValueError, RuntimeError):  # a head dim or rule the chooser does not take
+        return None
+
+
+def _exact_ranges(layout, window, stride, dilation, causal, axis, ranks, pads=None):
+    """[start, end) of the key rows every rank's queries attend along the sharded axis (global
+    coordinates, from the library's rule: gna.slab.key_range), its own rows and the `pads` rows
+    before them (query_pads), widened to the rank's own rows (which it holds anyway)."""
+    slab = layout[axis] // ranks
+    pads = pads or [0] * ranks
     ranges = []
     for r in range(ranks):
         begin, end = key_range(layout, window, stride, dilation, causal, axis=axis,
-                               query_begin=r * slab, query_end=(r + 1) * slab)
+                               query_begin=r * slab - pads[r], query_end=(r + 1) * slab)
         ranges.append((min(begin, r * slab), max(end, (r + 1) * slab)))
     return ranges
 
@@ -140,16 +171,17 @@ def _layout(fn, layout):
 
 
 def _every_slab_taken(query, key, value, layout, window, strides, dilations, causal, axis, ranks,
-                      exact_ranges, backend):
-    """Whether a backend takes every rank's slab (its queries, its exact key rows), forward and
-    backward, for tensors like this rank's."""
+                      exact_ranges, pads, backend):
+    """Whether a backend takes every rank's slab (its queries from `pads` rows before its own,
+    its exact key rows), forward and backward, for tensors like this rank's."""
     dims, slab = len(layout), layout[axis] // ranks
 
     def takes(r):
-        q_off = tuple(r * slab if a == axis else 0 for a in range(dims))
+        q_rows = tuple((r * slab - pads[r], (r + 1) * slab) if a == axis else (0, layout[a])
+                       for a in range(dims))
         rows = tuple(exact_ranges[r] if a == axis else (0, layout[a]) for a in range(dims))
         return all(slab_backend(query, key, value, layout, window, strides, dilations, causal,
-                                query_offset=q_off, key_rows=rows, backward=backward,
+                                query_rows=q_rows, key_rows=rows, backward=backward,
                                 backend=backend) is not None for backward in (False, True))
     return all(takes(r) for r in range(ranks))
 
@@ -166,9 +198,11 @@ def exact_halo(query, key, value, layout, kernel_size, stride=1, dilation=1, is_
     if layout[axis] % ranks:
         raise _halo_error(f"layout[{axis}] ({layout[axis]}) must be divisible by the process "
                           f"group's size ({ranks})")
-    ranges = _exact_ranges(layout, window, strides, dilations, causal, axis, ranks)
+    pads = query_pads(layout, window, strides, dilations, causal, axis, ranks,
+                      int(query.shape[-1]))
+    ranges = _exact_ranges(layout, window, strides, dilations, causal, axis, ranks, pads)
     return _every_slab_taken(query, key, value, layout, window, strides, dilations, causal, axis,
-                             ranks, ranges, backend)
+                             ranks, ranges, pads, backend)
 
 
 def halo_attention(query, key, value, layout, kernel_size, stride=1, dilation=1, is_causal=False,
@@ -184,9 +218,12 @@ def halo_attention(query, key, value, layout, kernel_size, stride=1, dilation=1,
     gradients flow to query, key and value.
 
     exact (None: where a backend takes every rank's slab, forward and backward,
-    gna.slab.slab_backend; True: required; False: never): each rank receives from its neighbours (several, when slabs are thinner than the
-    halo) exactly the key/value rows its queries attend (gna.slab.key_range) and computes only
-    its own queries (gna.slab.slab_attention: the rule at global coordinates). Otherwise it
+    gna.slab.slab_backend; True: required; False: never): each rank receives from its
+    neighbours (several, when slabs are thinner than the halo) exactly the key/value rows its
+    queries attend (gna.slab.key_range) and computes only its own queries (gna.slab.
+    slab_attention: the rule at global coordinates), from the grid of the Hopper forward's Q
+    tile on where its first row is off it (query_pads: a few zero queries before its own, so
+    that it runs the whole layout's tiles). Otherwise it
     receives the rows within dilation * (window - 1 + stride) of its slab on that axis, rounded
     out to multiples of dilation * stride (none on the right of a causal axis), runs the rule on
     the extended slab with zero queries in the halo, and keeps its own rows. Every rank must
@@ -224,12 +261,17 @@ def halo_attention(query, key, value, layout, kernel_size, stride=1, dilation=1,
     query_offset = tuple(rank * slab if a == axis else 0 for a in range(dims))
     # Slabs where the backend takes every rank's (its queries, its exact key rows): only the own
     # queries computed. Every rank asks for every rank's slab, so that all of them plan alike.
-    exact_ranges = None
+    # Each rank's queries start on the grid of the kernel's Q tile (query_pads): zero queries
+    # before its own where its first row is off it.
+    exact_ranges, pads = None, [0] * ranks
     if exact is None or exact:
-        exact_ranges = _exact_ranges(layout, window, strides, dilations, causal, axis, ranks)
+        pads = query_pads(layout, window, strides, dilations, causal, axis, ranks,
+                          int(query.shape[-1]))
+        exact_ranges = _exact_ranges(layout, window, strides, dilations, causal, axis, ranks,
+                                     pads)
     if exact is None:
         exact = _every_slab_taken(query, key, value, layout, window, strides, dilations, causal,
-                                  axis, ranks, exact_ranges, backend)
+                                  axis, ranks, exact_ranges, pads, backend)
     ranges = exact_ranges if exact else \
         _extended_ranges(extent, ranks, window[axis], strides[axis], dilations[axis],
                          causal[axis])
@@ -256,9 +298,15 @@ def halo_attention(query, key, value, layout, kernel_size, stride=1, dilation=1,
             q = torch.cat([zeros(left), query, zeros(count - left)], dim)
     if exact:
         offsets[axis] = rank * slab - left
-        return slab_attention(q, k, v, layout, window, strides, dilations, causal,
-                              query_offset=query_offset, key_offset=tuple(offsets), scale=scale,
-                              backend=backend)
+        pad = pads[rank]
+        if pad:
+            q = torch.cat([query.new_zeros(query.shape[:dim] + (pad,) + query.shape[dim + 1:]),
+                           query], dim)
+            query_offset = tuple(o - pad if a == axis else o for a, o in enumerate(query_offset))
+        out = slab_attention(q, k, v, layout, window, strides, dilations, causal,
+                             query_offset=query_offset, key_offset=tuple(offsets), scale=scale,
+                             backend=backend)
+        return out.narrow(dim, pad, slab) if pad else out
     na = _NA[dims]
     out = na(q, k, v, window, stride=strides, dilation=dilations, is_causal=causal, scale=scale,
              backend=backend)
