@@ -13,6 +13,7 @@ import torch
 
 import gna
 from gna import slab
+from gna.distributed import query_pads
 
 CASES = {
     # layout, heads, dim, window
@@ -44,7 +45,9 @@ def main():
     a = p.parse_args()
     layout, heads, dim, window = CASES[a.case]
     n = layout[0] // a.ranks
-    q0, q1 = a.rank * n, (a.rank + 1) * n
+    # As halo_attention runs it: the slab's queries from the grid of the forward's Q tile on.
+    pad = query_pads(layout, window, world_size=a.ranks, head_dim=dim)[a.rank]
+    q0, q1 = a.rank * n - pad, (a.rank + 1) * n
     k0, k1 = slab.key_range(layout, window, axis=0, query_begin=q0, query_end=q1)
     k0, k1 = min(k0, q0), max(k1, q1)
     make = lambda rows, h: torch.randn(1, rows, *layout[1:], h, dim, device="cuda",  # noqa

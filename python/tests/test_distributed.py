@@ -292,7 +292,8 @@ def _halo_check(config, seed, rank, world, exact):
         assert a.shape == b.shape, (a.shape, b.shape)
         assert torch.allclose(a, b, atol=1e-10, rtol=1e-9), (a - b).abs().max()
         worst = max(worst, (a - b).abs().max().item())
-    pads = gd._halo.query_pads(layout, window, stride, dilation, causal, axis, world, 32)
+    pads = gd.query_pads(layout, window, stride, dilation, causal, axis, world_size=world,
+                         head_dim=32)
     return worst, max(pads) if exact is not False else 0
 
 
@@ -370,14 +371,14 @@ def test_query_pads_put_slabs_on_the_forward_q_tile_grid():
     # hunyuan 30x48x80 over 2 ranks along frames: the forward's Q tile is 2 frames deep, so
     # rank 1's slab (frames 15..29) starts one frame early; long1d's 16384-token slabs sit on
     # the 128-token grid already.
-    hunyuan = ((30, 48, 80), (18, 24, 24), (1, 1, 1), (1, 1, 1), (False,) * 3)
-    q_tile = simulator.kernel_tiles(*hunyuan[:2], head_dim=128)[0]
-    assert gd._halo.query_pads(*hunyuan, 0, 2, 128) == [0, 15 % q_tile[0]]
-    assert gd._halo.query_pads((32768,), (2048,), (1,), (1,), (False,), 0, 2, 128) == [0, 0]
+    q_tile = simulator.kernel_tiles((30, 48, 80), (18, 24, 24), head_dim=128)[0]
+    assert gd.query_pads((30, 48, 80), (18, 24, 24), world_size=2) == [0, 15 % q_tile[0]]
+    assert gd.query_pads((32768,), 2048, world_size=2) == [0, 0]
     # Dilated axes and head dims the chooser does not take: no pads.
-    assert gd._halo.query_pads((30, 48), (5, 5), (1, 1), (2, 1), (False,) * 2, 0, 2, 128) == \
-        [0, 0]
-    assert gd._halo.query_pads(*hunyuan, 0, 2, 4) == [0, 0]
+    assert gd.query_pads((30, 48), 5, dilation=(2, 1), world_size=2) == [0, 0]
+    assert gd.query_pads((30, 48, 80), (18, 24, 24), world_size=2, head_dim=4) == [0, 0]
+    with pytest.raises(ValueError, match="world_size"):
+        gd.query_pads((30, 48), 5, world_size=4)
 
 
 def test_halo_configurations_cover_the_cases():

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from .. import simulator
-from ._halo import _axis_rule, _exact_ranges, _extended_ranges, _layout, query_pads
+from ._halo import _axis_rule, _exact_ranges, _extended_ranges, _layout, _query_pads
 
 _links = {}
 
@@ -130,7 +130,7 @@ def parallelism_costs(layout, kernel_size, stride, dilation, is_causal, heads, w
             return whole * heads_here
         slab = extent // slabs
         if exact:
-            pads = query_pads(layout, window, strides, dilations, causal, axis, slabs, head_dim)
+            pads = _query_pads(layout, window, strides, dilations, causal, axis, slabs, head_dim)
             ranges = _exact_ranges(layout, window, strides, dilations, causal, axis, slabs, pads)
             compute = whole * heads_here * (slab + max(pads)) / extent
         else:

@@ -46,7 +46,7 @@ def _overlap(a0, a1, b0, b1):
     return max(a0, b0), min(a1, b1)
 
 
-def query_pads(layout, window, stride, dilation, causal, axis, ranks, head_dim):
+def _query_pads(layout, window, stride, dilation, causal, axis, ranks, head_dim):
     """Per rank, the rows of axis `axis` its exact slab's queries start before its own: the
     Hopper kernels start a Q tile on a tensor's first row only (a TMA box may not start before
     it), so a slab whose first row is off the grid of the whole layout's Q tile would run
@@ -72,6 +72,26 @@ def _forward_q_tile(layout, window, stride, dilation, causal, head_dim):
                                       kernel="hopper forward", head_dim=head_dim)[0]
     except (ValueError, RuntimeError):  # a head dim or rule the chooser does not take
         return None
+
+
+def query_pads(layout, kernel_size, stride=1, dilation=1, is_causal=False, axis=0, *,
+               world_size, head_dim=128):
+    """Per rank of `world_size`, the zero query rows halo_attention puts before the rank's own
+    on exact slabs, so that its queries start on the grid of the Hopper forward's Q tile (the
+    whole layout's tiles run; a slab off that grid would run smaller, slower ones): the rank's
+    first row modulo the tile's side on `axis`; zeros on a dilated axis or where the library
+    cannot say which tile runs."""
+    fn = "query_pads"
+    layout = _layout(fn, layout)
+    window, strides, dilations, causal = _axis_rule(fn, layout, kernel_size, stride, dilation,
+                                                    is_causal, axis)
+    for name, n in (("world_size", world_size), ("head_dim", head_dim)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"{fn}: {name} must be a positive int, got {n!r}")
+    if layout[axis] % world_size:
+        raise ValueError(f"{fn}: layout[{axis}] ({layout[axis]}) must be divisible by "
+                         f"world_size ({world_size})")
+    return _query_pads(layout, window, strides, dilations, causal, axis, world_size, head_dim)
 
 
 def _exact_ranges(layout, window, stride, dilation, causal, axis, ranks, pads=None):
@@ -198,7 +218,7 @@ def exact_halo(query, key, value, layout, kernel_size, stride=1, dilation=1, is_
     if layout[axis] % ranks:
         raise _halo_error(f"layout[{axis}] ({layout[axis]}) must be divisible by the process "
                           f"group's size ({ranks})")
-    pads = query_pads(layout, window, strides, dilations, causal, axis, ranks,
+    pads = _query_pads(layout, window, strides, dilations, causal, axis, ranks,
                       int(query.shape[-1]))
     ranges = _exact_ranges(layout, window, strides, dilations, causal, axis, ranks, pads)
     return _every_slab_taken(query, key, value, layout, window, strides, dilations, causal, axis,
@@ -265,7 +285,7 @@ def halo_attention(query, key, value, layout, kernel_size, stride=1, dilation=1,
     # before its own where its first row is off it.
     exact_ranges, pads = None, [0] * ranks
     if exact is None or exact:
-        pads = query_pads(layout, window, strides, dilations, causal, axis, ranks,
+        pads = _query_pads(layout, window, strides, dilations, causal, axis, ranks,
                           int(query.shape[-1]))
         exact_ranges = _exact_ranges(layout, window, strides, dilations, causal, axis, ranks,
                                      pads)
