@@ -225,6 +225,56 @@ def exact_halo(query, key, value, layout, kernel_size, stride=1, dilation=1, is_
                              ranks, ranges, pads, backend)
 
 
+_plans = {}
+
+
+def _metadata(t):
+    return tuple(t.shape), t.stride(), t.dtype, t.device
+
+
+def _plan(fn, query, key, value, layout, window, strides, dilations, causal, axis, ranks, rank,
+          scale, exact, backend):
+    """halo_attention's checks and plan for this rank: (exact, every rank's query pads, its
+    sends, receives, left halo rows, rows all ranks receive)."""
+    extent = layout[axis]
+    if extent % ranks:
+        raise _halo_error(f"layout[{axis}] ({extent}) must be divisible by the process group's "
+                          f"size ({ranks})")
+    slab = extent // ranks
+    local = layout[:axis] + (slab,) + layout[axis + 1:]
+    dims = len(layout)
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if t.dim() != dims + 3 or tuple(t.shape[1:1 + dims]) != local:
+            raise _halo_error(f"{name} must be this rank's slab [B, {', '.join(map(str, local))}"
+                              f", H, D] (layout {layout} over {ranks} ranks on axis {axis}), "
+                              f"got shape {tuple(t.shape)}")
+    # The whole problem's validation (rule against the global layout, heads, dims), with the
+    # core's messages: the local call alone sees only the extended slab.
+    whole = lambda t: torch.empty((t.shape[0],) + layout + tuple(t.shape[-2:]),  # noqa: E731
+                                  dtype=t.dtype, device="meta")
+    scale_value = functional._scale(fn, scale)
+    params = ops._params(window, strides, dilations, causal, scale_value)
+    ops._validate_metadata(params, whole(query), whole(key), whole(value), None, None)
+    # Slabs where the backend takes every rank's (its queries, its exact key rows): only the own
+    # queries computed. Every rank asks for every rank's slab, so that all of them plan alike.
+    # Each rank's queries start on the grid of the kernel's Q tile (query_pads): zero queries
+    # before its own where its first row is off it.
+    exact_ranges, pads = None, [0] * ranks
+    if exact is None or exact:
+        pads = _query_pads(layout, window, strides, dilations, causal, axis, ranks,
+                           int(query.shape[-1]))
+        exact_ranges = _exact_ranges(layout, window, strides, dilations, causal, axis, ranks,
+                                     pads)
+    if exact is None:
+        exact = _every_slab_taken(query, key, value, layout, window, strides, dilations, causal,
+                                  axis, ranks, exact_ranges, pads, backend)
+    ranges = exact_ranges if exact else \
+        _extended_ranges(extent, ranks, window[axis], strides[axis], dilations[axis],
+                         causal[axis])
+    sends, receives, left, total = _halo_plan(extent, ranks, rank, ranges)
+    return exact, pads, sends, receives, left, total
+
+
 def halo_attention(query, key, value, layout, kernel_size, stride=1, dilation=1, is_causal=False,
                    axis=0, scale=None, group=None, backend="auto", exact=None):
     """Neighborhood attention over a layout split into slabs along one axis across `group`
@@ -254,48 +304,29 @@ def halo_attention(query, key, value, layout, kernel_size, stride=1, dilation=1,
     layout = _layout(fn, layout)
     window, strides, dilations, causal = _axis_rule(fn, layout, kernel_size, stride, dilation,
                                                     is_causal, axis)
-    extent = layout[axis]
-    if extent % ranks:
-        raise _halo_error(f"layout[{axis}] ({extent}) must be divisible by the process group's "
-                          f"size ({ranks})")
-    slab = extent // ranks
-    local = layout[:axis] + (slab,) + layout[axis + 1:]
-    dims = len(layout)
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, torch.Tensor):
             raise _halo_error(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != dims + 3 or tuple(t.shape[1:1 + dims]) != local:
-            raise _halo_error(f"{name} must be this rank's slab [B, {', '.join(map(str, local))}"
-                              f", H, D] (layout {layout} over {ranks} ranks on axis {axis}), "
-                              f"got shape {tuple(t.shape)}")
-    # The whole problem's validation (rule against the global layout, heads, dims), with the
-    # core's messages: the local call alone sees only the extended slab.
-    whole = lambda t: torch.empty((t.shape[0],) + layout + tuple(t.shape[-2:]),  # noqa: E731
-                                  dtype=t.dtype, device="meta")
-    scale_value = functional._scale(fn, scale)
-    params = ops._params(window, strides, dilations, causal, scale_value)
-    ops._validate_metadata(params, whole(query), whole(key), whole(value), None, None)
-
-    dim = 1 + axis
+    # Planned once per rule, group size and rank, tensors' metadata, exact and backend.
+    plan_key = (layout, tuple(window), tuple(strides), tuple(dilations), tuple(causal), axis,
+                ranks, rank, scale, exact, backend, _metadata(query), _metadata(key),
+                _metadata(value))
+    try:
+        plan = _plans.get(plan_key)
+    except TypeError:  # an unhashable argument (its checks below name it): no caching
+        plan_key, plan = None, None
+    if plan is None:
+        plan = _plan(fn, query, key, value, layout, window, strides, dilations, causal, axis,
+                     ranks, rank, scale, exact, backend)
+        if plan_key is not None:
+            if len(_plans) > 256:
+                _plans.clear()
+            _plans[plan_key] = plan
+    exact, pads, sends, receives, left, total = plan
+    extent, dims, dim = layout[axis], len(layout), 1 + axis
+    slab = extent // ranks
     offsets = [0] * dims
     query_offset = tuple(rank * slab if a == axis else 0 for a in range(dims))
-    # Slabs where the backend takes every rank's (its queries, its exact key rows): only the own
-    # queries computed. Every rank asks for every rank's slab, so that all of them plan alike.
-    # Each rank's queries start on the grid of the kernel's Q tile (query_pads): zero queries
-    # before its own where its first row is off it.
-    exact_ranges, pads = None, [0] * ranks
-    if exact is None or exact:
-        pads = _query_pads(layout, window, strides, dilations, causal, axis, ranks,
-                          int(query.shape[-1]))
-        exact_ranges = _exact_ranges(layout, window, strides, dilations, causal, axis, ranks,
-                                     pads)
-    if exact is None:
-        exact = _every_slab_taken(query, key, value, layout, window, strides, dilations, causal,
-                                  axis, ranks, exact_ranges, pads, backend)
-    ranges = exact_ranges if exact else \
-        _extended_ranges(extent, ranks, window[axis], strides[axis], dilations[axis],
-                         causal[axis])
-    sends, receives, left, total = _halo_plan(extent, ranks, rank, ranges)
     k, v, q = key, value, query
     if total:  # every rank computes the same plan, so all of them skip together
         rows = lambda t: t.movedim(dim, 0).reshape(slab, -1)  # noqa: E731
