@@ -882,9 +882,10 @@ __device__ __forceinline__ void fused_forward(const ForwardParams<T, In>& P) {
   const int row0 = warp_row + lane / 4;    // this thread's first row
   const uint32_t q_smem = smem_address(smem + Smem::kQ) + warp_row * D * int(sizeof(In));
 
-  // Double-buffered: tile next's K and V load into the other stage while tile i runs. SINGLE
-  // (one K and one V buffer): K(next) loads while tile i's PV product runs, V(next) while the
-  // next tile's S and softmax run.
+  // Double-buffered: tile next's K and V load into the other stage while tile i runs, issued
+  // right after the one barrier per tile (it also tells that every warp is done with the other
+  // stage, tile i - 1's). SINGLE (one K and one V buffer): K(next) loads while tile i's PV product
+  // runs, V(next) while the next tile's S and softmax run (a second barrier per tile).
   constexpr bool single = SINGLE;
   if (single) {
     if (i < cta.walk.total) cta.load_kv(i, 0, cls, false, true);
@@ -893,12 +894,15 @@ __device__ __forceinline__ void fused_forward(const ForwardParams<T, In>& P) {
   int stage = 0;
   while (i < cta.walk.total) {
     const int next = cta.next_tile(i + 1, &next_cls);
+    if (single)
+      cp_async_wait<1>();  // K(i)
+    else
+      cp_async_wait<0>();  // tile i's K and V, the only group in flight
+    __syncthreads();
     if (!single) {
       if (next < cta.walk.total) cta.load_kv(next, stage ^ 1, next_cls);
       cp_async_commit();
     }
-    cp_async_wait<1>();  // tile i's K and V (single stage: its K)
-    __syncthreads();
     const uint32_t k_smem = smem_address(smem + Smem::k_offset(stage));
     const uint32_t v_smem = smem_address(smem + Smem::v_offset(stage));
     if (P.path_counts != nullptr && threadIdx.x == 0) {
@@ -919,8 +923,8 @@ __device__ __forceinline__ void fused_forward(const ForwardParams<T, In>& P) {
       w.template tile<false>(cta, i, stage, q_smem, row0, k_smem, v_smem, load_next_k);
     else
       w.template tile<true>(cta, i, stage, q_smem, row0, k_smem, v_smem, load_next_k);
-    __syncthreads();  // the buffers just read are overwritten by the next loads
     if (single) {
+      __syncthreads();  // V(i) is overwritten by V(next)
       if (next < cta.walk.total) cta.load_kv(next, 0, next_cls, false, true);
       cp_async_commit();
     } else {
