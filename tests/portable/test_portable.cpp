@@ -50,10 +50,18 @@ void sweep(int rank, int configs) {
   int changed = 0;     // configurations whose kernels a cap below the device's limit changed
   int over_limit = 0;  // chosen kernels needing more than the limit (must stay 0)
   int single_stage = 0;  // forward plans with one K/V stage (two do not fit the limit)
+  // Where the limit holds one K/V stage of the 128-row head-dim-128 forward but not two (99 KB),
+  // every tenth configuration takes head dims 128/128 and a forced 128-row Q tile, so that the
+  // single-stage kernel runs in every such sweep whatever the random dims and the tile choice.
+  const bool single_stage_only = portable::forward_shared_bytes(128, 128, 128, false, 2) > limit &&
+                                 portable::forward_shared_bytes(128, 128, 128, false, 1) <= limit;
+  int single_stage_pinned = 0;
   portable::count_forward_paths(true);
   portable::count_backward_paths(true);
   for (int i = 0; i < configs && failures < 5; ++i, ++checked) {
-    const Config c = random_config(rng, rank, lim);
+    Config c = random_config(rng, rank, lim);
+    const bool pin_single_stage = single_stage_only && i % 10 == 0;
+    if (pin_single_stage) c.dim_qk = c.dim_v = 128;
     Case f16;
     f16.build(c, DType::f16, rng, backward);
     // Every other configuration forces the best 64-row Q / 64-token KV tiles, so that both
@@ -83,6 +91,13 @@ void sweep(int rank, int configs) {
         if (q.size[longest] >= 4) {
           --q.size[longest];
           backward_options.q_tile = q;
+        }
+      }
+      if (pin_single_stage) {
+        const TileShape q = portable::choose_tiles(p, 128, 64).q;
+        if (q.volume(rank) > 64) {
+          forward_options.q_tile = q;
+          ++single_stage_pinned;
         }
       }
       // KV tiles placed per Q tile in every third configuration, on the grid in every third
@@ -135,9 +150,11 @@ void sweep(int rank, int configs) {
   std::printf("rank %d: %d random configurations x {f16, bf16}, forward%s (%d of the "
               "unforced half with 128-row Q tiles; backward: %d runs of the 64-key variant, %d of "
               "the 128-key kernel); %d bytes of shared memory per block (device: %d), kernels of "
-              "%d configurations chosen smaller by it, %d forwards with one K/V stage; seed %llu\n",
+              "%d configurations chosen smaller by it, %d forwards with one K/V stage (%d pinned); "
+              "seed %llu\n",
               rank, checked, backward ? " and backward" : "", wide, small_backward, wide_backward,
-              limit, device_limit, changed, single_stage, static_cast<unsigned long long>(seed));
+              limit, device_limit, changed, single_stage, single_stage_pinned,
+              static_cast<unsigned long long>(seed));
   std::printf("rank %d forward paths: %llu tiles, %llu of them placed; partial pairs: %llu warp "
               "tiles masked by bitmasks, %llu run as full (every row keeps every key); K/V "
               "loads %llu as full (all rows real), %llu with zero-filled rows; %llu axes "
@@ -165,9 +182,13 @@ void sweep(int rank, int configs) {
   if (checked >= 100 && wide_fits >= 10) {
     EXPECT_GT(wide, 0) << "no configuration ran the 128-row forward";
   }
-  // Single-stage launches (one K/V buffer) ran exactly where the plans asked for them.
+  // Single-stage launches (one K/V buffer) ran exactly where the plans asked for them, and in
+  // every sweep under a limit that holds no second stage.
   EXPECT_EQ(paths.single_stage_tiles > 0, single_stage > 0)
       << single_stage << " single-stage plans, " << paths.single_stage_tiles << " tiles";
+  if (single_stage_only && checked >= 10)
+    EXPECT_GT(single_stage_pinned, 0) << "no 128-row head-dim-128 forward pinned under the limit";
+  EXPECT_GE(single_stage, single_stage_pinned) << "a pinned 128-row head-dim-128 forward ran two stages";
   if (checked >= 100 && backward) {
     EXPECT_GT(small_backward, 0) << "no configuration ran the 64-key backward";
     EXPECT_GT(wide_backward, 0) << "no configuration ran the 128-key backward";
