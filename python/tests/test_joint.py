@@ -219,15 +219,20 @@ def test_counts_sweep_equals_dense_joint_attention(kind, monkeypatch):
         position = ["after", "before"][trial % 2]
         q, k, v = _inputs(batch, layout, text_len, requires_grad=True)
         lengths = values if kind == "list" else torch.tensor(values)
-        out = gna.joint_attention(q, k, v, layout, 3, text_lengths=lengths,
-                                  text_position=position)
-        ref = gna.dense_joint_attention(q, k, v, text_len, _clamped(values, text_len), position)
-        assert rel_error(out, ref) < F64, (trial, values)
-        g = torch.randn_like(ref)
-        grads = torch.autograd.grad(out, (q, k, v), g)
-        refs = torch.autograd.grad(ref, (q, k, v), g)
-        for a, b in zip(grads, refs):
-            assert rel_error(a, b) < F64, (trial, values)
+        # The window of the whole layout: dense_joint_attention; a window of 3: the oracle.
+        for window in (layout, 3):
+            out = gna.joint_attention(q, k, v, layout, window, text_lengths=lengths,
+                                      text_position=position)
+            ref = gna.dense_joint_attention(q, k, v, text_len, _clamped(values, text_len),
+                                            position) if window == layout else \
+                _oracle(q, k, v, layout, window, 1, 1, False, text_len,
+                        _clamped(values, text_len), position)
+            assert rel_error(out, ref) < F64, (trial, values, window)
+            g = torch.randn_like(ref)
+            grads = torch.autograd.grad(out, (q, k, v), g)
+            refs = torch.autograd.grad(ref, (q, k, v), g)
+            for a, b in zip(grads, refs):
+                assert rel_error(a, b) < F64, (trial, values, window)
     assert seen == {"zero", "all", "between"}
     # Every call with padding ran the fused call with counts (lengths all equal to text_len
     # need none), none the call per length.
