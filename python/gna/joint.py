@@ -109,9 +109,10 @@ def joint_attention(query, key, value, layout, kernel_size=None, stride=1, dilat
     read on the host, so nothing waits for them; values outside [0, text_len] are clamped).
     Eager calls run the visual queries in one fused call with the lengths as per-sample counts
     of text keys where a backend takes them (the CPU reference, the Hopper kernels; not the FP8
-    forward); elsewhere (and under torch.compile) a list runs one fused call per distinct length, and a tensor the visual queries
-    without the text, the text part apart, merged by logsumexp. Returns [B, S, Hq, Dv]; differentiable. precision "fp8": the visual
-    queries' neighborhood attention (text keys included) runs the FP8 forward (as gna.na3d's
+    forward); elsewhere (and under torch.compile) a list runs one fused call per distinct
+    length, and a tensor the visual queries without the text, the text part apart, merged by
+    logsumexp. Returns [B, S, Hq, Dv]; differentiable. precision "fp8": the visual queries'
+    neighborhood attention (text keys included) runs the FP8 forward (as gna.na3d's
     precision; forward only), the text queries' dense attention stays in the inputs' dtype.
     """
     fn = "joint_attention"

@@ -159,9 +159,9 @@ ForwardCall forward_call(const AttentionParams& params, const AttentionTensors& 
   const std::initializer_list<NamedTensor> all = {
       {"query", &in.q}, {"key", &in.k}, {"value", &in.v}, {"additional keys", in.additional_k},
       {"additional values", in.additional_v},
-      {"additional_kv_counts", in.additional_kv_counts}, {"q_scale", in.q_scale}, {"k_scale", in.k_scale},
-      {"v_scale", in.v_scale}, {"additional_k_scale", in.additional_k_scale}, {"out", &out},
-      {"lse", lse}};
+      {"additional_kv_counts", in.additional_kv_counts}, {"q_scale", in.q_scale},
+      {"k_scale", in.k_scale}, {"v_scale", in.v_scale},
+      {"additional_k_scale", in.additional_k_scale}, {"out", &out}, {"lse", lse}};
   check_output({"out", &out}, all);
   if (lse) check_output({"lse", lse}, all);
   return call;
@@ -221,9 +221,8 @@ void attention_backward(const AttentionParams& params, const AttentionTensors& i
       {"query", &in.q}, {"key", &in.k}, {"value", &in.v}, {"additional keys", in.additional_k},
       {"additional values", in.additional_v},
       {"additional_kv_counts", in.additional_kv_counts}, {"out", &out}, {"lse", &lse},
-      {"d_out", &d_out},
-      {"dq", &grads.dq}, {"dk", &grads.dk}, {"dv", &grads.dv}, {"d_additional_k", dak},
-      {"d_additional_v", dav}};
+      {"d_out", &d_out}, {"dq", &grads.dq}, {"dk", &grads.dk}, {"dv", &grads.dv},
+      {"d_additional_k", dak}, {"d_additional_v", dav}};
   for (const NamedTensor& g : {NamedTensor{"dq", &grads.dq}, NamedTensor{"dk", &grads.dk},
                                NamedTensor{"dv", &grads.dv}, NamedTensor{"d_additional_k", dak},
                                NamedTensor{"d_additional_v", dav}})

@@ -1,8 +1,8 @@
 // Random malformed calls through the C ABI, each in a forked child: every call must return a
 // status (with a message when it is not GNA_STATUS_OK) and never crash or hang. A case starts
 // from a valid host call (attention, attention with per-head rules, attention with per-batch
-// counts of additional keys, or an unfused neighborhood operator) and applies one to three random mutations (tensors, parameters, head rules,
-// options, the entry point's own arguments).
+// counts of additional keys, or an unfused neighborhood operator) and applies one to three
+// random mutations (tensors, parameters, head rules, options, the entry point's own arguments).
 //
 // Runs for GNA_FUZZ_SECONDS (default 8) from seed GNA_FUZZ_SEED (default: fresh, printed);
 // prints the number of calls, distinct cases (entry point, mutation kinds, status) and distinct

@@ -146,7 +146,8 @@ TEST(Counts, CallsEqualEachItemsCallOnItsFirstAdditionalKeys) {
     EXPECT_EQ(lse.storage, l1.storage) << "trial " << trial;
     for (auto [got, want] : {std::pair{&dq, &dq1}, std::pair{&dk, &dk1}, std::pair{&dv, &dv1}})
       for (size_t i = 0; i < want->storage.size(); ++i)
-        ASSERT_NEAR(got->storage[i], want->storage[i], 1e-12) << "trial " << trial << " index " << i;
+        ASSERT_NEAR(got->storage[i], want->storage[i], 1e-12)
+            << "trial " << trial << " index " << i;
     // Additional keys: the item's gradients below its count, zero past it.
     for (auto [got, want] : {std::pair{&dak, &dak1}, std::pair{&dav, &dav1}}) {
       const int64_t row = got->ref.strides[1];

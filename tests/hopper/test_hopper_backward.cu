@@ -145,7 +145,8 @@ TEST(HopperBackward, AdditionalCountsSweep) {
     Case bf16;
     bf16.copy_as(f16, DType::bf16);
     for (Case* cs : {&f16, &bf16}) {
-      const std::string err = cs->check_forward("hopper", kopt) + cs->check_backward("hopper", kopt);
+      const std::string err =
+          cs->check_forward("hopper", kopt) + cs->check_backward("hopper", kopt);
       if (!err.empty()) {
         ++failures;
         ADD_FAILURE() << dtype_name(cs->q.dtype) << " config " << i << ": " << c.describe()
