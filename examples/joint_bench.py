@@ -1,6 +1,9 @@
 """Joint (MMDiT) attention on one GPU: gna.joint_attention (visual queries: GNA over the
 visual tokens plus every text key in one softmax; text queries: dense) against cuDNN dense
-attention over the same joint sequence, forward and forward+backward, bf16.
+attention over the same joint sequence, forward and forward+backward, bf16. The padded rows
+give the text lengths as a tensor: one fused call with per-sample counts of text keys, and the
+path without counts (the visual queries without the text, their text part dense, merged by
+logsumexp) in the same run.
 
     PYTHONPATH=python python examples/joint_bench.py --case hunyuan
 """
@@ -14,6 +17,7 @@ from pathlib import Path
 import torch
 
 import gna
+import gna.joint
 from dit_timing import cudnn_only, time_ms
 
 CASES = {
@@ -27,6 +31,17 @@ CASES = {
 }
 
 
+@contextlib.contextmanager
+def _without_counts():
+    """joint_attention as where no backend takes per-sample counts of text keys."""
+    counts_run = gna.joint._counts_run
+    gna.joint._counts_run = lambda *args: False
+    try:
+        yield
+    finally:
+        gna.joint._counts_run = counts_run
+
+
 def _step(fn, inputs, grad):
     def run():
         for t in inputs:
@@ -35,7 +50,7 @@ def _step(fn, inputs, grad):
     return run
 
 
-def bench(case, reps, dim=128, padded=True):
+def bench(case, reps, dim=128, padded=True, na_only=False):
     c = CASES[case]
     n = math.prod(c["layout"])
     s = n + c["text"]
@@ -47,7 +62,7 @@ def bench(case, reps, dim=128, padded=True):
         return gna.dense_joint_attention(q, k, v, c["text"], text_position=c["position"])
 
     calls = {"cuDNN dense": (dense, cudnn_only)}
-    for name, window in c["windows"].items():
+    for name, window in list(c["windows"].items())[:1 if na_only else None]:
         calls[f"gna {name}"] = (
             lambda q, k, v, w=window: gna.joint_attention(
                 q, k, v, c["layout"], windows=w, text_position=c["position"]),
@@ -55,11 +70,12 @@ def bench(case, reps, dim=128, padded=True):
     if padded:
         name, window = next(iter(c["windows"].items()))
         lengths = torch.tensor([c["text"] * 3 // 4], device="cuda")
-        calls[f"gna {name}, text padded (tensor lengths)"] = (
-            lambda q, k, v: gna.joint_attention(q, k, v, c["layout"], windows=window,
-                                                text_lengths=lengths,
-                                                text_position=c["position"]),
-            contextlib.nullcontext)
+        def padded_call(q, k, v):
+            return gna.joint_attention(q, k, v, c["layout"], windows=window, text_lengths=lengths,
+                                       text_position=c["position"])
+        calls[f"gna {name}, text padded (tensor lengths)"] = (padded_call, contextlib.nullcontext)
+        calls[f"gna {name}, text padded (tensor lengths), without counts"] = (padded_call,
+                                                                               _without_counts)
     rows = []
     for name, (fn, context) in calls.items():
         with context():
@@ -79,10 +95,12 @@ def main():
     p.add_argument("--case", choices=sorted(CASES), nargs="+", default=["hunyuan"])
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--json", type=Path)
+    p.add_argument("--na-only", action="store_true",
+                   help="only each case's first window (its NA rows)")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("this benchmark needs a CUDA GPU")
-    rows = [r for case in args.case for r in bench(case, args.reps)]
+    rows = [r for case in args.case for r in bench(case, args.reps, na_only=args.na_only)]
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, bf16, head dim 128, "
           f"batch 1, median of {args.reps}")
     print("| case | call | forward ms | x cuDNN | fwd+bwd ms | x cuDNN |")

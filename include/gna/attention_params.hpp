@@ -1,7 +1,7 @@
 // The user-facing GNA parameters and the tensors of one attention call, and how they become a
 // validated Problem. Tensors are heads-last: Q [B, X, (Y, (Z)), Hq, Dqk], K [.., Hkv, Dqk],
 // V [.., Hkv, Dv], O [.., Hq, Dv], LSE [B, X, (Y, (Z)), Hq] (fp32, natural log), additional K/V
-// [B, Nadd, Hkv, D].
+// [B, Nadd, Hkv, D]; their per-batch counts [B] (int32).
 #pragma once
 
 #include <initializer_list>
@@ -43,6 +43,12 @@ struct AttentionTensors {
   TensorRef q, k, v;
   const TensorRef* additional_k = nullptr;
   const TensorRef* additional_v = nullptr;
+  // Per-batch counts of additional keys (joint attention with padded text): int32 [B] on the
+  // query's device; batch item b attends only the first attended_additional_keys(count[b],
+  // Nadd) additional keys (gna/core/problem.hpp: clamped, read where the kernels run, no
+  // synchronisation), and the gradients of the others are zero. Null: every additional key. A
+  // backend runs counts only where it says so (Backend::additional_counts).
+  const TensorRef* additional_kv_counts = nullptr;
   // float8_e4m3fn q, k, v (and additional keys and values) come with their float32 scales
   // (docs/fp8.md): the value of an element is its e4m3 value times its scale.
   const TensorRef* q_scale = nullptr;             // [B, spatial.., Hq]: per token and head

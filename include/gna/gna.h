@@ -10,7 +10,7 @@
 extern "C" {
 #endif
 
-#define GNA_ABI_VERSION 6
+#define GNA_ABI_VERSION 7
 #define GNA_MAX_RANK 3
 #define GNA_MAX_TENSOR_RANK 8
 #define GNA_MAX_HEAD_GROUPS 8         /* per-head rules: groups (since ABI version 4) */
@@ -28,7 +28,8 @@ typedef enum gna_dtype {
   GNA_DTYPE_F64 = 1,
   GNA_DTYPE_F16 = 2,
   GNA_DTYPE_BF16 = 3,
-  GNA_DTYPE_E4M3 = 4 /* OCP float8_e4m3fn: FP8 forward inputs (since ABI version 5) */
+  GNA_DTYPE_E4M3 = 4, /* OCP float8_e4m3fn: FP8 forward inputs (since ABI version 5) */
+  GNA_DTYPE_I32 = 5   /* int32: per-batch counts of additional keys only (since ABI version 7) */
 } gna_dtype;
 
 /* A strided tensor view; strides in elements; device -1 for host memory. */
@@ -195,6 +196,34 @@ gna_status gna_select_backend_slab(const gna_params* params, const gna_slab* sla
                                    const gna_tensor* additional_k,
                                    const gna_tensor* additional_v, int32_t backward,
                                    const gna_options* options, char* name, int32_t capacity);
+
+/* Joint attention with per-batch counts of additional keys (since ABI version 7; padded text):
+ * gna_forward_heads, gna_backward_heads and gna_select_backend_heads with additional_kv_counts
+ * after additional_v, an int32 tensor [B] on the query's device (NULL: exactly the calls
+ * without _counts; given, the additional keys are required). Batch item b attends only the
+ * first additional_kv_counts[b] additional keys; the gradients of the others come out zero.
+ * The counts are read where the kernels run, without a synchronisation: a count below 0 reads
+ * as 0, one above the additional keys' length as that length. A backend that does not take
+ * counts refuses the call (GNA_STATUS_UNSUPPORTED, the message names it): the CPU reference
+ * takes them, and on sm_90 GPUs the Hopper kernels (not the FP8 forward). */
+gna_status gna_forward_counts(const gna_params* params, const gna_head_rules* head_rules,
+                              const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
+                              const gna_tensor* additional_k, const gna_tensor* additional_v,
+                              const gna_tensor* additional_kv_counts, gna_tensor* out,
+                              gna_tensor* lse, const gna_options* options);
+gna_status gna_backward_counts(const gna_params* params, const gna_head_rules* head_rules,
+                               const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
+                               const gna_tensor* additional_k, const gna_tensor* additional_v,
+                               const gna_tensor* additional_kv_counts, const gna_tensor* out,
+                               const gna_tensor* lse, const gna_tensor* d_out, gna_tensor* dq,
+                               gna_tensor* dk, gna_tensor* dv, gna_tensor* d_additional_k,
+                               gna_tensor* d_additional_v, const gna_options* options);
+gna_status gna_select_backend_counts(const gna_params* params, const gna_head_rules* head_rules,
+                                     const gna_tensor* q, const gna_tensor* k,
+                                     const gna_tensor* v, const gna_tensor* additional_k,
+                                     const gna_tensor* additional_v,
+                                     const gna_tensor* additional_kv_counts, int32_t backward,
+                                     const gna_options* options, char* name, int32_t capacity);
 
 /* Exact merge of count partial outputs by their logsumexp (host float32/float64). */
 gna_status gna_merge_attentions(int32_t count, const gna_tensor* outputs, const gna_tensor* lses,

@@ -15,6 +15,8 @@ from ._tensors import _stream_of, options, view
 _FORWARD_NAMES = ("query", "key", "value", "additional_keys", "additional_values", "out", "lse")
 _BACKWARD_NAMES = ("query", "key", "value", "additional_keys", "additional_values", "out", "lse",
                    "d_out", "dq", "dk", "dv", "d_additional_keys", "d_additional_values")
+_FORWARD_COUNTS_NAMES = _FORWARD_NAMES[:5] + ("additional_kv_counts",) + _FORWARD_NAMES[5:]
+_BACKWARD_COUNTS_NAMES = _BACKWARD_NAMES[:5] + ("additional_kv_counts",) + _BACKWARD_NAMES[5:]
 _MAX_CALLS = 1024  # signatures kept per thread (a long-running process with varying shapes)
 
 
@@ -31,7 +33,8 @@ class _Call:
         self.opts = options(device, backend)
         self.cuda = device if device.type == "cuda" else None
         self.args = ([ctypes.byref(params)] +
-                     ([] if rules is None else [ctypes.byref(rules)]) +
+                     ([] if rules is None else [None if rules is NO_RULES else
+                                                ctypes.byref(rules)]) +
                      [None if g is None else ctypes.byref(g) for g in self.views] +
                      [ctypes.byref(self.opts)])
 
@@ -43,6 +46,10 @@ class _Call:
         if self.cuda is not None:
             self.opts.stream = _stream_of(self.cuda)
         _lib.check(self.entry(*self.args))
+
+
+# The per-head entry points' rules argument when the call has none (NULL).
+NO_RULES = ctypes.c_int32(0)
 
 
 def _signature(t):
@@ -96,3 +103,13 @@ def backward_heads(params, rules, tensors, backend):
     """gna_backward_heads (per-head rules) on (q, k, v, ak, av, out, lse, d_out, dq, dk, dv,
     dak, dav)."""
     call(_lib.lib.gna_backward_heads, _BACKWARD_NAMES, params, tensors, backend, rules)
+
+
+def forward_counts(params, rules, tensors, backend):
+    """gna_forward_counts on (q, k, v, ak, av, counts, out, lse); rules NO_RULES for none."""
+    call(_lib.lib.gna_forward_counts, _FORWARD_COUNTS_NAMES, params, tensors, backend, rules)
+
+
+def backward_counts(params, rules, tensors, backend):
+    """gna_backward_counts on (q, k, v, ak, av, counts, out, lse, d_out, dq, dk, dv, dak, dav)."""
+    call(_lib.lib.gna_backward_counts, _BACKWARD_COUNTS_NAMES, params, tensors, backend, rules)

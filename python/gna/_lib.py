@@ -21,6 +21,7 @@ DTYPE_F64 = 1
 DTYPE_F16 = 2
 DTYPE_BF16 = 3
 DTYPE_E4M3 = 4  # float8_e4m3fn (ABI version 5)
+DTYPE_I32 = 5  # int32: per-batch counts of additional keys only (ABI version 7)
 
 PRECISION_AUTO = 0
 PRECISION_FP8 = 1
@@ -265,6 +266,18 @@ if has_slabs:
     lib.gna_select_backend_slab.restype = _status
     lib.gna_select_backend_slab.argtypes = [_P(Params), _S, _T, _T, _T, _T, _T, ctypes.c_int32,
                                             _P(Options), ctypes.c_char_p, ctypes.c_int32]
+
+# Per-batch counts of additional keys (ABI version 7): the per-head entry points with an int32
+# [B] tensor after the additional values.
+has_counts = int(lib.gna_abi_version()) >= 7 and hasattr(lib, "gna_forward_counts")
+if has_counts:
+    lib.gna_forward_counts.restype = _status
+    lib.gna_forward_counts.argtypes = [_P(Params), _P(HeadRules)] + [_T] * 8 + [_P(Options)]
+    lib.gna_backward_counts.restype = _status
+    lib.gna_backward_counts.argtypes = [_P(Params), _P(HeadRules)] + [_T] * 14 + [_P(Options)]
+    lib.gna_select_backend_counts.restype = _status
+    lib.gna_select_backend_counts.argtypes = [_P(Params), _P(HeadRules)] + [_T] * 6 + [
+        ctypes.c_int32, _P(Options), ctypes.c_char_p, ctypes.c_int32]
 
 has_simulator = hasattr(lib, "gna_simulate")
 if has_simulator:

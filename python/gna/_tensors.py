@@ -16,12 +16,17 @@ E4M3 = getattr(torch, "float8_e4m3fn", None)
 if E4M3 is not None:
     _DTYPES[E4M3] = _lib.DTYPE_E4M3
 
+# Per-batch counts of additional keys (ABI version 7) are int32; no other tensor is.
+_COUNT_DTYPES = {torch.int32: _lib.DTYPE_I32}
+
 # Validation reads shapes, dtypes and strides only; it still refuses null data pointers, so a
 # metadata-only view carries this stand-in address (never dereferenced).
 _METADATA_ONLY = 64
 
 
 def dtype_code(dtype, name):
+    if name == "additional_kv_counts" and dtype in _COUNT_DTYPES:
+        return _COUNT_DTYPES[dtype]
     try:
         return _DTYPES[dtype]
     except KeyError:

@@ -8,7 +8,8 @@ equals dense attention under that mask.
 """
 import torch
 
-from . import _dense, functional
+from . import _dense, functional, ops
+from .counted import counted_attention, counts_backend
 from .functional import merge_attentions
 from .per_head import grouped_attention, resolve_groups
 
@@ -104,10 +105,14 @@ def joint_attention(query, key, value, layout, kernel_size=None, stride=1, dilat
     windows= a gna.Window (every head) or a list of one per query head (per-head windows).
     text_len: text tokens in the sequence (default: S - prod(layout)). text_lengths: None (all
     valid), or per sample the valid text tokens (the first ones of the text; the rest is padding
-    and never attended): a list of ints (one fused call per distinct length), or an integer
-    tensor [B] (no host synchronisation: the visual queries' text part is then computed apart and
-    merged by logsumexp). Returns [B, S, Hq, Dv]; differentiable. precision "fp8": the visual
-    queries' neighborhood attention (text keys included) runs the FP8 forward (as gna.na3d's
+    and never attended): a list of ints or an integer tensor [B] (a tensor's values are not
+    read on the host, so nothing waits for them; values outside [0, text_len] are clamped).
+    Eager calls run the visual queries in one fused call with the lengths as per-sample counts
+    of text keys where a backend takes them (the CPU reference, the Hopper kernels; not the FP8
+    forward); elsewhere (and under torch.compile) a list runs one fused call per distinct
+    length, and a tensor the visual queries without the text, the text part apart, merged by
+    logsumexp. Returns [B, S, Hq, Dv]; differentiable. precision "fp8": the visual queries'
+    neighborhood attention (text keys included) runs the FP8 forward (as gna.na3d's
     precision; forward only), the text queries' dense attention stays in the inputs' dtype.
     """
     fn = "joint_attention"
@@ -126,11 +131,18 @@ def joint_attention(query, key, value, layout, kernel_size=None, stride=1, dilat
     kw = dict(scale=scale, backend=backend, precision=precision)
     if isinstance(lengths, list) and all(n == text_len for n in lengths):
         lengths = None
+    # Per-sample counts of text keys, one fused call (eager calls: the call is an
+    # autograd.Function over ctypes, which torch.compile and functorch do not trace).
+    counts = None if lengths is None or precision != "auto" or text_len == 0 or \
+        not ops._runs_eagerly(query) else _counts_of(lengths, query.device)
     if lengths is None:
         extra = (kt, vt) if text_len else (None, None)
         out_v = grouped_attention(grid(qv), grid(kv), grid(vv), groups, additional_keys=extra[0],
                                   additional_values=extra[1], **kw)
         out_v = out_v.reshape(batch, visual, *out_v.shape[-2:])
+    elif counts is not None and _counts_run(qv, kv, vv, kt, vt, counts, grid, groups, scale,
+                                            backend):
+        out_v = _visual_with_counts(qv, kv, vv, kt, vt, counts, grid, groups, scale, backend)
     elif isinstance(lengths, list):
         out_v = _visual_by_length(qv, kv, vv, kt, vt, lengths, grid, groups, kw)
     else:
@@ -147,6 +159,31 @@ def joint_attention(query, key, value, layout, kernel_size=None, stride=1, dilat
     mask = text_key_mask(lengths, batch, visual, text_len, text_position, query.device)
     out_txt = _dense.attend(qt, key, value, mask, scale)
     return _join(out_v, out_txt, text_position)
+
+
+def _counts_of(lengths, device):
+    """Per-sample text lengths as the library's counts: int32 [B] on the query's device."""
+    if isinstance(lengths, list):
+        return torch.tensor(lengths, dtype=torch.int32, device=device)
+    return lengths.to(device=device, dtype=torch.int32)
+
+
+def _counts_run(qv, kv, vv, kt, vt, counts, grid, groups, scale, backend):
+    """Whether one fused call with per-sample counts runs the visual queries (the forward, and
+    the backward where gradients are wanted)."""
+    tensors = (qv, kv, vv, kt, vt)
+    wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    return all(counts_backend(grid(qv), grid(kv), grid(vv), kt, vt, counts, groups, scale,
+                              backward, backend) is not None
+               for backward in ((False, True) if wants_grad else (False,)))
+
+
+def _visual_with_counts(qv, kv, vv, kt, vt, counts, grid, groups, scale, backend):
+    """Visual queries with per-sample text lengths in one fused call: every sample's text
+    tokens are its additional keys, of which it attends the first counts[b]."""
+    out = counted_attention(grid(qv), grid(kv), grid(vv), kt, vt, counts, groups, scale,
+                            backend)
+    return out.reshape(qv.shape[0], qv.shape[1], *out.shape[-2:])
 
 
 def _visual_by_length(qv, kv, vv, kt, vt, lengths, grid, groups, kw):

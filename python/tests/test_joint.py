@@ -1,11 +1,15 @@
 """gna.joint_attention against dense attention under the joint mask (a float64 oracle built
 from docs/rule.md section 2): both text positions, per-sample text padding (lengths as ints and as a
-tensor), GQA, gradients, dense_joint_attention, errors, torch.compile, and CUDA tensors."""
+tensor), GQA, gradients, dense_joint_attention, errors, torch.compile, and CUDA tensors. Padded
+text runs as per-sample counts of text keys in one fused call where the backend takes them
+(asserted): random lengths (0, all, in between, and tensor values outside [0, text_len], which
+are clamped) against dense_joint_attention, gradients too, on the CPU and on CUDA."""
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import gna
+import gna.joint as joint_module
 from conftest import TOLERANCE, cuda_devices_or_skip, randn, rel_error
 from joint_oracle import joint_mask, layout_mask, masked_attention
 
@@ -166,3 +170,109 @@ def test_cuda_against_the_oracle(kind):
     refs = torch.autograd.grad(ref, (q, k, v), g)
     for a, b in zip(grads, refs):
         assert rel_error(a, b) < 2 * TOLERANCE[torch.bfloat16]
+
+
+def _clamped(values, text_len):
+    return [min(max(n, 0), text_len) for n in values]
+
+
+def _random_lengths(gen, batch, text_len, clamp_kinds):
+    """Per-sample lengths: 0, all, in between, and (clamp_kinds) below 0 or above text_len."""
+    kinds = 5 if clamp_kinds else 3
+    values = []
+    for _ in range(batch):
+        kind = int(torch.randint(kinds, (1,), generator=gen))
+        values.append([0, text_len, int(torch.randint(0, text_len + 1, (1,), generator=gen)),
+                       -3, text_len + 7][kind])
+    return values
+
+
+class _PathCounter:
+    """Counts the fused calls with per-sample counts and the fallbacks of joint_attention."""
+
+    def __init__(self, monkeypatch):
+        self.counted = self.by_length = 0
+        counted, by_length = joint_module._visual_with_counts, joint_module._visual_by_length
+
+        def count_counted(*args):
+            self.counted += 1
+            return counted(*args)
+
+        def count_by_length(*args):
+            self.by_length += 1
+            return by_length(*args)
+
+        monkeypatch.setattr(joint_module, "_visual_with_counts", count_counted)
+        monkeypatch.setattr(joint_module, "_visual_by_length", count_by_length)
+
+
+@pytest.mark.parametrize("kind", ["list", "tensor"])
+def test_counts_sweep_equals_dense_joint_attention(kind, monkeypatch):
+    gen = torch.Generator().manual_seed(34)
+    paths = _PathCounter(monkeypatch)
+    seen = set()
+    for trial in range(12):
+        layout = [(3, 4, 5), (6, 7), (9,)][trial % 3]
+        batch, text_len = 2 + trial % 3, 1 + trial % 6
+        values = _random_lengths(gen, batch, text_len, kind == "tensor")
+        seen.update("zero" if n <= 0 else "all" if n >= text_len else "between" for n in values)
+        position = ["after", "before"][trial % 2]
+        q, k, v = _inputs(batch, layout, text_len, requires_grad=True)
+        lengths = values if kind == "list" else torch.tensor(values)
+        # The window of the whole layout: dense_joint_attention; a window of 3: the oracle.
+        for window in (layout, 3):
+            out = gna.joint_attention(q, k, v, layout, window, text_lengths=lengths,
+                                      text_position=position)
+            ref = gna.dense_joint_attention(q, k, v, text_len, _clamped(values, text_len),
+                                            position) if window == layout else \
+                _oracle(q, k, v, layout, window, 1, 1, False, text_len,
+                        _clamped(values, text_len), position)
+            assert rel_error(out, ref) < F64, (trial, values, window)
+            g = torch.randn_like(ref)
+            grads = torch.autograd.grad(out, (q, k, v), g)
+            refs = torch.autograd.grad(ref, (q, k, v), g)
+            for a, b in zip(grads, refs):
+                assert rel_error(a, b) < F64, (trial, values, window)
+    assert seen == {"zero", "all", "between"}
+    # Every call with padding ran the fused call with counts (lengths all equal to text_len
+    # need none), none the call per length.
+    assert paths.counted > 0 and paths.by_length == 0
+
+
+def test_counts_path_and_backends():
+    layout, text_len = (3, 4, 5), 4
+    q, k, v = _inputs(2, layout, text_len)
+    counts = torch.tensor([1, 4], dtype=torch.int32)
+    grid = lambda t: t[:, :60].reshape(2, *layout, *t.shape[2:])  # noqa: E731
+    kt, vt = k[:, 60:], v[:, 60:]
+    groups = joint_module._groups("t", 3, 1, 1, False, None, layout, 4)
+    from gna.counted import counts_backend
+    for backward in (False, True):
+        assert counts_backend(grid(q), grid(k), grid(v), kt, vt, counts, groups,
+                              backward=backward) == "reference"
+    with pytest.raises(ValueError, match="additional_kv_counts"):
+        counts_backend(grid(q), grid(k), grid(v), kt, vt, counts[:1], groups)
+
+
+@pytest.mark.parametrize("kind", ["list", "tensor"])
+def test_cuda_counts_against_dense(kind, monkeypatch):
+    cuda_devices_or_skip()
+    paths = _PathCounter(monkeypatch)
+    gen = torch.Generator().manual_seed(7)
+    layout, text_len, batch = (4, 8, 8), 77, 4
+    values = [0, text_len, 30, 64] if kind == "list" else [0, text_len, 30, 500]
+    q, k, v = _inputs(batch, layout, text_len, heads=4, heads_kv=2, dim=64, dtype=torch.bfloat16,
+                      device="cuda", requires_grad=True)
+    v = v[..., :64].detach().contiguous().requires_grad_()
+    lengths = values if kind == "list" else torch.tensor(values, device="cuda")
+    out = gna.joint_attention(q, k, v, layout, (3, 5, 5), stride=(1, 1, 2), text_lengths=lengths)
+    ref = _oracle(q, k, v, layout, (3, 5, 5), (1, 1, 2), 1, False, text_len,
+                  _clamped(values, text_len), "after")
+    assert rel_error(out, ref) < TOLERANCE[torch.bfloat16]
+    g = torch.randn(ref.shape, generator=gen).to("cuda")
+    grads = torch.autograd.grad(out, (q, k, v), g.to(out.dtype))
+    refs = torch.autograd.grad(ref, (q, k, v), g.to(ref.dtype))
+    for a, b in zip(grads, refs):
+        assert rel_error(a, b) < 2 * TOLERANCE[torch.bfloat16]
+    if torch.cuda.get_device_capability() == (9, 0):
+        assert paths.counted == 1 and paths.by_length == 0  # the Hopper kernels take counts

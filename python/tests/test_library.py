@@ -6,7 +6,7 @@ from conftest import torch
 
 
 def test_abi_version():
-    assert gna.abi_version() == 6  # 6: slabs (query and key offsets)
+    assert gna.abi_version() == 7  # 7: per-batch counts of additional keys
 
 
 def test_release_cached_memory_without_gpu_work_is_a_no_op():

@@ -21,7 +21,7 @@ gna::TensorRef to_ref(const gna_tensor* t, const char* name) {
   if (t == nullptr) gna::fail_invalid(name, ": tensor is required, got NULL");
   if (t->rank < 0 || t->rank > GNA_MAX_TENSOR_RANK)
     gna::fail_invalid(name, ": rank must be in [0, ", GNA_MAX_TENSOR_RANK, "], got ", t->rank);
-  if (t->dtype < GNA_DTYPE_F32 || t->dtype > GNA_DTYPE_E4M3)
+  if (t->dtype < GNA_DTYPE_F32 || t->dtype > GNA_DTYPE_I32)
     gna::fail_invalid(name, ": unknown dtype code ", t->dtype);
   gna::TensorRef r;
   r.data = t->data;
@@ -187,18 +187,29 @@ gna_status gna_validate(const gna_params* params, const gna_tensor* q, const gna
   return gna_validate_heads(params, nullptr, q, k, v, additional_k, additional_v);
 }
 
-gna_status gna_forward_heads(const gna_params* params, const gna_head_rules* head_rules,
-                             const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
-                             const gna_tensor* additional_k, const gna_tensor* additional_v,
-                             gna_tensor* out, gna_tensor* lse, const gna_options* options) {
+gna_status gna_forward_counts(const gna_params* params, const gna_head_rules* head_rules,
+                              const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
+                              const gna_tensor* additional_k, const gna_tensor* additional_v,
+                              const gna_tensor* additional_kv_counts, gna_tensor* out,
+                              gna_tensor* lse, const gna_options* options) {
   return guarded([&] {
     Inputs in(q, k, v, additional_k, additional_v);
+    const OptionalRef counts(additional_kv_counts, "additional_kv_counts");
+    in.t.additional_kv_counts = counts.ptr;
     gna::TensorRef o = to_ref(out, "out");
     gna::TensorRef l;
     if (lse) l = to_ref(lse, "lse");
     gna::attention_forward(to_params(params, head_rules), in.t, o, lse ? &l : nullptr,
                            to_options(options));
   });
+}
+
+gna_status gna_forward_heads(const gna_params* params, const gna_head_rules* head_rules,
+                             const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
+                             const gna_tensor* additional_k, const gna_tensor* additional_v,
+                             gna_tensor* out, gna_tensor* lse, const gna_options* options) {
+  return gna_forward_counts(params, head_rules, q, k, v, additional_k, additional_v, nullptr, out,
+                            lse, options);
 }
 
 gna_status gna_forward(const gna_params* params, const gna_tensor* q, const gna_tensor* k,
@@ -235,6 +246,23 @@ gna_status gna_forward_e4m3(const gna_params* params, const gna_head_rules* head
   });
 }
 
+gna_status gna_backward_counts(const gna_params* params, const gna_head_rules* head_rules,
+                               const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
+                               const gna_tensor* additional_k, const gna_tensor* additional_v,
+                               const gna_tensor* additional_kv_counts, const gna_tensor* out,
+                               const gna_tensor* lse, const gna_tensor* d_out, gna_tensor* dq,
+                               gna_tensor* dk, gna_tensor* dv, gna_tensor* d_additional_k,
+                               gna_tensor* d_additional_v, const gna_options* options) {
+  return guarded([&] {
+    Inputs in(q, k, v, additional_k, additional_v);
+    const OptionalRef counts(additional_kv_counts, "additional_kv_counts");
+    in.t.additional_kv_counts = counts.ptr;
+    Gradients g(dq, dk, dv, d_additional_k, d_additional_v);
+    gna::attention_backward(to_params(params, head_rules), in.t, to_ref(out, "out"),
+                            to_ref(lse, "lse"), to_ref(d_out, "d_out"), g.g, to_options(options));
+  });
+}
+
 gna_status gna_backward_heads(const gna_params* params, const gna_head_rules* head_rules,
                               const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
                               const gna_tensor* additional_k, const gna_tensor* additional_v,
@@ -242,12 +270,9 @@ gna_status gna_backward_heads(const gna_params* params, const gna_head_rules* he
                               const gna_tensor* d_out, gna_tensor* dq, gna_tensor* dk,
                               gna_tensor* dv, gna_tensor* d_additional_k,
                               gna_tensor* d_additional_v, const gna_options* options) {
-  return guarded([&] {
-    Inputs in(q, k, v, additional_k, additional_v);
-    Gradients g(dq, dk, dv, d_additional_k, d_additional_v);
-    gna::attention_backward(to_params(params, head_rules), in.t, to_ref(out, "out"),
-                            to_ref(lse, "lse"), to_ref(d_out, "d_out"), g.g, to_options(options));
-  });
+  return gna_backward_counts(params, head_rules, q, k, v, additional_k, additional_v, nullptr,
+                             out, lse, d_out, dq, dk, dv, d_additional_k, d_additional_v,
+                             options);
 }
 
 gna_status gna_backward(const gna_params* params, const gna_tensor* q, const gna_tensor* k,
@@ -260,14 +285,17 @@ gna_status gna_backward(const gna_params* params, const gna_tensor* q, const gna
                             dq, dk, dv, d_additional_k, d_additional_v, options);
 }
 
-gna_status gna_select_backend_heads(const gna_params* params, const gna_head_rules* head_rules,
-                                    const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
-                                    const gna_tensor* additional_k,
-                                    const gna_tensor* additional_v, int32_t backward,
-                                    const gna_options* options, char* name, int32_t capacity) {
+gna_status gna_select_backend_counts(const gna_params* params, const gna_head_rules* head_rules,
+                                     const gna_tensor* q, const gna_tensor* k,
+                                     const gna_tensor* v, const gna_tensor* additional_k,
+                                     const gna_tensor* additional_v,
+                                     const gna_tensor* additional_kv_counts, int32_t backward,
+                                     const gna_options* options, char* name, int32_t capacity) {
   return guarded([&] {
     if (name == nullptr || capacity < 1) gna::fail_invalid("name buffer: capacity must be >= 1");
     Inputs in(q, k, v, additional_k, additional_v);
+    const OptionalRef counts(additional_kv_counts, "additional_kv_counts");
+    in.t.additional_kv_counts = counts.ptr;
     const gna::AttentionParams a = to_params(params, head_rules);
     const std::string chosen =
         backward ? gna::select_backward_backend(a, in.t, to_options(options))
@@ -275,6 +303,15 @@ gna_status gna_select_backend_heads(const gna_params* params, const gna_head_rul
     std::strncpy(name, chosen.c_str(), capacity - 1);
     name[capacity - 1] = '\0';
   });
+}
+
+gna_status gna_select_backend_heads(const gna_params* params, const gna_head_rules* head_rules,
+                                    const gna_tensor* q, const gna_tensor* k, const gna_tensor* v,
+                                    const gna_tensor* additional_k,
+                                    const gna_tensor* additional_v, int32_t backward,
+                                    const gna_options* options, char* name, int32_t capacity) {
+  return gna_select_backend_counts(params, head_rules, q, k, v, additional_k, additional_v,
+                                   nullptr, backward, options, name, capacity);
 }
 
 gna_status gna_select_backend(const gna_params* params, const gna_tensor* q, const gna_tensor* k,

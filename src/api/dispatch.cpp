@@ -32,6 +32,11 @@ const Backend& choose(const Call& call, bool device, const std::string& wanted, 
     } else if (call.problem.slab.active && (!b.slabs || fp8_call(call))) {
       why = b.name + (b.slabs ? ": does not run slabs in the FP8 forward"
                               : ": does not run slabs (query and key offsets)");
+    } else if (call.in.additional_kv_counts && (!b.additional_counts || fp8_call(call))) {
+      why = b.name + (b.additional_counts
+                          ? ": does not run additional_kv_counts in the FP8 forward"
+                          : ": does not run per-batch counts of additional keys "
+                            "(additional_kv_counts)");
     } else if (fp8_call(call) && !b.fp8) {
       why = b.name + ": does not run the FP8 forward";
     } else if (supports(b) && supports(b)(call, &why)) {
@@ -153,9 +158,10 @@ ForwardCall forward_call(const AttentionParams& params, const AttentionTensors& 
   }
   const std::initializer_list<NamedTensor> all = {
       {"query", &in.q}, {"key", &in.k}, {"value", &in.v}, {"additional keys", in.additional_k},
-      {"additional values", in.additional_v}, {"q_scale", in.q_scale}, {"k_scale", in.k_scale},
-      {"v_scale", in.v_scale}, {"additional_k_scale", in.additional_k_scale}, {"out", &out},
-      {"lse", lse}};
+      {"additional values", in.additional_v},
+      {"additional_kv_counts", in.additional_kv_counts}, {"q_scale", in.q_scale},
+      {"k_scale", in.k_scale}, {"v_scale", in.v_scale},
+      {"additional_k_scale", in.additional_k_scale}, {"out", &out}, {"lse", lse}};
   check_output({"out", &out}, all);
   if (lse) check_output({"lse", lse}, all);
   return call;
@@ -213,9 +219,10 @@ void attention_backward(const AttentionParams& params, const AttentionTensors& i
   const TensorRef* dav = p.additional_kv > 0 ? grads.d_additional_v : nullptr;
   const std::initializer_list<NamedTensor> all = {
       {"query", &in.q}, {"key", &in.k}, {"value", &in.v}, {"additional keys", in.additional_k},
-      {"additional values", in.additional_v}, {"out", &out}, {"lse", &lse}, {"d_out", &d_out},
-      {"dq", &grads.dq}, {"dk", &grads.dk}, {"dv", &grads.dv}, {"d_additional_k", dak},
-      {"d_additional_v", dav}};
+      {"additional values", in.additional_v},
+      {"additional_kv_counts", in.additional_kv_counts}, {"out", &out}, {"lse", &lse},
+      {"d_out", &d_out}, {"dq", &grads.dq}, {"dk", &grads.dk}, {"dv", &grads.dv},
+      {"d_additional_k", dak}, {"d_additional_v", dav}};
   for (const NamedTensor& g : {NamedTensor{"dq", &grads.dq}, NamedTensor{"dk", &grads.dk},
                                NamedTensor{"dv", &grads.dv}, NamedTensor{"d_additional_k", dak},
                                NamedTensor{"d_additional_v", dav}})

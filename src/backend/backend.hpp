@@ -69,6 +69,8 @@ struct Backend {
   bool device = false;       // runs on CUDA tensors (false: host tensors)
   bool head_rules = false;   // runs problems with per-head rules (Problem::head_rules)
   bool slabs = false;        // runs slab problems (Problem::slab: global-coordinate offsets)
+  bool additional_counts = false;  // runs per-batch counts of additional keys
+                                   // (AttentionTensors::additional_kv_counts), not in FP8
   bool fp8 = false;          // runs FP8 forward calls (ForwardCall::fp8); its supports_forward
                              // says which
   // Return true when the call can run; otherwise write the reason (which parameter, which limit).

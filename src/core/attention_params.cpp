@@ -242,6 +242,8 @@ Problem make_problem(const AttentionParams& params, const AttentionTensors& t) {
   check_layout("query", t.q);
   check_layout("key", t.k);
   check_layout("value", t.v);
+  if (t.q.dtype == DType::i32)
+    fail_invalid("query: int32 is the dtype of additional_kv_counts only, got int32 inputs");
   // Sizes become 32-bit problem fields: larger ones are refused, not truncated.
   const auto narrow = checked_size;
   Problem p;
@@ -289,6 +291,12 @@ Problem make_problem(const AttentionParams& params, const AttentionTensors& t) {
     int64_t vs[4] = {p.batch, p.additional_kv, p.heads_kv, p.dim_v};
     check_tensor("additional keys", *t.additional_k, ks, 4, p.dtype, dev);
     check_tensor("additional values", *t.additional_v, vs, 4, p.dtype, dev);
+  }
+  if (t.additional_kv_counts) {
+    if (!t.additional_k)
+      fail_invalid("additional_kv_counts: given without additional keys and values");
+    const int64_t cs[1] = {p.batch};
+    check_tensor("additional_kv_counts", *t.additional_kv_counts, cs, 1, DType::i32, dev);
   }
   return p;
 }

@@ -16,6 +16,7 @@ const char* dtype_name(DType t) {
     case DType::f16: return "float16";
     case DType::bf16: return "bfloat16";
     case DType::e4m3: return "float8_e4m3fn";
+    case DType::i32: return "int32";
   }
   return "unknown";
 }
@@ -27,6 +28,7 @@ int dtype_size(DType t) {
     case DType::f16: return 2;
     case DType::bf16: return 2;
     case DType::e4m3: return 1;
+    case DType::i32: return 4;
   }
   return 0;
 }

@@ -33,6 +33,7 @@ Backend make_reference_backend() {
   b.head_rules = true;  // every pass reads the rule of each query head (axes_of_head)
   b.slabs = true;      // the rule at global coordinates (slab_axis), offsets per axis
   b.fp8 = true;        // the FP8 forward's emulation, output in float32/float64
+  b.additional_counts = true;  // attended_additional_keys per batch item (token_access.hpp)
   return b;
 }
 

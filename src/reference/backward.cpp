@@ -160,7 +160,8 @@ struct BackwardPass {
         key_gradients(
             b, hk, typed<T>(*in.additional_k) + extra_offset(*in.additional_k, b, j, hk),
             typed<T>(*in.additional_v) + extra_offset(*in.additional_v, b, j, hk),
-            [&](int, auto f) {  // every query attends every additional key
+            [&](int, auto f) {  // every query attends every additional key it counts
+              if (j >= additional_keys_of_item(p, in, b)) return;
               int x[kMaxRank];
               for (int64_t t = 0; t < tokens; ++t) {
                 token_coordinates(p, t, x);

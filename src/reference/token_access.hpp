@@ -141,6 +141,15 @@ void for_each_in_product(int rank, const std::vector<int>* lists, F f) {
   }
 }
 
+// The additional keys batch item b attends: the first count[b] under per-batch counts (host
+// int32, clamped as the core says), else all.
+inline int additional_keys_of_item(const Problem& p, const AttentionTensors& in, int64_t b) {
+  if (!in.additional_kv_counts) return p.additional_kv;
+  const TensorRef& c = *in.additional_kv_counts;
+  return gna::attended_additional_keys(static_cast<const int32_t*>(c.data)[b * c.strides[0]],
+                                       p.additional_kv);
+}
+
 // Calls f(k_row, v_row) for every key query x of batch item b and query head h attends
 // through KV head hk: the window's keys (of the head's rule) in order, then the additional keys.
 // keys: per-axis scratch lists.
@@ -152,7 +161,8 @@ void for_each_attended_key_row(const Problem& p, const AttentionTensors& in, int
     f(typed<T>(in.k) + token_offset(in.k, p.rank, b, y, hk),
       typed<T>(in.v) + token_offset(in.v, p.rank, b, y, hk));
   });
-  for (int j = 0; j < p.additional_kv; ++j)
+  const int additional = additional_keys_of_item(p, in, b);
+  for (int j = 0; j < additional; ++j)
     f(typed<T>(*in.additional_k) + extra_offset(*in.additional_k, b, j, hk),
       typed<T>(*in.additional_v) + extra_offset(*in.additional_v, b, j, hk));
 }

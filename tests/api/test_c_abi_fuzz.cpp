@@ -1,8 +1,8 @@
 // Random malformed calls through the C ABI, each in a forked child: every call must return a
 // status (with a message when it is not GNA_STATUS_OK) and never crash or hang. A case starts
-// from a valid host call (attention, attention with per-head rules, or an unfused neighborhood
-// operator) and applies one to three random mutations (tensors, parameters, head rules,
-// options, the entry point's own arguments).
+// from a valid host call (attention, attention with per-head rules, attention with per-batch
+// counts of additional keys, or an unfused neighborhood operator) and applies one to three
+// random mutations (tensors, parameters, head rules, options, the entry point's own arguments).
 //
 // Runs for GNA_FUZZ_SECONDS (default 8) from seed GNA_FUZZ_SEED (default: fresh, printed);
 // prints the number of calls, distinct cases (entry point, mutation kinds, status) and distinct
@@ -36,10 +36,11 @@ namespace {
 
 constexpr int kChildSeconds = 10;  // a call still running after this is a hang
 
-// Tensors of one call: inputs q, k, v, additional k / v; outputs; gradients.
-enum Slot { Q, K, V, AK, AV, OUT, LSE, DOUT, DQ, DK, DV, DAK, DAV, kSlots };
-const char* const kSlotNames[kSlots] = {"q",  "k",  "v",  "ak", "av", "out", "lse",
-                                        "do", "dq", "dk", "dv", "dak", "dav"};
+// Tensors of one call: inputs q, k, v, additional k / v; outputs; gradients; the per-batch
+// counts of additional keys (int32 [B], passed by the _counts entry points only).
+enum Slot { Q, K, V, AK, AV, OUT, LSE, DOUT, DQ, DK, DV, DAK, DAV, CNT, kSlots };
+const char* const kSlotNames[kSlots] = {"q",  "k",  "v",  "ak",  "av",  "out", "lse",
+                                        "do", "dq", "dk", "dv", "dak", "dav", "cnt"};
 
 struct Buffer {
   std::vector<double> storage;  // 8-byte aligned
@@ -73,9 +74,11 @@ struct Case {
 const char* const kEntries[] = {"validate", "select_backend", "forward", "backward", "merge",
                                 "sta_params", "na_qk", "na_av", "na_qk_backward",
                                 "na_av_backward", "validate_heads", "select_backend_heads",
-                                "forward_heads", "backward_heads"};
+                                "forward_heads", "backward_heads", "forward_counts",
+                                "backward_counts", "select_backend_counts"};
 constexpr int kFusedEntries = 6;
 constexpr int kHeadsEntries = 10;  // the _heads entry points: kHeadsEntries + plain entry
+constexpr int kCountsEntries = 14;  // forward, backward, select_backend with counts
 bool unfused_entry(int e) { return e >= kFusedEntries && e < kHeadsEntries; }
 
 int64_t pick64(std::mt19937_64& rng, std::initializer_list<int64_t> values) {
@@ -111,7 +114,7 @@ Case valid_case(std::mt19937_64& rng) {
   std::vector<int64_t> shapes[kSlots] = {
       token(hq, d), token(hkv, d), token(hkv, dv), {batch, extra, hkv, d}, {batch, extra, hkv, dv},
       token(hq, dv), token(hq, 1), token(hq, dv), token(hq, d), token(hkv, d), token(hkv, dv),
-      {batch, extra, hkv, d}, {batch, extra, hkv, dv}};
+      {batch, extra, hkv, d}, {batch, extra, hkv, dv}, {batch}};
   shapes[LSE].pop_back();
   for (int s = 0; s < kSlots; ++s) {
     gna_tensor& t = c.t[s];
@@ -133,6 +136,11 @@ Case valid_case(std::mt19937_64& rng) {
     t.data = c.buffers[s].storage.data();
     c.present[s] = extra > 0 || (s != AK && s != AV && s != DAK && s != DAV);
   }
+  // Counts: any int32 value (outside [0, extra] too: clamped), passed only by valid_counts_case.
+  c.t[CNT].dtype = GNA_DTYPE_I32;
+  int32_t* counts = reinterpret_cast<int32_t*>(c.buffers[CNT].storage.data());
+  for (int b = 0; b < batch; ++b) counts[b] = rand_int(rng, -3, extra + 3);
+  c.present[CNT] = false;
   c.params.scale = 0.f;
   c.entry = static_cast<int>(pick64(rng, {0, 1, 2, 2, 2, 3, 3, 3, 4, 5}));
   return c;
@@ -159,6 +167,20 @@ Case valid_heads_case(std::mt19937_64& rng) {
   r.group_of_head = c.group_map.data();
   c.use_rules = true;
   c.entry = static_cast<int>(pick64(rng, {10, 11, 12, 12, 12, 13, 13, 13}));
+  return c;
+}
+
+// A random valid attention call with per-batch counts of additional keys (which it has; per-head
+// rules on half of them).
+Case valid_counts_case(std::mt19937_64& rng) {
+  Case c;
+  do {
+    c = rand_int(rng, 0, 1) ? valid_heads_case(rng) : valid_case(rng);
+  } while (c.t[AK].shape[1] == 0);
+  c.present[CNT] = true;
+  c.entry = static_cast<int>(
+      pick64(rng, {kCountsEntries, kCountsEntries, kCountsEntries + 1, kCountsEntries + 1,
+                   kCountsEntries + 2}));
   return c;
 }
 
@@ -304,7 +326,8 @@ bool memory_safe(const Case& c, std::initializer_list<int> slots) {
     const gna_tensor& t = c.t[s];
     if (t.device >= 0) return false;  // host pointers described as device memory
     if (t.rank < 0 || t.rank > GNA_MAX_TENSOR_RANK) continue;  // refused before any access
-    if (t.dtype < GNA_DTYPE_F32 || t.dtype > GNA_DTYPE_BF16) continue;
+    if ((t.dtype < GNA_DTYPE_F32 || t.dtype > GNA_DTYPE_BF16) && t.dtype != GNA_DTYPE_I32)
+      continue;
     int64_t count = 1, last = 0;
     bool overflow = false, negative = false;
     for (int i = 0; i < t.rank && !negative; ++i) {
@@ -320,7 +343,8 @@ bool memory_safe(const Case& c, std::initializer_list<int> slots) {
     if (negative || overflow || count == 0) continue;
     if (c.buffer_of[s] < 0 || t.data == nullptr) continue;
     const Buffer& b = c.buffers[c.buffer_of[s]];
-    const size_t element = t.dtype == GNA_DTYPE_F64 ? 8 : t.dtype == GNA_DTYPE_F32 ? 4 : 2;
+    const size_t element =
+        t.dtype == GNA_DTYPE_F64 ? 8 : t.dtype == GNA_DTYPE_F32 || t.dtype == GNA_DTYPE_I32 ? 4 : 2;
     const auto begin = reinterpret_cast<uintptr_t>(b.storage.data());
     const auto at = reinterpret_cast<uintptr_t>(t.data);
     if (at < begin) return false;
@@ -338,14 +362,32 @@ int32_t run_case(Case& c, int* entry) {
   const gna_options* o = c.use_options ? &c.options : nullptr;
   const gna_head_rules* rules = c.use_rules ? &c.rules : nullptr;
   *entry = c.entry;
-  const int plain = c.entry >= kHeadsEntries ? c.entry - kHeadsEntries : c.entry;
-  if ((plain == 2 && !memory_safe(c, {Q, K, V, AK, AV, OUT, LSE})) ||
-      (plain == 3 && !memory_safe(c, {Q, K, V, AK, AV, OUT, LSE, DOUT, DQ, DK, DV, DAK, DAV})) ||
+  const int counted[] = {2, 3, 1};  // the plain entry of each _counts entry point
+  const int plain = c.entry >= kCountsEntries  ? counted[c.entry - kCountsEntries]
+                    : c.entry >= kHeadsEntries ? c.entry - kHeadsEntries
+                                               : c.entry;
+  if ((plain == 2 && !memory_safe(c, {Q, K, V, AK, AV, OUT, LSE, CNT})) ||
+      (plain == 3 &&
+       !memory_safe(c, {Q, K, V, AK, AV, OUT, LSE, DOUT, DQ, DK, DV, DAK, DAV, CNT})) ||
       (plain == 4 && (c.count > 2 || !memory_safe(c, {OUT, LSE, DOUT}))) ||
       (unfused_entry(c.entry) &&
        !memory_safe(c, {Q, K, V, OUT, DOUT, DQ, DK, DV, ATTN, RPB, D_ATTN, D_RPB})))
     *entry = unfused_entry(c.entry) ? -1 : c.entry >= kHeadsEntries ? kHeadsEntries : 0;
   switch (*entry) {
+    case kCountsEntries:
+      return gna_forward_counts(&c.params, rules, ptr(c, Q), ptr(c, K), ptr(c, V), ptr(c, AK),
+                                ptr(c, AV), ptr(c, CNT), mut(c, OUT), mut(c, LSE), o);
+    case kCountsEntries + 1:
+      return gna_backward_counts(&c.params, rules, ptr(c, Q), ptr(c, K), ptr(c, V), ptr(c, AK),
+                                 ptr(c, AV), ptr(c, CNT), ptr(c, OUT), ptr(c, LSE), ptr(c, DOUT),
+                                 mut(c, DQ), mut(c, DK), mut(c, DV), mut(c, DAK), mut(c, DAV), o);
+    case kCountsEntries + 2: {
+      char name[32];
+      return gna_select_backend_counts(&c.params, rules, ptr(c, Q), ptr(c, K), ptr(c, V),
+                                       ptr(c, AK), ptr(c, AV), ptr(c, CNT), 1, o,
+                                       c.null_name ? nullptr : name,
+                                       std::min<int32_t>(c.capacity, sizeof name));
+    }
     case kHeadsEntries:
       return gna_validate_heads(&c.params, rules, ptr(c, Q), ptr(c, K), ptr(c, V), ptr(c, AK),
                                 ptr(c, AV));
@@ -437,8 +479,11 @@ TEST(CAbiFuzz, MalformedCallsNeverCrashOrHang) {
   int calls = 0, failures = 0;
   const auto start = std::chrono::steady_clock::now();
   while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
-    const int kind = rand_int(rng, 0, 5);
-    Case c = kind == 0 ? valid_unfused_case(rng) : kind <= 2 ? valid_heads_case(rng) : valid_case(rng);
+    const int kind = rand_int(rng, 0, 6);
+    Case c = kind == 0   ? valid_unfused_case(rng)
+             : kind <= 2 ? valid_heads_case(rng)
+             : kind == 3 ? valid_counts_case(rng)
+                         : valid_case(rng);
     const int n = rand_int(rng, 1, 3);
     for (int i = 0; i < n; ++i) mutate(c, rng);
     int fds[2];

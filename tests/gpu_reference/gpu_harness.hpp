@@ -49,6 +49,8 @@ struct Config {
   AttentionParams params;
   int extent[kMaxRank] = {1, 1, 1};
   int batch = 1, heads_q = 1, heads_kv = 1, dim_qk = 32, dim_v = 32, additional = 0;
+  // Per-batch counts of additional keys (AttentionTensors::additional_kv_counts; empty: none).
+  std::vector<int32_t> counts;
 
   std::string describe() const {
     std::ostringstream os;
@@ -64,6 +66,10 @@ struct Config {
     for (int a = 0; a < params.rank; ++a) os << (a ? "x" : " ") << params.causal[a];
     os << " batch " << batch << " heads " << heads_q << "/" << heads_kv << " dims " << dim_qk
        << "/" << dim_v << " additional " << additional;
+    if (!counts.empty()) {
+      os << " counts";
+      for (int32_t n : counts) os << " " << n;
+    }
     return os.str();
   }
   int64_t tokens() const {
@@ -210,6 +216,32 @@ struct Buffer {
 
 };
 
+// Int32 values on the host and their device copy (per-batch counts of additional keys).
+struct IntBuffer {
+  std::vector<int32_t> host;
+  void* device = nullptr;
+
+  IntBuffer() = default;
+  IntBuffer(const IntBuffer&) = delete;
+  IntBuffer& operator=(const IntBuffer&) = delete;
+  ~IntBuffer() {
+    if (device) cudaFree(device);
+  }
+  void assign(const std::vector<int32_t>& values) {
+    host = values;
+    if (device) cudaFree(device);
+    device = nullptr;
+    if (host.empty()) return;
+    if (cudaMalloc(&device, host.size() * sizeof(int32_t)) != cudaSuccess) device = nullptr;
+    else cudaMemcpy(device, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice);
+  }
+  TensorRef ref(bool on_device) {
+    const int64_t n = static_cast<int64_t>(host.size());
+    return contiguous_tensor(on_device ? device : host.data(), DType::i32, &n, 1,
+                             on_device ? 0 : -1);
+  }
+};
+
 // Normalized max error max|got - want| / max|want| (NaN in got: infinity).
 inline double normalized_error(const std::vector<float>& got, const std::vector<float>& want) {
   double err = 0, scale = 1e-6;
@@ -268,6 +300,7 @@ inline Tolerance tolerance(DType t) {
 struct Case {
   Config cfg;
   Buffer q, k, v, ak, av, o, lse, d_o, dq, dk, dv, dak, dav;
+  IntBuffer counts;  // cfg.counts
   std::vector<float> ref_o, ref_lse, ref_dq, ref_dk, ref_dv, ref_dak, ref_dav;
 
   std::vector<int64_t> token_shape(int heads, int dim) const {
@@ -302,8 +335,9 @@ struct Case {
       b->host = random_values(rng, b->numel());
       b->upload();
     }
+    counts.assign(c.counts);
     TensorRef hq = q.host_ref(), hk = k.host_ref(), hv = v.host_ref();
-    TensorRef hak, hav;
+    TensorRef hak, hav, hc = counts.ref(false);
     AttentionTensors in{hq, hk, hv};
     if (c.additional > 0) {
       hak = ak.host_ref();
@@ -311,6 +345,7 @@ struct Case {
       in.additional_k = &hak;
       in.additional_v = &hav;
     }
+    if (!c.counts.empty()) in.additional_kv_counts = &hc;
     const Problem p = make_problem(c.params, in);
     TensorRef ho = o.host_ref(), hl = lse.host_ref();
     reference::forward(p, in, ho, &hl);
@@ -356,6 +391,7 @@ struct Case {
     }
     for (Buffer* b : {&q, &k, &v, &ak, &av, &d_o, &lse})
       if (!b->shape.empty()) b->upload();
+    counts.assign(other.counts.host);
     o.host = other.ref_o;
     o.upload();
     ref_o = other.ref_o;
@@ -367,8 +403,14 @@ struct Case {
     ref_dav = other.ref_dav;
   }
 
-  AttentionTensors device_inputs(TensorRef* storage) const {
-    return device_attention_tensors(q, k, v, ak, av, cfg.additional > 0, storage);
+  // storage: 6 TensorRefs (the sixth: the counts, with cfg.counts).
+  AttentionTensors device_inputs(TensorRef* storage) {
+    AttentionTensors in = device_attention_tensors(q, k, v, ak, av, cfg.additional > 0, storage);
+    if (!cfg.counts.empty()) {
+      storage[5] = counts.ref(true);
+      in.additional_kv_counts = &storage[5];
+    }
+    return in;
   }
 
   // Runs the forward on `backend` into poisoned outputs; returns "" or a failure description.
@@ -378,7 +420,7 @@ struct Case {
   // The same with other parameters for the same tensors (a slab of cfg's problem, say).
   std::string check_forward_with(const AttentionParams& params, const std::string& backend,
                                  const KernelOptions& kopt) {
-    TensorRef storage[5];
+    TensorRef storage[6];
     AttentionTensors in = device_inputs(storage);
     o.poison();
     lse.poison();
@@ -402,7 +444,7 @@ struct Case {
   }
   std::string check_backward_with(const AttentionParams& params, const std::string& backend,
                                   const KernelOptions& kopt) {
-    TensorRef storage[5];
+    TensorRef storage[6];
     AttentionTensors in = device_inputs(storage);
     o.upload();  // the reference forward's O and LSE (the forward check overwrote them)
     lse.upload();

@@ -90,7 +90,7 @@ std::vector<int> streamed_passes(const Problem& p, int* max_bytes = nullptr) {
 }
 
 bool halo_supports(Case& got, std::string* why, Problem* problem = nullptr) {
-  TensorRef storage[5];
+  TensorRef storage[6];
   const AttentionTensors in = got.device_inputs(storage);
   for (const Backend& b : registered_backends())
     if (b.name == "halo") {
@@ -249,7 +249,7 @@ TEST(Halo, DispatchPicksHalo) {
   c.heads_q = c.heads_kv = 2;
   Case ref, got;
   build_pair(c, DType::bf16, rng, ref, got);
-  TensorRef storage[5];
+  TensorRef storage[6];
   EXPECT_EQ(select_forward_backend(c.params, got.device_inputs(storage)), "halo");
   EXPECT_EQ(select_backward_backend(c.params, got.device_inputs(storage)), "halo");
   // 3-D 7x7x7 at head dim 64: the halo streams in slabs, faster than the Hopper backend there.
@@ -323,7 +323,7 @@ TEST(Halo, Deterministic) {
     if (!halo_supports(got, &why)) continue;
     std::vector<std::vector<float>> first;
     for (int run = 0; run < 2; ++run) {
-      TensorRef storage[5];
+      TensorRef storage[6];
       AttentionTensors in = got.device_inputs(storage);
       CallOptions opt;
       opt.backend = "halo";

@@ -1,6 +1,7 @@
 // A plain float32 GPU forward (one thread per query row and head) used as the oracle of the
 // Hopper tests: every key of the layout is checked against the core's rule, additional keys
-// are always attended; two passes (max, then sums) in float32.
+// are attended (the first attended_additional_keys(count[b]) under per-batch counts); two
+// passes (max, then sums) in float32.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,6 +21,7 @@ struct RefTensors {
   int64_t q_tok, q_head, k_tok, k_head, v_tok, v_head;  // strides (elements); batch = tokens*tok
   int64_t q_batch, k_batch, v_batch;
   int64_t add_tok, add_head, add_batch;
+  const int32_t* counts;  // per-batch counts of additional keys (device; null: all)
   float* o;    // [B, N, Hq, D] float32
   float* lse;  // [B, N, Hq]
 };
@@ -39,6 +41,8 @@ __global__ void reference_forward(Problem p, RefTensors t, bool bf16) {
   const int hk = h / (p.heads_q / p.heads_kv);
   const int D = p.dim_qk;
   const float scale = p.scale;
+  const int additional =
+      t.counts ? attended_additional_keys(t.counts[b], p.additional_kv) : p.additional_kv;
 
   int qc[3];
   {
@@ -69,12 +73,12 @@ __global__ void reference_forward(Problem p, RefTensors t, bool bf16) {
   float mx = -INFINITY;
   for (int64_t j = 0; j < n; ++j)
     if (attends(j)) mx = fmaxf(mx, score(t.k, b * t.k_batch + j * t.k_tok + hk * t.k_head));
-  for (int j = 0; j < p.additional_kv; ++j)
+  for (int j = 0; j < additional; ++j)
     mx = fmaxf(mx, score(t.add_k, b * t.add_batch + j * t.add_tok + hk * t.add_head));
   float acc[256];
   for (int d = 0; d < D; ++d) acc[d] = 0.f;
   float sum = 0.f;
-  for (int64_t j = 0; j < n + p.additional_kv; ++j) {
+  for (int64_t j = 0; j < n + additional; ++j) {
     const bool extra = j >= n;
     if (!extra && !attends(j)) continue;
     const int64_t koff = extra ? b * t.add_batch + (j - n) * t.add_tok + hk * t.add_head

@@ -8,6 +8,9 @@
 // with placed kernels) against the reference, asserting that placed launches ran and that their
 // runs differ from the grid's on some configurations, and that other head dims choose the grid;
 // GNA_HOPPER_BWD_SWEEP configurations per rank.
+// Per-batch counts of additional keys: half of the configurations with additional keys give
+// random counts (0, all, in between, or outside [0, Nadd]: clamped); AdditionalCountsSweep
+// gives them to every configuration, checks the forward too, and asserts that each kind ran.
 // Also: deterministic mode gives the same bits in repeated runs. (That the inverse tile ranges
 // the kernel walks mirror the forward's is a CPU test: Tiling.InverseTileRangesMirrorForward.)
 #include <cstdio>
@@ -54,6 +57,17 @@ TileShape random_tile(std::mt19937_64& rng, int rank, int tokens) {
   return t;
 }
 
+// Random per-batch counts of `additional` keys, each kind about as often.
+std::vector<int32_t> random_counts(std::mt19937_64& rng, int batch, int additional) {
+  std::vector<int32_t> counts(batch);
+  for (int32_t& n : counts) {
+    const int kind = uniform(rng, 0, 6);
+    n = kind <= 1 ? 0 : kind <= 3 ? additional : kind <= 5 ? uniform(rng, 0, additional)
+        : uniform(rng, 0, 1) ? -uniform(rng, 1, 9) : additional + uniform(rng, 1, 200);
+  }
+  return counts;
+}
+
 // Configuration i in fp16 and in bf16 (the same values) against the reference; the failures.
 int check_both_dtypes(const Config& c, const KernelOptions& kopt, std::mt19937_64& rng, int i,
                       uint64_t seed) {
@@ -82,7 +96,9 @@ void sweep(int rank) {
   const int configs = sweep_size();
   int failures = 0, checked = 0, deterministic = 0;
   for (int i = 0; i < configs && failures < 5; ++i, ++checked) {
-    const Config c = random_config(rng, rank, lim);
+    Config c = random_config(rng, rank, lim);
+    if (c.additional > 0 && uniform(rng, 0, 1) == 0)
+      c.counts = random_counts(rng, c.batch, c.additional);
     KernelOptions kopt;
     if (uniform(rng, 0, 3) == 0) {
       kopt.q_tile = random_tile(rng, rank, 64);
@@ -100,6 +116,54 @@ void sweep(int rank) {
 TEST(HopperBackward, RandomSweepRank1) { sweep(1); }
 TEST(HopperBackward, RandomSweepRank2) { sweep(2); }
 TEST(HopperBackward, RandomSweepRank3) { sweep(3); }
+
+// Every configuration with additional keys and per-batch counts (ranks 1 to 3, 2 to 4 batch
+// items, deterministic mode on a quarter), forward and backward in fp16 and bf16 against the
+// reference; each kind of count must have run.
+TEST(HopperBackward, AdditionalCountsSweep) {
+  SKIP_WITHOUT_SM90();
+  const uint64_t seed = test_seed();
+  std::mt19937_64 rng(seed + 97);
+  const ConfigLimits lim = limits();
+  const int configs = sweep_size();
+  int zero = 0, all = 0, between = 0, clamped = 0, failures = 0, checked = 0;
+  for (int i = 0; i < configs && failures < 5; ++i, ++checked) {
+    Config c = random_config(rng, 1 + i % 3, lim);
+    c.batch = uniform(rng, 2, 4);
+    c.additional = uniform(rng, 1, 200);
+    c.counts = random_counts(rng, c.batch, c.additional);
+    for (int32_t n : c.counts) {
+      if (n < 0 || n > c.additional) ++clamped;
+      else if (n == 0) ++zero;
+      else if (n == c.additional) ++all;
+      else ++between;
+    }
+    KernelOptions kopt;
+    kopt.deterministic = uniform(rng, 0, 3) == 0;
+    Case f16;
+    f16.build(c, DType::f16, rng, true);
+    Case bf16;
+    bf16.copy_as(f16, DType::bf16);
+    for (Case* cs : {&f16, &bf16}) {
+      const std::string err =
+          cs->check_forward("hopper", kopt) + cs->check_backward("hopper", kopt);
+      if (!err.empty()) {
+        ++failures;
+        ADD_FAILURE() << dtype_name(cs->q.dtype) << " config " << i << ": " << c.describe()
+                      << (kopt.deterministic ? " deterministic" : "") << ": " << err
+                      << " (GNA_TEST_SEED=" << seed << ")";
+      }
+    }
+  }
+  std::printf("hopper counts sweep (forward + backward): %d configurations x {f16, bf16}, %d "
+              "failed, seed %llu; counts: %d zero, %d all, %d between, %d clamped\n",
+              checked, failures, static_cast<unsigned long long>(seed), zero, all, between,
+              clamped);
+  EXPECT_GT(zero, 0);
+  EXPECT_GT(all, 0);
+  EXPECT_GT(between, 0);
+  EXPECT_GT(clamped, 0);
+}
 
 // The rule of a configuration (one image and head), as the tile chooser sees it.
 Problem problem_of(const Config& c) {
@@ -248,12 +312,16 @@ TEST(HopperBackward, DeterministicBitwise) {
 
 // Gradient tensors that tensor maps cannot address (a head stride that is not a multiple of 8
 // elements) are written element by element instead of through the maps: that epilogue gives the
-// same dK / dV bits as the tensor-map one (whose results are checked against the reference).
+// same dK / dV bits as the tensor-map one (whose results are checked against the reference),
+// also with per-batch counts of additional keys (zero rows past a count: a whole tile's and a
+// partial tile's).
 TEST(HopperBackward, UnalignedGradientStrides) {
   SKIP_WITHOUT_SM90();
   std::mt19937_64 rng(test_seed());
-  for (const int additional : {0, 70}) {
+  for (const int variant : {0, 1, 2}) {
+    const int additional = variant > 0 ? 70 : 0;
     Config c;
+    if (variant == 2) c.counts = {0, 33};
     c.params.rank = 2;
     c.extent[0] = 20;
     c.extent[1] = 36;
@@ -294,7 +362,7 @@ TEST(HopperBackward, UnalignedGradientStrides) {
     void* mem[4] = {};
     TensorRef dk = padded_view(cs.dk, &mem[0]), dv = padded_view(cs.dv, &mem[1]);
     TensorRef dak, dav;
-    TensorRef storage[5];
+    TensorRef storage[6];
     AttentionTensors in = cs.device_inputs(storage);
     cs.o.upload();
     cs.lse.upload();

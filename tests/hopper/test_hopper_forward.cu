@@ -5,6 +5,11 @@
 // KV tiles: a third of the configurations force placed KV tiles, a third grid ones, a third leave
 // the choice to the kernel; the sweep counts the launches whose placed tiles differ from the grid
 // and fails when too few did.
+// Per-batch counts of additional keys (AttentionTensors::additional_kv_counts): half of the
+// configurations with additional keys give random counts (0, all, in between, or outside
+// [0, Nadd]: clamped); AdditionalCountsSweep gives them to every configuration and asserts that
+// each kind ran. The gpu_reference backend does not take counts: those configurations are not
+// cross-checked.
 // Tolerances (|out - ref| <= atol + rtol * |ref| per element, and LSE abs error):
 //   bf16: atol 2e-2, rtol 2e-2, LSE 2e-2;  fp16: atol 4e-3, rtol 4e-3, LSE 4e-3.
 #include <cuda_runtime.h>
@@ -61,6 +66,7 @@ struct Config {
   bool autotune = false;
   ForwardSchedule schedule;  // persistent on a few CTAs: every CTA walks many items
   KvPlacements kv_placements = KvPlacements::either;
+  std::vector<int32_t> counts;  // per-batch counts of additional keys (empty: none)
 
   std::string describe() const {
     char buf[512];
@@ -77,13 +83,44 @@ struct Config {
                        autotune ? " autotune" : "");
     const char* kinds[] = {"auto", "grid", "persistent"};
     const char* placements[] = {"grid", "placed", "either"};
-    std::snprintf(buf + n, sizeof buf - n, " schedule %s ctas %d %s %s, kv tiles %s",
-                  kinds[schedule.kind], schedule.ctas, schedule.dynamic ? "dynamic" : "round-robin",
-                  schedule.longest_first ? "longest-first" : "plain",
-                  placements[static_cast<int>(kv_placements)]);
-    return buf;
+    n += std::snprintf(buf + n, sizeof buf - n, " schedule %s ctas %d %s %s, kv tiles %s",
+                       kinds[schedule.kind], schedule.ctas,
+                       schedule.dynamic ? "dynamic" : "round-robin",
+                       schedule.longest_first ? "longest-first" : "plain",
+                       placements[static_cast<int>(kv_placements)]);
+    std::string s = buf;
+    if (!counts.empty()) {
+      s += ", counts";
+      for (int32_t n : counts) s += " " + std::to_string(n);
+    }
+    return s;
   }
 };
+
+// Which kinds of count a sweep ran: 0, all the additional keys, in between, outside [0, Nadd].
+struct CountKinds {
+  int zero = 0, all = 0, between = 0, clamped = 0;
+  void add(const std::vector<int32_t>& counts, int additional) {
+    for (int32_t n : counts) {
+      if (n < 0 || n > additional) ++clamped;
+      else if (n == 0) ++zero;
+      else if (n == additional) ++all;
+      else ++between;
+    }
+  }
+};
+
+// Random per-batch counts of `additional` keys, each kind about as often.
+std::vector<int32_t> random_counts(std::mt19937_64& rng, int batch, int additional) {
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<int32_t> counts(batch);
+  for (int32_t& n : counts) {
+    const int kind = uni(0, 6);
+    n = kind <= 1 ? 0 : kind <= 3 ? additional : kind <= 5 ? uni(0, additional)
+        : uni(0, 1) ? -uni(1, 9) : additional + uni(1, 200);
+  }
+  return counts;
+}
 
 Config random_config(std::mt19937_64& rng, int rank) {
   auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
@@ -117,6 +154,7 @@ Config random_config(std::mt19937_64& rng, int rank) {
   c.dim = dims[uni(0, 3)];
   c.bf16 = uni(0, 1) == 0;
   c.additional = uni(0, 4) == 0 ? uni(1, 300) : 0;
+  if (c.additional > 0 && uni(0, 1) == 0) c.counts = random_counts(rng, c.batch, c.additional);
   c.packed_qkv = uni(0, 3) == 0;
   c.params.scale = uni(0, 3) == 0 ? 0.5f / std::sqrt(static_cast<float>(c.dim)) : 0.f;
   for (int a = 0; a < 3; ++a) c.q_tile.size[a] = c.kv_tile.size[a] = 0;
@@ -249,6 +287,13 @@ std::string run_config(const Config& c, uint64_t seed, bool cross_check, PlacedU
     add_k = contiguous_tensor(ak, dt, {c.batch, c.additional, c.heads_kv, D}, 0);
     add_v = contiguous_tensor(av, dt, {c.batch, c.additional, c.heads_kv, D}, 0);
   }
+  TensorRef counts;
+  if (!c.counts.empty()) {
+    void* dc = alloc(c.counts.size() * sizeof(int32_t));
+    if (dc)
+      cudaMemcpy(dc, c.counts.data(), c.counts.size() * sizeof(int32_t), cudaMemcpyHostToDevice);
+    counts = contiguous_tensor(dc, DType::i32, {c.batch}, 0);
+  }
   const int64_t no = c.batch * tokens * c.heads_q * D;
   const int64_t nl = c.batch * tokens * c.heads_q;
   void* out = alloc(no * 2);
@@ -277,6 +322,7 @@ std::string run_config(const Config& c, uint64_t seed, bool cross_check, PlacedU
     ts.additional_k = &add_k;
     ts.additional_v = &add_v;
   }
+  if (!c.counts.empty()) ts.additional_kv_counts = &counts;
   ForwardCall call;
   try {
     call.problem = make_problem(c.params, ts);
@@ -337,10 +383,11 @@ std::string run_config(const Config& c, uint64_t seed, bool cross_check, PlacedU
     rt.add_head = add_k.strides[2];
     rt.add_batch = add_k.strides[0];
   }
+  rt.counts = c.counts.empty() ? nullptr : static_cast<const int32_t*>(counts.data);
   rt.o = ref_o;
   rt.lse = ref_l;
   std::vector<float> hx, hxl;  // gpu_reference backend output and LSE
-  if (cross_check) {
+  if (cross_check && c.counts.empty()) {  // the gpu_reference backend takes no counts
     const Backend* ref_be = backend_named("gpu_reference");
     if (!ref_be) {
       cleanup();
@@ -430,7 +477,7 @@ void sweep(int rank) {
     ++runs;
     Config c = random_config(rng, rank);
     c.kv_placements = placements[i % 3];
-    const bool cross = i % 8 == 0;
+    const bool cross = i % 8 == 0 && c.counts.empty();
     cross_checked += cross;
     PlacedUse use;
     const std::string res = run_config(c, rng(), cross, &use);
@@ -549,6 +596,38 @@ TEST(HopperForward, PlacedKvTiles) {
 TEST(HopperForward, RandomSweepRank1) { sweep(1); }
 TEST(HopperForward, RandomSweepRank2) { sweep(2); }
 TEST(HopperForward, RandomSweepRank3) { sweep(3); }
+
+// Every configuration with additional keys and per-batch counts (ranks 1 to 3, 2 to 4 batch
+// items); each kind of count must have run.
+TEST(HopperForward, AdditionalCountsSweep) {
+  if (!have_sm90()) GTEST_SKIP() << "no sm_90 device";
+  const int count = env_int("GNA_HOPPER_SWEEP", 24);
+  const uint64_t seed = static_cast<uint64_t>(env_int(
+      "GNA_HOPPER_SEED",
+      static_cast<int>(std::chrono::steady_clock::now().time_since_epoch().count() & 0x7fffffff)));
+  std::mt19937_64 rng(seed * 31 + 7);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  CountKinds kinds;
+  int failures = 0;
+  for (int i = 0; i < count; ++i) {
+    Config c = random_config(rng, 1 + i % 3);
+    c.batch = uni(2, 4);
+    c.additional = uni(1, 300);
+    c.counts = random_counts(rng, c.batch, c.additional);
+    kinds.add(c.counts, c.additional);
+    const std::string res = run_config(c, rng(), false);
+    if (!res.empty() && ++failures <= 10) ADD_FAILURE() << c.describe() << ": " << res;
+  }
+  std::printf("hopper counts sweep: %d configurations, %d failures (seed %llu); counts: %d zero, "
+              "%d all, %d between, %d clamped\n",
+              count, failures, static_cast<unsigned long long>(seed), kinds.zero, kinds.all,
+              kinds.between, kinds.clamped);
+  EXPECT_EQ(failures, 0);
+  EXPECT_GT(kinds.zero, 0);
+  EXPECT_GT(kinds.all, 0);
+  EXPECT_GT(kinds.between, 0);
+  EXPECT_GT(kinds.clamped, 0);
+}
 
 // One column mask per case on the device (the device's low_bits and log2_of_pow2 are not the
 // host's): case k is tile shape size[k], thread quad quad[k], axis axis[k], window [lo, hi).

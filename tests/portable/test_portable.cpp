@@ -70,7 +70,7 @@ void sweep(int rank, int configs) {
     // 128-token KV tiles on the backward, so that its 128-key kernel runs too.
     KernelOptions forward_options, backward_options;
     {
-      TensorRef storage[5];
+      TensorRef storage[6];
       const Problem p = make_problem(c.params, f16.device_inputs(storage));
       if (i % 2) {
         const portable::TilePlan t = portable::choose_tiles(p, 64, 64);
@@ -339,7 +339,7 @@ TEST(Portable, RefusesUnsupported) {
   cs.k.allocate(cs.token_shape(1, 96), DType::bf16);
   cs.v.allocate(cs.token_shape(1, 96), DType::bf16);
   cs.o.allocate(cs.token_shape(1, 96), DType::bf16);
-  TensorRef storage[5];
+  TensorRef storage[6];
   AttentionTensors in = cs.device_inputs(storage);
   TensorRef out = cs.o.device_ref();
   CallOptions opt;

@@ -10,8 +10,9 @@
 
 namespace gna {
 
-// e4m3: OCP float8_e4m3fn (gna/core/fp8.hpp), the operands of the FP8 forward only.
-enum class DType : int32_t { f32 = 0, f64 = 1, f16 = 2, bf16 = 3, e4m3 = 4 };
+// e4m3: OCP float8_e4m3fn (gna/core/fp8.hpp), the operands of the FP8 forward only. i32: the
+// per-batch counts of additional keys only (AttentionTensors::additional_kv_counts).
+enum class DType : int32_t { f32 = 0, f64 = 1, f16 = 2, bf16 = 3, e4m3 = 4, i32 = 5 };
 
 const char* dtype_name(DType t);
 int dtype_size(DType t);
@@ -63,6 +64,14 @@ GNA_HD AxisRule slab_axis(const Problem& p, int a) {
   AxisRule r = p.axes[a];
   if (p.slab.active) r.extent = p.slab.extent[a];
   return r;
+}
+
+// The additional keys a batch item attends when the call gives per-batch counts
+// (AttentionTensors::additional_kv_counts): the first `count` of them, the count clamped to
+// [0, additional_kv]. Kernels read the counts on the device, where refusing a value would need
+// a synchronisation, so every reader clamps the same way.
+GNA_HD int attended_additional_keys(int count, int additional_kv) {
+  return clamp_i(count, 0, additional_kv);
 }
 
 // The problem over the whole layout under the same rule (slab inactive): what a slab's tile

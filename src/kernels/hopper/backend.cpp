@@ -20,6 +20,7 @@ Backend make_hopper_backend() {
   b.release_memory = cuda::scratch_release;  // the backward's scratch
   b.head_rules = true;  // forward and backward run per-head rules (head_rules.hpp)
   b.fp8 = true;         // the forward's e4m3 kernels (head dims 64, 128)
+  b.additional_counts = true;  // read per batch on the device (additional_counts.hpp)
   b.slabs = true;       // the rule at global coordinates, the tensors' rows per axis (tensor_rows.hpp)
   return b;
 }

@@ -233,15 +233,19 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
   const int wtid = threadIdx.x % 128;
 
   // This thread's two key rows: validity (inside the key tensor's rows, rows.k_begin..k_end:
-  // the image, or a slab's keys) and the query window per axis under the rules `axes` (inverse
-  // rule) into window set `set`.
+  // the image, or a slab's keys; additional keys: below the batch item's count) and the query
+  // window per axis under the rules `axes` (inverse rule) into window set `set`.
+  // Additional mode: the keys the batch item attends (its count; all without counts).
+  const int counted_keys =
+      p.additional ? additional_keys_of_batch(p.counts, p.additional_kv, p.batch_offset + w.batch)
+                   : 0;
   bool key_valid[2];
   auto key_windows = [&](const AxisRule* axes, int set) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r = wg * 64 + row_in_wg + 8 * i;
       if (p.additional) {
-        key_valid[i] = w.kt[2] * kBwdKvRows + r < p.additional_kv;
+        key_valid[i] = w.kt[2] * kBwdKvRows + r < counted_keys;
 #pragma unroll
         for (int a = 0; a < kAxes; ++a)
           if (quad == 0) s.key_q_lo[set][r][a] = s.key_q_width[set][r][a] = 0;
@@ -281,8 +285,9 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
   const uint32_t k_rows = wg * 64 * KvT::kRowBytes;  // this warpgroup's keys inside each box
   mbar_wait(&s.kv_full, 0);
 
-  // The last additional KV tile may hold slots beyond the additional keys: its pairs are masked.
-  const bool key_mask = p.additional && (w.kt[2] + 1) * kBwdKvRows > p.additional_kv;
+  // The last additional KV tile the batch item attends may hold slots beyond its additional
+  // keys: its pairs are masked.
+  const bool key_mask = p.additional && (w.kt[2] + 1) * kBwdKvRows > counted_keys;
   // A masked pair's masks: per key row i, the thread's queries (bit 2j + e
   // for column j * 8 + quad * 2 + e) that the key attends: none for a slot that holds no key;
   // on a partial pair those inside the key's query window on every axis (set: the head's group's
@@ -547,12 +552,13 @@ __device__ __forceinline__ void consumer(const BwdParams& p, SharedStorage<D, kR
   }
 
   // Epilogue for gradient tensors that tensor maps cannot address: dK (scaled) and dV of this
-  // warpgroup's keys, element by element, rows outside the image skipped.
+  // warpgroup's keys, element by element, rows outside the image skipped (additional keys past
+  // the count: zero, as their accumulators are).
   const bool additional = p.additional != 0;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    if (!key_valid[i]) continue;
     const int r = wg * 64 + row_in_wg + 8 * i;
+    if (additional ? w.kt[2] * kBwdKvRows + r >= p.additional_kv : !key_valid[i]) continue;
     int64_t ok_off = w.batch * p.dk_batch_stride + w.head_kv * p.dk_head_stride;
     int64_t ov_off = w.batch * p.dv_batch_stride + w.head_kv * p.dv_head_stride;
     if (additional) {

@@ -350,6 +350,7 @@ void backward(const BackwardCall& call) {
       BwdParams bp = base_params(p_add, plan_add, s, tiles);
       bp.additional = 1;
       bp.kv_tiles_per_image = tiles_along(p.additional_kv, kBwdKvRows);
+      bp.counts = additional_counts_of(call.in);
       set_rows(bp, p_add, plan_add, s, lse2, delta);
       const TensorRef& dak = *call.d_additional_k;
       const TensorRef& dav = *call.d_additional_v;

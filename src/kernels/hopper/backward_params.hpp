@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "gna/core/axis_rule.hpp"
+#include "kernels/hopper/additional_counts.hpp"
 #include "kernels/hopper/head_rules.hpp"
 #include "kernels/hopper/tensor_rows.hpp"
 #include "kernels/hopper/tile_sizes.hpp"
@@ -39,6 +40,7 @@ struct BwdParams {
   int heads_q, heads_kv, heads_per_kv;
   int additional;          // 1: additional mode
   int additional_kv;       // additional keys
+  AdditionalCounts counts; // per batch (index batch_offset + the run's batch): keys attended
   float scale;             // softmax scale (dK)
   float scale_log2;        // scale * log2(e)
   // Per query row (b, token, h) of [B, tokens, Hq]: LSE in the log2 domain and rowsum(dO * O).

@@ -29,7 +29,8 @@ struct Work {
 // (every grid Q tile in additional mode, which the placed kernels never run), cut to the Q tiles
 // meeting the query rows (rows.q_begin..q_end: on a slab its own queries; otherwise the cut
 // changes nothing), and the walk's rotation; `tile` is the KV tile's index in the launch. On a
-// slab the box may be empty: then the CTA writes zero dK and dV.
+// slab, and for an additional KV tile past its batch item's count, the box may be empty: then
+// the CTA writes zero dK and dV.
 template <bool kPlacedQ>
 __device__ __forceinline__ void set_q_box(const BwdParams& p, const AxisRule* axes, int tile,
                                           Work& w) {
@@ -57,6 +58,14 @@ __device__ __forceinline__ void set_q_box(const BwdParams& p, const AxisRule* ax
       w.q_size[a] = max_i(end - begin, 0);
     }
     w.q_count *= w.q_size[a];
+  }
+  // An additional KV tile wholly past its batch item's count of additional keys: no visit.
+  if (p.additional &&
+      w.kt[2] * kBwdKvRows >=
+          additional_keys_of_batch(p.counts, p.additional_kv, p.batch_offset + w.batch)) {
+#pragma unroll
+    for (int a = 0; a < kAxes; ++a) w.q_size[a] = 0;
+    w.q_count = 0;
   }
   // Outside deterministic mode (no turns) each CTA starts its walk at a different Q tile, so
   // that CTAs running together add into different dQ rows instead of contending for the same

@@ -44,7 +44,8 @@ constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
 // The mask fields come first: the consumers copy only them at every tile.
 struct TileMask {
   int flags;             // kPartialTile | kEndOfWork
-  int key_limit;         // real keys of the tile (fewer only in the last additional-KV tile)
+  int key_limit;         // keys of the tile attended (fewer only in the last additional-KV tile:
+                         // the additional keys' end, or the batch item's count)
   int kv_origin[kAxes];  // first key of the KV tile per axis (group coordinates)
 };
 struct StageTag {
@@ -171,7 +172,10 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Ta
     // computed once per item: per KV tile the walk only compares its first key with them.
     const AxisRule* axes = axes_of_item<kRules>(p, head);
     int first[kAxes], end[kAxes], full_begin[kAxes], full_end[kAxes];
-    int item_tiles = (p.additional_kv + kKv - 1) / kKv;
+    // The additional keys the item's batch attends (its count; all without counts).
+    const int additional =
+        additional_keys_of_batch(p.counts, p.additional_kv, p.batch_offset + hb / p.heads_q);
+    int item_tiles = (additional + kKv - 1) / kKv;
     {
       int spatial = 1;
 #pragma unroll
@@ -251,8 +255,8 @@ __device__ __forceinline__ void producer(const FwdParams& p, SharedStorage<D, Ta
         }
       }
     }
-    for (int a0 = 0; a0 < p.additional_kv; a0 += kKv)
-      emit(0, min_i(kKv, p.additional_kv - a0), 0, 0, 0, a0, p.batch_offset + hb / p.heads_q, 0,
+    for (int a0 = 0; a0 < additional; a0 += kKv)
+      emit(0, min_i(kKv, additional - a0), 0, 0, 0, a0, p.batch_offset + hb / p.heads_q, 0,
            tm_ak, tm_av, kAdditionalKeys);
     prefetch_next_q();
     ++j;

@@ -186,6 +186,7 @@ void run_with_tiles(const ForwardCall& call, const ScoredTiles& tiles) {
     FwdParams fp{};
     set_slice_fields(fp, p, plan, s, tiles.q, tiles.kv);
     fp.kv_placement = tiles.placement;
+    fp.counts = additional_counts_of(call.in);
     set_head_group_rules(fp.rules, rules_problem, s.group, plan.off);
     fp.scale_log2 = effective_scale(p) * 1.4426950408889634f;
 

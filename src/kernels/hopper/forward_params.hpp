@@ -7,6 +7,7 @@
 
 #include "gna/core/axis_rule.hpp"
 #include "gna/core/tiling.hpp"
+#include "kernels/hopper/additional_counts.hpp"
 #include "kernels/hopper/head_rules.hpp"
 #include "kernels/hopper/tensor_rows.hpp"
 #include "kernels/hopper/tile_sizes.hpp"
@@ -52,6 +53,7 @@ struct FwdParams {
   int heads_q;
   int heads_per_kv;         // heads_q / heads_kv
   int additional_kv;        // extra keys (0: none)
+  AdditionalCounts counts;  // per batch (index batch_offset + the launch's batch): keys attended
   float scale_log2;         // scale * log2(e)
   // Persistent kernel: work items (Q tile, head, batch) = q_tiles_per_image * heads_q * batches,
   // item k is tile order[k % q_tiles_per_image] (with head rules: in the row of the head's group;
