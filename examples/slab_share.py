@@ -45,34 +45,43 @@ def main():
     a = p.parse_args()
     layout, heads, dim, window = CASES[a.case]
     n = layout[0] // a.ranks
-    # As halo_attention runs it: the slab's queries from the grid of the forward's Q tile on.
-    pad = query_pads(layout, window, world_size=a.ranks, head_dim=dim)[a.rank]
-    q0, q1 = a.rank * n - pad, (a.rank + 1) * n
-    k0, k1 = slab.key_range(layout, window, axis=0, query_begin=q0, query_end=q1)
-    k0, k1 = min(k0, q0), max(k1, q1)
     make = lambda rows, h: torch.randn(1, rows, *layout[1:], h, dim, device="cuda",  # noqa
                                        dtype=torch.bfloat16, requires_grad=True)
     q, k, v = make(layout[0], heads), make(layout[0], heads), make(layout[0], heads)
-    sq, sk, sv = (make(q1 - q0, heads), make(k1 - k0, heads), make(k1 - k0, heads))
     na = (gna.na1d, gna.na2d, gna.na3d)[len(layout) - 1]
     zeros = (0,) * (len(layout) - 1)
+
+    def share(backward):
+        """The rank's slab as halo_attention runs it: a forward-only call's queries from the
+        grid of the forward's Q tile on (query_pads), a training call's from its first row."""
+        pad = query_pads(layout, window, world_size=a.ranks, head_dim=dim,
+                         backward=backward)[a.rank]
+        q0, q1 = a.rank * n - pad, (a.rank + 1) * n
+        k0, k1 = slab.key_range(layout, window, axis=0, query_begin=q0, query_end=q1)
+        k0, k1 = min(k0, q0), max(k1, q1)
+        sq, sk, sv = (make(q1 - q0, heads), make(k1 - k0, heads), make(k1 - k0, heads))
+        backend = slab.slab_backend(sq, sk, sv, layout, window, query_offset=(q0,) + zeros,
+                                    backward=backward)
+        print(f"{'training' if backward else 'forward'}: queries [{q0}, {q1}) keys [{k0}, "
+              f"{k1}) of axis 0, slab backend {backend}")
+        return lambda: slab.slab_attention(sq, sk, sv, layout, window,  # noqa: E731
+                                           query_offset=(q0,) + zeros,
+                                           key_offset=(k0,) + zeros)
+
+    def step(fn):
+        grad = torch.randn_like(fn())
+        return lambda: fn().backward(grad)
+
     whole = lambda: na(q, k, v, window)  # noqa: E731
-    share = lambda: slab.slab_attention(sq, sk, sv, layout, window,  # noqa: E731
-                                        query_offset=(q0,) + zeros, key_offset=(k0,) + zeros)
-    backend = slab.slab_backend(sq, sk, sv, layout, window, query_offset=(q0,) + zeros)
-    rows = []
-    for name, fn in (("whole", whole), (f"rank {a.rank}/{a.ranks}", share)):
-        with torch.no_grad():
-            fwd = timed(fn, a.reps)
-        out = fn()
-        grad = torch.randn_like(out)
-
-        def step(fn=fn, grad=grad):
-            fn().backward(grad)
-
-        rows.append((name, fwd, timed(step, a.reps)))
-    print(f"{a.case} {layout} h{heads} d{dim} window {window}; rank {a.rank} of {a.ranks}: "
-          f"queries [{q0}, {q1}) keys [{k0}, {k1}) of axis 0, slab backend {backend}; "
+    padded, unpadded = share(False), share(True)
+    with torch.no_grad():
+        whole_fwd, share_fwd, unpadded_fwd = (timed(fn, a.reps)
+                                              for fn in (whole, padded, unpadded))
+    rows = [("whole", whole_fwd, timed(step(whole), a.reps)),
+            (f"rank {a.rank}/{a.ranks}", share_fwd, timed(step(unpadded), a.reps))]
+    # The forward from the slab's first row too (what a padded forward saves).
+    print(f"forward from the slab's first row: {unpadded_fwd:.2f} ms")
+    print(f"{a.case} {layout} h{heads} d{dim} window {window}; rank {a.rank} of {a.ranks}; "
           f"{torch.cuda.get_device_name()}")
     print(f"{'call':<14}{'fwd ms':>10}{'fwd+bwd ms':>12}")
     for name, fwd, both in rows:

@@ -292,6 +292,10 @@ def _halo_check(config, seed, rank, world, exact):
         assert a.shape == b.shape, (a.shape, b.shape)
         assert torch.allclose(a, b, atol=1e-10, rtol=1e-9), (a - b).abs().max()
         worst = max(worst, (a - b).abs().max().item())
+    # The forward alone pads (query_pads); this call's backward ran unpadded, check the forward.
+    with torch.no_grad():
+        alone = gd.halo_attention(*shards, layout, window, axis=axis, exact=exact, **rule)
+    assert torch.allclose(alone, mine(expected[0]), atol=1e-10, rtol=1e-9)
     pads = gd.query_pads(layout, window, stride, dilation, causal, axis, world_size=world,
                          head_dim=32)
     return worst, max(pads) if exact is not False else 0
@@ -377,6 +381,8 @@ def test_query_pads_put_slabs_on_the_forward_q_tile_grid():
     # Dilated axes and head dims the chooser does not take: no pads.
     assert gd.query_pads((30, 48), 5, dilation=(2, 1), world_size=2) == [0, 0]
     assert gd.query_pads((30, 48, 80), (18, 24, 24), world_size=2, head_dim=4) == [0, 0]
+    # Calls whose backward runs keep their first rows.
+    assert gd.query_pads((30, 48, 80), (18, 24, 24), world_size=2, backward=True) == [0, 0]
     with pytest.raises(ValueError, match="world_size"):
         gd.query_pads((30, 48), 5, world_size=4)
 

@@ -130,7 +130,8 @@ def parallelism_costs(layout, kernel_size, stride, dilation, is_causal, heads, w
             return whole * heads_here
         slab = extent // slabs
         if exact:
-            pads = _query_pads(layout, window, strides, dilations, causal, axis, slabs, head_dim)
+            pads = _query_pads(layout, window, strides, dilations, causal, axis, slabs, head_dim,
+                               backward)
             ranges = _exact_ranges(layout, window, strides, dilations, causal, axis, slabs, pads)
             compute = whole * heads_here * (slab + max(pads)) / extent
         else:
