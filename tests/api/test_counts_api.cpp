@@ -13,6 +13,7 @@
 #include "backend/backend.hpp"
 #include "gna/gna.h"
 #include "support/c_tensor.hpp"
+#include "support/counting_backend.hpp"
 #include "support/test_support.hpp"
 
 namespace gna::test {
@@ -22,29 +23,9 @@ namespace {
 // dispatch must pass over it for calls with counts).
 int plain_calls = 0;
 Backend make_backend_without_counts() {
-  Backend b;
-  b.name = "no_counts";
-  b.priority = 100;
-  b.device = false;
-  b.supports_forward = [](const ForwardCall&, std::string*) { return true; };
-  b.forward = [](const ForwardCall&) { ++plain_calls; };
-  b.supports_backward = [](const BackwardCall&, std::string*) { return true; };
-  b.backward = [](const BackwardCall&) { ++plain_calls; };
-  return b;
+  return counting_host_backend("no_counts", 100, &plain_calls);
 }
 GNA_REGISTER_BACKEND(make_backend_without_counts);
-
-gna_params params_of(const AxisRule* axes, int rank) {
-  gna_params p{};
-  p.rank = rank;
-  for (int a = 0; a < rank; ++a) {
-    p.window[a] = axes[a].window;
-    p.stride[a] = axes[a].stride;
-    p.dilation[a] = axes[a].dilation;
-    p.causal[a] = axes[a].causal;
-  }
-  return p;
-}
 
 // Batch item b of a view: one item, and (tokens >= 0) the first `tokens` rows of dim 1.
 gna_tensor item(const gna_tensor& t, int64_t b, int64_t tokens = -1) {

@@ -11,6 +11,7 @@
 #include "gna/gna.h"
 #include "gna/gna.hpp"
 #include "support/c_tensor.hpp"
+#include "support/counting_backend.hpp"
 #include "support/test_support.hpp"
 
 namespace gna::test {
@@ -21,15 +22,7 @@ int plain_calls = 0;  // calls the backend below ran
 // A host backend below the reference that runs only problems without head rules (it says
 // nothing about them: dispatch must refuse them for it).
 Backend make_backend_without_head_rules() {
-  Backend b;
-  b.name = "no_head_rules";
-  b.priority = -100;
-  b.device = false;
-  b.supports_forward = [](const ForwardCall&, std::string*) { return true; };
-  b.forward = [](const ForwardCall&) { ++plain_calls; };
-  b.supports_backward = [](const BackwardCall&, std::string*) { return true; };
-  b.backward = [](const BackwardCall&) { ++plain_calls; };
-  return b;
+  return counting_host_backend("no_head_rules", -100, &plain_calls);
 }
 GNA_REGISTER_BACKEND(make_backend_without_head_rules);
 

@@ -12,6 +12,7 @@
 #include "gna/core/slab.hpp"
 #include "gna/gna.h"
 #include "support/c_tensor.hpp"
+#include "support/counting_backend.hpp"
 #include "support/test_support.hpp"
 
 namespace gna::test {
@@ -21,15 +22,7 @@ namespace {
 // dispatch must pass over it for slab calls).
 int plain_calls = 0;
 Backend make_backend_without_slabs() {
-  Backend b;
-  b.name = "no_slabs";
-  b.priority = 100;
-  b.device = false;
-  b.supports_forward = [](const ForwardCall&, std::string*) { return true; };
-  b.forward = [](const ForwardCall&) { ++plain_calls; };
-  b.supports_backward = [](const BackwardCall&, std::string*) { return true; };
-  b.backward = [](const BackwardCall&) { ++plain_calls; };
-  return b;
+  return counting_host_backend("no_slabs", 100, &plain_calls);
 }
 GNA_REGISTER_BACKEND(make_backend_without_slabs);
 
@@ -49,18 +42,6 @@ TEST(Slab, KeyRangeIsTheLiteralRulesReach) {
                              << e << ")";
     ASSERT_EQ(got.end, hi);
   }
-}
-
-gna_params params_of(const AxisRule* axes, int rank) {
-  gna_params p{};
-  p.rank = rank;
-  for (int a = 0; a < rank; ++a) {
-    p.window[a] = axes[a].window;
-    p.stride[a] = axes[a].stride;
-    p.dilation[a] = axes[a].dilation;
-    p.causal[a] = axes[a].causal;
-  }
-  return p;
 }
 
 // Copies rows [begin, end) per axis of a [B, X, (Y), H, D] tensor (rank 1 or 2 layouts).
