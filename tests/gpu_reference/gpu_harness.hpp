@@ -236,9 +236,15 @@ struct IntBuffer {
     else cudaMemcpy(device, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice);
   }
   TensorRef ref(bool on_device) {
+    if (!on_device) return view(host.data(), -1);
+    return device_ref();
+  }
+  TensorRef device_ref() const { return view(device, 0); }
+
+ private:
+  TensorRef view(void* data, int dev) const {
     const int64_t n = static_cast<int64_t>(host.size());
-    return contiguous_tensor(on_device ? device : host.data(), DType::i32, &n, 1,
-                             on_device ? 0 : -1);
+    return contiguous_tensor(data, DType::i32, &n, 1, dev);
   }
 };
 
@@ -403,11 +409,12 @@ struct Case {
     ref_dav = other.ref_dav;
   }
 
-  // storage: 6 TensorRefs (the sixth: the counts, with cfg.counts).
-  AttentionTensors device_inputs(TensorRef* storage) {
+  // storage's sixth entry holds the counts (with cfg.counts); the array's size is in the type
+  // so a shorter one does not compile.
+  AttentionTensors device_inputs(TensorRef (&storage)[6]) const {
     AttentionTensors in = device_attention_tensors(q, k, v, ak, av, cfg.additional > 0, storage);
     if (!cfg.counts.empty()) {
-      storage[5] = counts.ref(true);
+      storage[5] = counts.device_ref();
       in.additional_kv_counts = &storage[5];
     }
     return in;

@@ -434,7 +434,7 @@ TEST(Fp8Api, RefusesTheBackwardOnDevice) {
   std::mt19937_64 rng(3);
   Case cs;
   cs.build(random_config(rng, 2, ConfigLimits{}), DType::bf16, rng, false);
-  TensorRef storage[5];
+  TensorRef storage[6];
   const AttentionTensors in = cs.device_inputs(storage);
   CallOptions fp8;
   fp8.precision = Precision::fp8;

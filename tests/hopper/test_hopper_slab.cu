@@ -260,7 +260,7 @@ void note_reached(const Config& c, const SlabShape& s, const KernelOptions& kopt
 // Whether hopper takes the slab (forward and backward); otherwise the refusal must be the
 // tile grid's, and `refusal` holds it.
 bool hopper_takes(const SlabCase& cs, const KernelOptions& kopt, std::string* refusal) {
-  TensorRef t[5];
+  TensorRef t[6];
   const AttentionTensors in = cs.device_inputs(t);
   CallOptions opt;
   opt.backend = "hopper";
@@ -403,7 +403,7 @@ TEST(HopperSlab, DispatchChoosesHopper) {
   std::mt19937_64 rng(1);
   SlabCase cs;
   cs.build(c, halo_slab(c), DType::bf16, rng);
-  TensorRef t[5];
+  TensorRef t[6];
   const AttentionTensors in = cs.device_inputs(t);
   EXPECT_EQ(select_forward_backend(cs.params, in, {}), "hopper");
   EXPECT_EQ(select_backward_backend(cs.params, in, {}), "hopper");
@@ -468,7 +468,7 @@ TEST(HopperSlab, RefusesFp8WithReason) {
   std::mt19937_64 rng(3);
   SlabCase cs;
   cs.build(c, halo_slab(c), DType::bf16, rng);
-  TensorRef t[5];
+  TensorRef t[6];
   const AttentionTensors in = cs.device_inputs(t);
   TensorRef out = cs.o.device_ref(), l = cs.lse.device_ref();
   CallOptions opt;
