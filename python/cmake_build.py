@@ -7,8 +7,8 @@ GNA_TORCH_EXTENSION (0: do not build the torch extension; 1: fail when it cannot
 
 The torch extension (python/gna/csrc: the ops as C++ custom ops with a C++ autograd kernel) is
 built against the torch that `import torch` finds, with torch's own extension builder, when that
-torch is 2.4 or newer and a C++ compiler is there (and, for a CUDA torch, the CUDA toolkit's
-headers); otherwise the build says why it skipped it and the package uses its ctypes path.
+torch is 1.13 or 2.4 and newer (the versions it is tested with) and a C++ compiler is there (and,
+for a CUDA torch, the CUDA toolkit's headers); otherwise the build says why it skipped it and the package uses its ctypes path.
 `python3 python/cmake_build.py torch-extension DIR` builds it alone into the package folder DIR
 (e.g. python/gna, for the source tree).
 
@@ -101,7 +101,12 @@ def build_library():
                        "e.g. CXX=/usr/bin/g++")
 
 
-TORCH_EXTENSION_MIN = (2, 4)
+# The torches the extension is built for: 1.13 (Debian's; its tests run in CI) and 2.4 on (the
+# GPU machines'); 2.0-2.3 take the ctypes path, untested with the extension.
+def _torch_extension_supported(version):
+    return version[:2] == (1, 13) or version >= (2, 4)
+
+
 _SKIPPED = 2  # the extension builder's exit status when it skips the build (reason printed)
 
 
@@ -119,9 +124,9 @@ def _build_torch_extension(package_dir):
     except ImportError as e:
         raise _Skip(f"torch cannot be imported ({e})")
     version = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
-    if version < TORCH_EXTENSION_MIN:
-        raise _Skip(f"torch {torch.__version__} is older than "
-                    f"{'.'.join(map(str, TORCH_EXTENSION_MIN))} (the ops' C++ API)")
+    if not _torch_extension_supported(version):
+        raise _Skip(f"torch {torch.__version__} is neither 1.13 nor 2.4 or newer (the versions "
+                    f"the ops' C++ code is tested with)")
     compiler = shlex.split(os.environ.get("CXX", "c++"))[0]
     if not shutil.which(compiler):
         raise _Skip(f"no C++ compiler ({compiler})")
@@ -137,8 +142,9 @@ def _build_torch_extension(package_dir):
         stale.unlink()
     sources = sorted(str(p) for p in (ROOT / "python" / "gna" / "csrc").glob("*.cpp"))
     make = cpp_extension.CUDAExtension if cuda else cpp_extension.CppExtension
+    macros = [("GNA_TORCH_MAJOR", str(version[0]))] + ([("GNA_TORCH_CUDA", "1")] if cuda else [])
     extension = make("gna._torch_ops", sources, include_dirs=[str(ROOT / "include")],
-                     define_macros=[("GNA_TORCH_CUDA", "1")] if cuda else [],
+                     define_macros=macros,
                      extra_compile_args={"cxx": ["-O2"]},
                      # Symbols of static archives stay private (as libgna's, CMakeLists.txt): a
                      # compiler that links libstdc++ statically otherwise exports its copy,

@@ -54,6 +54,22 @@ echo "python tests: $("$py" -c 'import sys, torch; print(sys.executable, "with t
 reports=$(mktemp -d)
 trap 'rm -rf "$reports"' EXIT
 
+# The torch extension, built into python/gna/ against this Python's torch (incrementally, in
+# build/python-torch-extension) so that the suite tests both paths; GNA_TORCH_EXTENSION=0 leaves
+# it out. A torch it is not built for is skipped (the builder says why); a failed build fails.
+extension_build=ok
+if [ "${GNA_TORCH_EXTENSION:-}" != 0 ]; then
+  rc=0
+  "$py" python/cmake_build.py torch-extension python/gna >"$reports/extension.log" 2>&1 || rc=$?
+  case $rc in
+    0) echo "python tests: torch extension built into python/gna" ;;
+    2) echo "python tests: $(grep 'torch extension not built' "$reports/extension.log" | tail -1)" ;;
+    *) tail -40 "$reports/extension.log"
+       echo "python tests: the torch extension's build failed (exit $rc)"
+       extension_build=failed ;;
+  esac
+fi
+
 # The package from the source tree (first on the path, ahead of any installed copy), the library
 # given; no caches written into the tree. run_suite NAME [VAR=VALUE...]: one pytest run.
 run_suite() {
@@ -77,7 +93,8 @@ else
   run_suite ctypes
 fi
 
-"$py" - "$reports" <<'PY'
+status=0
+"$py" - "$reports" <<'PY' || status=$?
 import pathlib
 import sys
 import xml.etree.ElementTree as ET
@@ -108,3 +125,8 @@ if not list(pathlib.Path(sys.argv[1]).glob("*.rc")):
     failed = True
 sys.exit(1 if failed else 0)
 PY
+if [ "$extension_build" != ok ]; then
+  echo "python tests: FAILED: the torch extension's build"
+  status=1
+fi
+exit $status

@@ -1,7 +1,7 @@
 """The gna torch extension (python/gna/csrc): gna::na_forward, na_backward and their per-head
 variants as C++ custom ops, with CPU, CUDA and Meta kernels and a C++ autograd kernel, so that an
 eager training step runs no Python in the ops or their backward node. `pip install` builds it
-against the installed torch (torch >= 2.4) next to libgna.so; the ops then call the same libgna
+against the installed torch (1.13, or 2.4 and newer: python/cmake_build.py) next to libgna.so; the ops then call the same libgna
 the ctypes path loads.
 
 `load()` registers the ops when the extension is there and fits this torch; otherwise ops.py
@@ -17,7 +17,6 @@ import torch
 
 from . import _lib
 
-MIN_TORCH = (2, 4)
 # The extension's file name (its suffix names the Python it was built by) and the torch version
 # it was built against, written beside it by the build.
 GLOB = "_torch_ops*.so"
@@ -25,10 +24,6 @@ VERSION_FILE = "_torch_ops.torch-version"
 
 path = None
 reason = "not loaded"
-
-
-def torch_version():
-    return tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 
 
 def _find():
@@ -42,10 +37,6 @@ def load():
     global path, reason
     if os.environ.get("GNA_TORCH_EXTENSION", "1") == "0":
         reason = "turned off by GNA_TORCH_EXTENSION=0"
-        return False
-    if torch_version() < MIN_TORCH:
-        reason = (f"torch {torch.__version__} is older than "
-                  f"{'.'.join(map(str, MIN_TORCH))}")
         return False
     library, version_file = _find()
     if library is None:

@@ -1,6 +1,7 @@
 #include "call.h"
 
 #include "library.h"
+#include "torch_compat.h"
 
 #include <ATen/Context.h>
 #include <ATen/ops/empty.h>
@@ -344,10 +345,10 @@ void validate_metadata(const Rule& rule, const Tensor& q, const Tensor& k, const
   for (const Tensor& t : tensors) {
     if (!t.defined()) continue;
     for (const c10::SymInt& n : t.sym_sizes()) {
-      if (!n.maybe_as_int()) return;
+      if (!is_concrete(n)) return;
     }
     for (const c10::SymInt& n : t.sym_strides()) {
-      if (!n.maybe_as_int()) return;
+      if (!is_concrete(n)) return;
     }
   }
   const RuleStructs s = rule_structs(rule, q);

@@ -6,6 +6,8 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
+#include "torch_compat.h"
+
 namespace gna_torch {
 namespace {
 
@@ -100,10 +102,6 @@ c10::List<bool> bool_list(const std::vector<bool>& values) {
   return list;
 }
 
-Ints sym(const std::vector<int64_t>& values) {
-  return c10::fromIntArrayRefSlow(c10::IntArrayRef(values));
-}
-
 }  // namespace
 
 ForwardResult dispatch_forward(const Rule& rule, const Tensor& q, const Tensor& k,
@@ -114,14 +112,15 @@ ForwardResult dispatch_forward(const Rule& rule, const Tensor& q, const Tensor& 
     static const auto op = c10::Dispatcher::singleton()
                                .findSchemaOrThrow("gna::na_forward_heads", "")
                                .typed<ForwardHeadsSignature>();
-    return op.call(q, k, v, ak, av, sym(rule.window), sym(rule.stride), sym(rule.dilation),
-                   causal, sym(rule.group_of_head), rule.scale, rule.backend, lse_grad);
+    return op.call(q, k, v, ak, av, sym_ints(rule.window), sym_ints(rule.stride),
+                   sym_ints(rule.dilation), causal, sym_ints(rule.group_of_head), rule.scale,
+                   rule.backend, lse_grad);
   }
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("gna::na_forward", "")
                              .typed<ForwardSignature>();
-  return op.call(q, k, v, ak, av, sym(rule.window), sym(rule.stride), sym(rule.dilation), causal,
-                 rule.scale, rule.backend, lse_grad);
+  return op.call(q, k, v, ak, av, sym_ints(rule.window), sym_ints(rule.stride),
+                 sym_ints(rule.dilation), causal, rule.scale, rule.backend, lse_grad);
 }
 
 BackwardResult dispatch_backward(const Rule& rule, const Tensor& q, const Tensor& k,
@@ -133,15 +132,15 @@ BackwardResult dispatch_backward(const Rule& rule, const Tensor& q, const Tensor
     static const auto op = c10::Dispatcher::singleton()
                                .findSchemaOrThrow("gna::na_backward_heads", "")
                                .typed<BackwardHeadsSignature>();
-    return op.call(q, k, v, ak, av, out, lse, d_out, sym(rule.window), sym(rule.stride),
-                   sym(rule.dilation), causal, sym(rule.group_of_head), rule.scale,
+    return op.call(q, k, v, ak, av, out, lse, d_out, sym_ints(rule.window), sym_ints(rule.stride),
+                   sym_ints(rule.dilation), causal, sym_ints(rule.group_of_head), rule.scale,
                    rule.backend);
   }
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("gna::na_backward", "")
                              .typed<BackwardSignature>();
-  return op.call(q, k, v, ak, av, out, lse, d_out, sym(rule.window), sym(rule.stride),
-                 sym(rule.dilation), causal, rule.scale, rule.backend);
+  return op.call(q, k, v, ak, av, out, lse, d_out, sym_ints(rule.window), sym_ints(rule.stride),
+                 sym_ints(rule.dilation), causal, rule.scale, rule.backend);
 }
 
 }  // namespace gna_torch
