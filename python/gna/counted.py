@@ -2,8 +2,9 @@
 library call in which batch item b attends only the first counts[b] additional keys (the C ABI's
 gna_forward_counts / gna_backward_counts, ABI version 7); the gradients of the others are zero.
 The counts stay on the device, so nothing waits for them; a count below 0 reads as 0, one above
-the additional keys' length as that length. Eager only: an autograd.Function over the ctypes
-calls (torch.compile runs it outside the graph)."""
+the additional keys' length as that length. With the torch extension the call is its C++ op
+gna::na_forward_counts (C++ autograd; traced by torch.compile, on torch >= 2.4, without a graph
+break); without it, an autograd.Function over the ctypes calls (eager only)."""
 import ctypes
 
 import torch
@@ -82,6 +83,15 @@ class _CountedAttention(torch.autograd.Function):
         return tuple(grads) + (None,) * 4
 
 
+def _rule_arguments(groups, heads):
+    """The counts op's rule arguments: (window, stride, dilation, causal, group_of_head), the
+    last empty for one rule over every head (else head_rules_of's group-major lists)."""
+    if len(groups) == 1:
+        return tuple([int(v) if i < 3 else bool(v) for v in x]
+                     for i, x in enumerate(groups[0][0])) + ([],)
+    return head_rules_of(groups, heads)
+
+
 def counted_attention(query, key, value, additional_keys, additional_values, counts, groups,
                       scale=None, backend="auto"):
     """out of neighborhood attention over heads-last tensors [B, *spatial, H, D] with the rules
@@ -89,5 +99,11 @@ def counted_attention(query, key, value, additional_keys, additional_values, cou
     batch item b attends the first counts[b] (an int32 tensor [B] on the query's device; see
     counts_backend for whether a backend runs it). Differentiable in every tensor but counts."""
     scale = functional._scale("joint_attention", scale)
-    return _CountedAttention.apply(query, key, value, additional_keys, additional_values,
-                                   kernel_ready(counts), groups, scale, backend)
+    counts = kernel_ready(counts)
+    if ops.HAS_TORCH_EXTENSION:
+        rule = _rule_arguments(groups, int(query.shape[-2]))
+        return ops._extension_call(torch.ops.gna.na_forward_counts, (
+            query, key, value, additional_keys, additional_values, counts, *rule, scale,
+            backend))[0]
+    return _CountedAttention.apply(query, key, value, additional_keys, additional_values, counts,
+                                   groups, scale, backend)

@@ -237,3 +237,48 @@ def test_compile_reduce_overhead_step():
         assert torch.equal(out, out_e), "the forward is deterministic: replay and eager agree"
         for g, e in zip(grads, grads_e):
             assert rel_error(g, e) < 1e-2
+
+
+def test_counts_op_and_ctypes_path_give_the_same_bits():
+    """Joint attention with per-batch counts of additional keys: the extension's
+    gna::na_forward_counts (C++ autograd) against the ctypes path's autograd.Function, forward
+    and backward, one rule and per-head rules, counts from below 0 to past the tokens."""
+    if not gna._lib.has_counts:
+        pytest.skip("libgna without per-batch counts")
+    from gna import counted
+    rng = random.Random(20261128)
+    for case in range(8):
+        per_head = case % 2 == 1
+        extent = (rng.randint(4, 7), rng.randint(3, 6))
+        heads_kv = rng.choice([1, 2])
+        heads = 2 * heads_kv
+        kw = dict(dtype=torch.float64, requires_grad=True)
+        batch, tokens = 3, rng.randint(1, 5)
+        q, k, v = qkv(batch, extent, heads, 4, heads_kv=heads_kv, **kw)
+        ak, av = (randn(batch, tokens, heads_kv, 4, **kw) for _ in range(2))
+        rules = [((3, rng.randint(2, 3)), (1, rng.randint(1, 2)), (1, 1),
+                  (False, rng.random() < 0.5)) for _ in range(2 if per_head else 1)]
+        groups = ([(rules[0], list(range(0, heads, 2))), (rules[1], list(range(1, heads, 2)))]
+                  if per_head else [(rules[0], list(range(heads)))])
+        counts = torch.tensor([rng.randint(-1, tokens + 1) for _ in range(batch)],
+                              dtype=torch.int32)
+        scale = None if case < 4 else 0.4
+        weights = torch.randn(*q.shape[:-1], 4, dtype=torch.float64)
+        results = []
+        for path in ("extension", "ctypes"):
+            if path == "extension":
+                out = counted.counted_attention(q, k, v, ak, av, counts, groups, scale)
+                _assert_cpp_node(out.grad_fn)
+            else:
+                out = counted._CountedAttention.apply(
+                    q, k, v, ak, av, counts, groups, gna.functional._scale("t", scale), "auto")
+                assert isinstance(out.grad_fn, torch.autograd.function.BackwardCFunction)
+            grads = torch.autograd.grad((out * weights).sum(), (q, k, v, ak, av))
+            results.append([out] + list(grads))
+        for name, a, b in zip(("out", "dq", "dk", "dv", "dak", "dav"), *results):
+            assert torch.equal(a, b), (name, case, counts.tolist())
+        # Keys past a batch item's count get no gradient.
+        for b in range(batch):
+            past = max(int(counts[b]), 0)
+            if past < tokens:
+                assert results[0][4][b, past:].abs().max() == 0

@@ -124,6 +124,56 @@ struct AttentionBackward : public torch::autograd::Function<AttentionBackward> {
   }
 };
 
+// The counts op's autograd: gradients of query, key, value and the additional tokens (those past
+// a batch item's count come out zero); the logsumexp is an output without a gradient.
+struct CountedAttention : public torch::autograd::Function<CountedAttention> {
+  static variable_list forward(AutogradContext* ctx, const Tensor& q, const Tensor& k,
+                               const Tensor& v, const Tensor& ak, const Tensor& av,
+                               const Tensor& counts, const Rule& rule) {
+    ctx->set_materialize_grads(false);
+    Tensor out, lse;
+    {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      std::tie(out, lse) = dispatch_forward_counts(rule, q, k, v, ak, av, counts);
+    }
+    ctx->mark_non_differentiable({lse});
+    ctx->save_for_backward({q, k, v, ak, av, counts, out, lse});
+    save_rule(ctx, rule);
+    return {out, lse};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const Tensor& out = saved[6];
+    Tensor d_out = grads[0];
+    if (!d_out.defined()) d_out = at::zeros_like(out);
+    Tensor dq, dk, dv, dak, dav;
+    std::tie(dq, dk, dv, dak, dav) =
+        dispatch_backward_counts(saved_rule(ctx), saved[0], saved[1], saved[2], saved[3],
+                                 saved[4], saved[5], out, saved[7], d_out);
+    return {dq, dk, dv, dak, dav, Tensor(), Tensor()};
+  }
+};
+
+// The counts backward op's autograd: it runs, but its own gradient is refused.
+struct CountedAttentionBackward
+    : public torch::autograd::Function<CountedAttentionBackward> {
+  static variable_list forward(AutogradContext*, const Tensor& q, const Tensor& k,
+                               const Tensor& v, const Tensor& ak, const Tensor& av,
+                               const Tensor& counts, const Tensor& out, const Tensor& lse,
+                               const Tensor& d_out, const Rule& rule) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    Tensor dq, dk, dv, dak, dav;
+    std::tie(dq, dk, dv, dak, dav) =
+        dispatch_backward_counts(rule, q, k, v, ak, av, counts, out, lse, d_out);
+    return {dq, dk, dv, dak, dav};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return AttentionBackward::backward(ctx, grads);
+  }
+};
+
 ForwardResult forward_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
                                const OptionalTensor& ak, const OptionalTensor& av, Ints window,
                                Ints stride, Ints dilation, const Bools& causal, double scale,
@@ -167,6 +217,28 @@ BackwardResult backward_heads_autograd(const Tensor& q, const Tensor& k, const T
       make_head_rule(window, stride, dilation, causal, group_of_head, scale, backend)));
 }
 
+ForwardResult forward_counts_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& ak, const Tensor& av, const Tensor& counts,
+                                      Ints window, Ints stride, Ints dilation,
+                                      const Bools& causal, Ints group_of_head, double scale,
+                                      c10::string_view backend) {
+  const variable_list out = CountedAttention::apply(
+      q, k, v, ak, av, counts,
+      counts_rule(window, stride, dilation, causal, group_of_head, scale, backend));
+  return {out[0], out[1]};
+}
+
+BackwardResult backward_counts_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& ak, const Tensor& av, const Tensor& counts,
+                                        const Tensor& out, const Tensor& lse,
+                                        const Tensor& d_out, Ints window, Ints stride,
+                                        Ints dilation, const Bools& causal, Ints group_of_head,
+                                        double scale, c10::string_view backend) {
+  return result_of(CountedAttentionBackward::apply(
+      q, k, v, ak, av, counts, out, lse, d_out,
+      counts_rule(window, stride, dilation, causal, group_of_head, scale, backend)));
+}
+
 }  // namespace
 }  // namespace gna_torch
 
@@ -175,4 +247,6 @@ TORCH_LIBRARY_IMPL(gna, Autograd, m) {
   m.impl("na_backward", TORCH_FN(gna_torch::backward_autograd));
   m.impl("na_forward_heads", TORCH_FN(gna_torch::forward_heads_autograd));
   m.impl("na_backward_heads", TORCH_FN(gna_torch::backward_heads_autograd));
+  m.impl("na_forward_counts", TORCH_FN(gna_torch::forward_counts_autograd));
+  m.impl("na_backward_counts", TORCH_FN(gna_torch::backward_counts_autograd));
 }

@@ -112,6 +112,8 @@ const char* dtype_name(at::ScalarType type) {
 }
 
 int32_t dtype_code(at::ScalarType type, const char* name) {
+  // Per-batch counts of additional keys are int32; no other tensor is.
+  if (type == at::kInt && std::string(name) == "additional_kv_counts") return GNA_DTYPE_I32;
   switch (type) {
     case at::kFloat: return GNA_DTYPE_F32;
     case at::kDouble: return GNA_DTYPE_F64;
@@ -262,7 +264,8 @@ Rule make_head_rule(c10::SymIntArrayRef window, c10::SymIntArrayRef stride,
 
 std::tuple<Tensor, Tensor> forward(const Rule& rule, const Tensor& query, const Tensor& key,
                                    const Tensor& value, const OptionalTensor& additional_keys,
-                                   const OptionalTensor& additional_values) {
+                                   const OptionalTensor& additional_values,
+                                   const Tensor& counts) {
   const at::ScalarType out_dtype = query.scalar_type();
   const std::vector<Tensor> in = prepared({query, key, value,
                                            value_or_undefined(additional_keys),
@@ -282,7 +285,14 @@ std::tuple<Tensor, Tensor> forward(const Rule& rule, const Tensor& query, const 
               view(in[3], "additional_keys"), view(in[4], "additional_values"),
               view(out, "out"), view(lse, "lse")};
   const gna_options opts = make_options(rule, q);
-  if (rule.per_head) {
+  const Tensor counts_ready = kernel_ready(counts);
+  if (counts.defined()) {
+    TORCH_CHECK(lib.forward_counts != nullptr,
+                "gna: libgna lacks per-batch counts of additional keys (ABI version 7)");
+    View c = view(counts_ready, "additional_kv_counts");
+    check(lib.forward_counts(&s.params, s.heads(), g[0].get(), g[1].get(), g[2].get(),
+                             g[3].get(), g[4].get(), c.get(), g[5].get(), g[6].get(), &opts));
+  } else if (rule.per_head) {
     TORCH_CHECK(lib.forward_heads != nullptr, "gna: libgna lacks per-head rules (ABI version 4)");
     check(lib.forward_heads(&s.params, s.heads(), g[0].get(), g[1].get(), g[2].get(), g[3].get(),
                             g[4].get(), g[5].get(), g[6].get(), &opts));
@@ -297,7 +307,7 @@ std::tuple<Tensor, Tensor> forward(const Rule& rule, const Tensor& query, const 
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> backward(
     const Rule& rule, const Tensor& query, const Tensor& key, const Tensor& value,
     const OptionalTensor& additional_keys, const OptionalTensor& additional_values,
-    const Tensor& out, const Tensor& lse, const Tensor& d_out) {
+    const Tensor& out, const Tensor& lse, const Tensor& d_out, const Tensor& counts) {
   const at::ScalarType grad_dtype = query.scalar_type();
   const std::vector<Tensor> in = prepared({query, key, value,
                                            value_or_undefined(additional_keys),
@@ -318,7 +328,16 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> backward(
               view(grads[0], "dq"), view(grads[1], "dk"), view(grads[2], "dv"),
               view(grads[3], "d_additional_keys"), view(grads[4], "d_additional_values")};
   const gna_options opts = make_options(rule, q);
-  if (rule.per_head) {
+  const Tensor counts_ready = kernel_ready(counts);
+  if (counts.defined()) {
+    TORCH_CHECK(lib.backward_counts != nullptr,
+                "gna: libgna lacks per-batch counts of additional keys (ABI version 7)");
+    View c = view(counts_ready, "additional_kv_counts");
+    check(lib.backward_counts(&s.params, s.heads(), g[0].get(), g[1].get(), g[2].get(),
+                              g[3].get(), g[4].get(), c.get(), g[5].get(), g[6].get(),
+                              g[7].get(), g[8].get(), g[9].get(), g[10].get(), g[11].get(),
+                              g[12].get(), &opts));
+  } else if (rule.per_head) {
     TORCH_CHECK(lib.backward_heads != nullptr, "gna: libgna lacks per-head rules (ABI version 4)");
     check(lib.backward_heads(&s.params, s.heads(), g[0].get(), g[1].get(), g[2].get(),
                              g[3].get(), g[4].get(), g[5].get(), g[6].get(), g[7].get(),

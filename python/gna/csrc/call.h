@@ -35,16 +35,19 @@ Rule make_head_rule(c10::SymIntArrayRef window, c10::SymIntArrayRef stride,
                     c10::SymIntArrayRef dilation, const c10::List<bool>& causal,
                     c10::SymIntArrayRef group_of_head, double scale, c10::string_view backend);
 
-// (out, lse) through gna_forward / gna_forward_heads.
+// (out, lse) through gna_forward / gna_forward_heads, or with `counts` (an int32 tensor [B] of
+// additional keys each batch item attends; undefined: none) through gna_forward_counts.
 std::tuple<Tensor, Tensor> forward(const Rule& rule, const Tensor& q, const Tensor& k,
                                    const Tensor& v, const OptionalTensor& ak,
-                                   const OptionalTensor& av);
+                                   const OptionalTensor& av, const Tensor& counts = Tensor());
 
 // (dq, dk, dv, d_additional_keys, d_additional_values) through gna_backward /
-// gna_backward_heads; the last two are empty (0 elements) without additional tokens.
+// gna_backward_heads (gna_backward_counts with `counts`); the last two are empty (0 elements)
+// without additional tokens.
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> backward(
     const Rule& rule, const Tensor& q, const Tensor& k, const Tensor& v, const OptionalTensor& ak,
-    const OptionalTensor& av, const Tensor& out, const Tensor& lse, const Tensor& d_out);
+    const OptionalTensor& av, const Tensor& out, const Tensor& lse, const Tensor& d_out,
+    const Tensor& counts = Tensor());
 
 // The core's validation on shapes, dtypes and strides alone (meta tensors), when every size and
 // stride is a concrete number; symbolic shapes are checked when the call runs.

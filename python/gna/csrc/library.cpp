@@ -57,6 +57,10 @@ extern "C" int gna_torch_bind(const char* path, char* message, int capacity) {
     gna_torch::resolve(handle, "gna_forward_heads", entries.forward_heads);
     gna_torch::resolve(handle, "gna_backward_heads", entries.backward_heads);
   }
+  if (abi_version() >= 7) {
+    gna_torch::resolve(handle, "gna_forward_counts", entries.forward_counts);
+    gna_torch::resolve(handle, "gna_backward_counts", entries.backward_counts);
+  }
   bound = entries;
   gna_torch::is_bound = true;
   return 0;

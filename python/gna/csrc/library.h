@@ -16,6 +16,9 @@ struct Library {
   decltype(&::gna_validate_heads) validate_heads = nullptr;
   decltype(&::gna_forward_heads) forward_heads = nullptr;
   decltype(&::gna_backward_heads) backward_heads = nullptr;
+  // ABI version 7 (per-batch counts of additional keys); null in an older library.
+  decltype(&::gna_forward_counts) forward_counts = nullptr;
+  decltype(&::gna_backward_counts) backward_counts = nullptr;
 };
 
 // The bound library; throws when gna_torch_bind has not run.

@@ -29,6 +29,23 @@ using BackwardHeadsSignature = BackwardResult(const Tensor&, const Tensor&, cons
                                               Ints, Ints, const Bools&, Ints, double,
                                               c10::string_view);
 
+// The ops with per-batch counts of additional keys (joint attention with padded text; the C
+// ABI's gna_forward_counts / gna_backward_counts): the additional tokens and the counts (int32
+// [B]) after the value, then the rule with group_of_head (empty: one rule for every head). No
+// gradient through the logsumexp.
+using ForwardCountsSignature = ForwardResult(const Tensor&, const Tensor&, const Tensor&,
+                                             const Tensor&, const Tensor&, const Tensor&, Ints,
+                                             Ints, Ints, const Bools&, Ints, double,
+                                             c10::string_view);
+using BackwardCountsSignature = BackwardResult(const Tensor&, const Tensor&, const Tensor&,
+                                               const Tensor&, const Tensor&, const Tensor&,
+                                               const Tensor&, const Tensor&, const Tensor&, Ints,
+                                               Ints, Ints, const Bools&, Ints, double,
+                                               c10::string_view);
+// The rule of a counts op's arguments (per head where group_of_head is given).
+Rule counts_rule(Ints window, Ints stride, Ints dilation, const Bools& causal, Ints group_of_head,
+                 double scale, c10::string_view backend);
+
 // gna::na_forward or gna::na_forward_heads (by the rule) through the dispatcher.
 ForwardResult dispatch_forward(const Rule& rule, const Tensor& q, const Tensor& k,
                                const Tensor& v, const OptionalTensor& ak,
@@ -38,5 +55,13 @@ BackwardResult dispatch_backward(const Rule& rule, const Tensor& q, const Tensor
                                  const Tensor& v, const OptionalTensor& ak,
                                  const OptionalTensor& av, const Tensor& out, const Tensor& lse,
                                  const Tensor& d_out);
+// gna::na_forward_counts / gna::na_backward_counts through the dispatcher.
+ForwardResult dispatch_forward_counts(const Rule& rule, const Tensor& q, const Tensor& k,
+                                      const Tensor& v, const Tensor& ak, const Tensor& av,
+                                      const Tensor& counts);
+BackwardResult dispatch_backward_counts(const Rule& rule, const Tensor& q, const Tensor& k,
+                                        const Tensor& v, const Tensor& ak, const Tensor& av,
+                                        const Tensor& counts, const Tensor& out,
+                                        const Tensor& lse, const Tensor& d_out);
 
 }  // namespace gna_torch
