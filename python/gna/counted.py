@@ -3,8 +3,9 @@ library call in which batch item b attends only the first counts[b] additional k
 gna_forward_counts / gna_backward_counts, ABI version 7); the gradients of the others are zero.
 The counts stay on the device, so nothing waits for them; a count below 0 reads as 0, one above
 the additional keys' length as that length. With the torch extension the call is its C++ op
-gna::na_forward_counts (C++ autograd; traced by torch.compile, on torch >= 2.4, without a graph
-break); without it, an autograd.Function over the ctypes calls (eager only)."""
+gna::na_forward_counts (C++ autograd node, Meta kernel); without it, an autograd.Function over
+the ctypes calls. joint_attention takes this path in eager calls only: counts_backend reads the
+tensors, which tracing does not give."""
 import ctypes
 
 import torch

@@ -1,7 +1,7 @@
 """The attention ops over libgna's C ABI, and their autograd.
 
-Where the torch extension is built (torch >= 2.4; _extension.py) the ops are its C++ custom
-ops, autograd included. Otherwise, on torch >= 2.4, they are torch.library custom ops of the
+Where the torch extension is built (torch 1.13 or >= 2.4; _extension.py) the ops are its C++
+custom ops, autograd included. Otherwise, on torch >= 2.4, they are torch.library custom ops of the
 ctypes calls below with fake (meta) implementations, so torch.compile traces them; on older torch
 (1.13 and later) the same functions run eagerly with autograd through a
 torch.autograd.Function. `attention` is the differentiable entry point of each; `na_forward` /
@@ -332,7 +332,7 @@ def eager_attention(query, key, value, additional_keys, additional_values, windo
                             stride, dilation, causal, scale, backend, lse_grad)
 
 
-# The ops, three ways. With the torch extension (built by pip install against torch >= 2.4):
+# The ops, three ways. With the torch extension (built by pip install against torch 1.13 or 2.4+):
 # C++ custom ops with CPU, CUDA and Meta kernels and a C++ autograd kernel (_extension.py).
 # Without it on torch >= 2.4: torch.library custom ops of the functions above, with fake
 # implementations (torch.compile traces them without graph breaks) and autograd. Older torch
