@@ -156,5 +156,20 @@ TEST(AxisRule, MeanKeysPerQuery) {
   }
 }
 
+TEST(AxisRule, GroupLengthCountsTheGroupsTokens) {
+  for (int L = 1; L <= 40; ++L)
+    for (int d = 1; d <= L; ++d)
+      for (int g = 0; g < d; ++g) {
+        int count = 0;
+        for (int i = 0; i < L; ++i) count += dilation_group(AxisRule{L, 1, d, 1, false}, i) == g;
+        ASSERT_EQ(group_length(AxisRule{L, 1, d, 1, false}, g), count) << L << " " << d << " " << g;
+      }
+  // Extents near 2^31 (the simulator takes them): no overflow.
+  const int big = 2147483647;
+  EXPECT_EQ(group_length(AxisRule{big, big, 1, 1, false}, 0), big);
+  EXPECT_EQ(group_length(AxisRule{big, 2, 2, 1, false}, 0), big / 2 + 1);
+  EXPECT_EQ(group_length(AxisRule{big, 2, 2, 1, false}, 1), big / 2);
+}
+
 }  // namespace
 }  // namespace gna::test

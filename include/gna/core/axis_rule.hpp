@@ -19,9 +19,10 @@ struct AxisRule {
 GNA_HD int dilation_group(const AxisRule& a, int i) { return i % a.dilation; }
 GNA_HD int index_in_group(const AxisRule& a, int i) { return i / a.dilation; }
 GNA_HD int coordinate_of(const AxisRule& a, int group, int ig) { return group + ig * a.dilation; }
-// n = ceil((L - g) / d); n >= K whenever K * d <= L.
+// n = ceil((L - g) / d) for a group g < d <= L; n >= K whenever K * d <= L. Written without
+// L + d, which overflows for extents near 2^31.
 GNA_HD int group_length(const AxisRule& a, int group) {
-  return (a.extent - group + a.dilation - 1) / a.dilation;
+  return (a.extent - group - 1) / a.dilation + 1;
 }
 
 // First key (group coordinate) of query ig's window. Monotone non-decreasing in ig, which the
